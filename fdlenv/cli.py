@@ -1,0 +1,79 @@
+"""The argparse front: parse, dispatch, map failures to exit codes.
+
+Kept thin and cheap to import: the re-dial path (`fdlenv prepare`/`join` with
+everything in place) starts here, so command modules import their heavy
+dependencies (rattler, conda-lock, paramiko, gitpython) inside the functions
+that need them, never at module level.
+
+The `--` tail is split off before argparse sees it: `None` means "no tail",
+an empty list means "an explicit empty tail" (join clears the block's args).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from . import __version__
+from .errors import EXIT_PERMANENT, EXIT_TRANSIENT, Fail
+
+# One module per command under fdlenv/commands; each defines add_parser(sub).
+COMMANDS = ("env", "run", "shell_hook")
+
+EPILOG = """examples:
+  fdlenv detect --json
+  fdlenv env realize --libtorch cpu --json
+  fdlenv run --libtorch cpu -- python -c 'import os; print(os.environ["LIBTORCH_PATH"])'
+"""
+
+
+def home_option(parser: argparse.ArgumentParser) -> None:
+    """--home on a subcommand; FLODL_HOME and ~/.flodl otherwise."""
+    parser.add_argument("--home", metavar="DIR", default=None,
+                        help="fdlenv home (default $FLODL_HOME, else ~/.flodl)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fdlenv",
+        description="Locked libtorch environments and the flodl dial-in worker.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"fdlenv {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in COMMANDS:
+        importlib.import_module(f"fdlenv.commands.{name}").add_parser(sub)
+    return parser
+
+
+def split_tail(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1:]
+    return argv, None
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    head, tail = split_tail(argv)
+    args = build_parser().parse_args(head)
+    args.tail = tail
+    try:
+        return int(args.func(args) or 0)
+    except Fail as f:
+        print(f"error: {f.message}", file=sys.stderr)
+        return f.exit_code
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return EXIT_TRANSIENT
+    except OSError as e:
+        # Disk full, permission denied, ...: the message names the path.
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_PERMANENT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""One module per `fdlenv` command: argparse wiring plus a thin run() that calls the library."""

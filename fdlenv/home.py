@@ -1,0 +1,38 @@
+"""Where fdlenv keeps things: the home layout of DESIGN §2.
+
+All of it lives on one filesystem under one root, so that the package cache
+can hard-link into every environment and every publish is a same-filesystem
+rename. Resolution: `--home` > `$FLODL_HOME` > `~/.flodl`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Home:
+    root: Path
+
+    @classmethod
+    def resolve(cls, flag: str | None = None) -> "Home":
+        raw = flag or os.environ.get("FLODL_HOME") or str(Path.home() / ".flodl")
+        return cls(Path(raw).expanduser().absolute())
+
+    pkgs = property(lambda self: self.root / "pkgs")
+    archives = property(lambda self: self.root / "archives")
+    envs = property(lambda self: self.root / "envs")
+    staging = property(lambda self: self.root / "staging")
+    locks = property(lambda self: self.root / "locks")
+    roots = property(lambda self: self.root / "roots")
+    cache = property(lambda self: self.root / "cache")
+    libtorch = property(lambda self: self.root / "libtorch")
+    source = property(lambda self: self.root / "source")
+    builds = property(lambda self: self.root / "builds")
+    channel = property(lambda self: self.root / "channel")
+
+    def ensure(self, *dirs: Path) -> None:
+        for d in dirs:
+            d.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,32 @@
+"""Human progress on stderr, so stdout stays clean for `--json`.
+
+Anything that may take over a second says what it is doing; `Ticker` repeats
+a line every few seconds while something waits (a lock holder, a download).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+PREFIX = "fdlenv"
+
+
+def say(message: str) -> None:
+    print(f"{PREFIX}: {message}", file=sys.stderr, flush=True)
+
+
+class Ticker:
+    """Call `tick()` often; it prints at most once per `every` seconds."""
+
+    def __init__(self, message, every: float = 3.0, clock=time.monotonic):
+        self._message = message  # str or callable returning str
+        self._every = every
+        self._clock = clock
+        self._last = clock()
+
+    def tick(self) -> None:
+        now = self._clock()
+        if now - self._last >= self._every:
+            self._last = now
+            say(self._message() if callable(self._message) else self._message)

@@ -1,0 +1,77 @@
+"""The libtorch variants fdlenv knows, and how their names are spelled.
+
+One table, so that the CLI tokens (`12.8`, `rocm71`), flodl's on-disk names
+(`precompiled/rocm71`), the cargo feature and the declared CUDA version can
+never disagree between the store, routing and join.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import Fail
+
+LIBTORCH_VERSION = "2.10.0"
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str          # canonical token, also the lock category: cpu cu126 cu128 rocm7.0 rocm7.1
+    flodl_dir: str     # flodl's precompiled/<dir> name
+    vendor: str        # cpu | nvidia | amd
+    cuda: str | None   # declared CUDA version (the __cuda virtual package), None off NVIDIA
+    rocm: str | None   # ROCm major.minor, None off AMD
+
+    @property
+    def gpu_feature(self) -> str:
+        """flodl's cargo feature for this variant (`FDL_GPU_FEATURE`)."""
+        return {"nvidia": "cuda", "amd": "rocm"}.get(self.vendor, "")
+
+    @property
+    def flodl_label(self) -> str:
+        """flodl's variant id, as `.active` and the agent spec carry it."""
+        return f"precompiled/{self.flodl_dir}"
+
+    @property
+    def package(self) -> str:
+        """The conda package `fdlenv pack` makes for this variant."""
+        return f"libtorch-{self.name.replace('.', '')}"
+
+
+VARIANTS: dict[str, Variant] = {
+    v.name: v
+    for v in (
+        Variant("cpu", "cpu", "cpu", None, None),
+        Variant("cu126", "cu126", "nvidia", "12.6", None),
+        Variant("cu128", "cu128", "nvidia", "12.8", None),
+        Variant("rocm7.0", "rocm70", "amd", None, "7.0"),
+        Variant("rocm7.1", "rocm71", "amd", None, "7.1"),
+    )
+}
+
+_ALIASES = {
+    "12.6": "cu126",
+    "12.8": "cu128",
+    "rocm70": "rocm7.0",
+    "7.0": "rocm7.0",
+    "rocm71": "rocm7.1",
+    "7.1": "rocm7.1",
+}
+
+ACCEPTED = "auto, cpu, cu126 (12.6), cu128 (12.8), rocm7.0 (rocm70, 7.0), rocm7.1 (rocm71, 7.1)"
+
+
+def parse_token(token: str, *, allow_auto: bool = True) -> str:
+    """Canonical variant name for a user token; `auto` passes through when allowed."""
+    t = token.strip().lower()
+    if t == "auto" and allow_auto:
+        return "auto"
+    t = _ALIASES.get(t, t)
+    if t in VARIANTS:
+        return t
+    accepted = ACCEPTED if allow_auto else ACCEPTED.replace("auto, ", "")
+    raise Fail.permanent(f"--libtorch: unknown variant {token!r}; accepted: {accepted}")
+
+
+def get(name: str) -> Variant:
+    return VARIANTS[parse_token(name, allow_auto=False)]

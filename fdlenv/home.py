@@ -31,7 +31,9 @@ class Home:
     libtorch = property(lambda self: self.root / "libtorch")
     source = property(lambda self: self.root / "source")
     builds = property(lambda self: self.root / "builds")
-    channel = property(lambda self: self.root / "channel")
+    # The local channel `fdlenv pack` fills; its last path component is the
+    # channel alias `flodl` that envs/*.yml name, so `--mirror flodl=URL` maps it.
+    channel = property(lambda self: self.root / "channels" / "flodl")
 
     def ensure(self, *dirs: Path) -> None:
         for d in dirs:

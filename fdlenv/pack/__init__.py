@@ -1,0 +1,1 @@
+"""Making conda packages: the archive writer and `fdlenv pack libtorch`."""

@@ -1,0 +1,234 @@
+"""`fdlenv env realize|list|path|use|verify|gc`: the store from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from ..errors import Fail
+
+EPILOG = """examples:
+  fdlenv env realize --libtorch cu128 --json
+  fdlenv env realize --libtorch rocm7.1 --lock conda-lock.yml --mirror conda-forge=https://mirror.example/conda-forge
+  fdlenv env list
+  fdlenv env use cpu
+  fdlenv env verify cu128 --full --repair
+  fdlenv env gc --dry-run
+"""
+
+
+def add_parser(sub) -> None:
+    from ..cli import home_option
+
+    p = sub.add_parser("env", help="realise, inspect, verify and collect locked environments",
+                       description="Locked, content-addressed libtorch environments under $FLODL_HOME/envs.",
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    s = p.add_subparsers(dest="env_command", metavar="ACTION")
+    s.required = True
+
+    r = s.add_parser("realize", aliases=["realise"], help="make sure a variant's env exists (atomic, verified)",
+                     epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    lock_options(r, variant_required=True)
+    r.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    home_option(r)
+    r.set_defaults(func=cmd_realize)
+
+    ls = s.add_parser("list", help="realised envs: variant, key, path, size, created, active, rooted")
+    ls.add_argument("--json", action="store_true")
+    home_option(ls)
+    ls.set_defaults(func=cmd_list)
+
+    pa = s.add_parser("path", help="print the env path of a realised variant")
+    pa.add_argument("variant")
+    home_option(pa)
+    pa.set_defaults(func=cmd_path)
+
+    u = s.add_parser("use", help="make a variant flodl's active libtorch (realising it when a lock is given)")
+    u.add_argument("variant")
+    u.add_argument("--lock", metavar="FILE")
+    u.add_argument("--mirror", action="append", metavar="NAME=URL")
+    home_option(u)
+    u.set_defaults(func=cmd_use)
+
+    v = s.add_parser("verify", help="check envs against their records; --full re-hashes every file")
+    v.add_argument("variant", nargs="?")
+    v.add_argument("--full", action="store_true", help="re-hash file contents (sha256_in_prefix or sha256)")
+    v.add_argument("--repair", action="store_true", help="rebuild envs that fail, from their manifest")
+    v.add_argument("--json", action="store_true")
+    home_option(v)
+    v.set_defaults(func=cmd_verify)
+
+    g = s.add_parser("gc", help="remove envs, cache entries and archives nothing uses")
+    g.add_argument("--dry-run", action="store_true", help="only say what would go")
+    g.add_argument("--json", action="store_true")
+    home_option(g)
+    g.set_defaults(func=cmd_gc)
+
+
+def lock_options(p, variant_required: bool) -> None:
+    p.add_argument("--libtorch", metavar="VARIANT", required=variant_required,
+                   help="cpu, cu126, cu128, rocm7.0, rocm7.1 (or auto)")
+    p.add_argument("--lock", metavar="FILE", help="conda-lock v1 file (default: discovered)")
+    p.add_argument("--mirror", action="append", metavar="NAME=URL", help="map a channel to a mirror")
+
+
+def resolve_variant(token: str | None, home) -> str:
+    """A --libtorch token -> canonical variant; `auto` routes through the GPU survey."""
+    from .. import variants
+
+    if token is None:
+        from ..store.pointers import active_label
+        label = active_label(home)
+        for v in variants.VARIANTS.values():
+            if v.flodl_label == label:
+                return v.name
+        raise Fail.permanent("--libtorch: no variant given and none active; accepted: " + variants.ACCEPTED)
+    name = variants.parse_token(token)
+    if name == "auto":
+        from ..hw.routing import route
+        from ..hw.survey import survey
+        r = route(survey())
+        if r.variant is None:
+            raise Fail.permanent(f"--libtorch auto: {r.reason}")
+        return r.variant
+    return name
+
+
+def realise_from_args(args, *, activate: bool = False, source_root=None):
+    """Shared by env realize, run, shell-hook: settings -> variant -> realised Env."""
+    from ..store.discover import find_lock, settings
+    from ..store.realise import realise
+
+    st = settings(args.home, args.mirror)
+    variant = resolve_variant(args.libtorch, st.home)
+    lock = find_lock(args.lock, st.project, source_root)
+    return st, realise(st.home, variant, lock, st.mirrors, activate=activate)
+
+
+def cmd_realize(args) -> int:
+    t0 = time.monotonic()
+    _st, env = realise_from_args(args, activate=True)
+    out = dict(env.to_json(), seconds=round(time.monotonic() - t0, 4))
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(f"{env.variant}: {env.path}" + (" (created)" if env.created else ""))
+    return 0
+
+
+def _home(args):
+    from ..store.discover import settings
+    return settings(args.home, None).home
+
+
+def cmd_list(args) -> int:
+    from ..store.maintain import listing
+
+    envs = listing(_home(args))
+    if args.json:
+        print(json.dumps({"envs": [e.to_json() for e in envs]}))
+        return 0
+    if not envs:
+        print("no environments realised yet (fdlenv env realize --libtorch VARIANT)", file=sys.stderr)
+    for e in envs:
+        flags = ",".join(f for f, on in (("active", e.active), ("rooted", e.rooted)) if on) or "-"
+        print(f"{e.variant:8} {e.key[:16]}  {e.size / (1 << 20):9.1f} MiB  {e.created}  {flags:13} {e.path}")
+    return 0
+
+
+def _pointed_env(home, variant: str):
+    """The env flodl's precompiled/<dir> pointer names for `variant`, or None."""
+    import os
+    from pathlib import Path
+
+    from .. import variants
+    from ..store.env import MANIFEST, from_dir
+
+    link = home.libtorch / "precompiled" / variants.get(variant).flodl_dir
+    target = Path(os.path.realpath(link)) if link.is_symlink() else None
+    while target is not None and target != target.parent:
+        if (target / MANIFEST).is_file():
+            return from_dir(target)
+        target = target.parent
+    return None
+
+
+def cmd_path(args) -> int:
+    from .. import variants
+
+    home = _home(args)
+    name = variants.parse_token(args.variant, allow_auto=False)
+    env = _pointed_env(home, name)
+    if env is None:
+        raise Fail.permanent(f"variant {name!r} is not realised in {home.root}; "
+                             f"run `fdlenv env realize --libtorch {name}`")
+    print(env.path)
+    return 0
+
+
+def cmd_use(args) -> int:
+    from .. import variants
+    from ..store.pointers import set_active
+
+    home = _home(args)
+    name = variants.parse_token(args.variant, allow_auto=False)
+    env = None if args.lock else _pointed_env(home, name)
+    if env is None:
+        args.libtorch = name
+        _st, env = realise_from_args(args, activate=True)
+    else:
+        set_active(home, env)
+    print(f"active: {variants.get(name).flodl_label} -> {env.libtorch_root}", file=sys.stderr)
+    return 0
+
+
+def cmd_verify(args) -> int:
+    from .. import variants
+    from ..store.maintain import env_dirs, repair, verify
+    from ..store.env import read_manifest
+
+    home = _home(args)
+    want = variants.parse_token(args.variant, allow_auto=False) if args.variant else None
+    dirs = [d for d in env_dirs(home) if want is None or read_manifest(d)["variant"] == want]
+    if want and not dirs:
+        raise Fail.permanent(f"variant {want!r} is not realised in {home.root}")
+    reports, bad = [], 0
+    for d in dirs:
+        rep = verify(d, full=args.full)
+        repaired = False
+        if rep.problems and args.repair:
+            repair(home, d, rep)
+            repaired = not verify(d, full=True).problems
+        bad += bool(rep.problems) and not repaired
+        reports.append(dict(rep.to_json(), repaired=repaired))
+        if not args.json:
+            state = "ok" if not rep.problems else ("repaired" if repaired else "FAILED")
+            print(f"{state:8} {d}", file=sys.stderr)
+            for p in rep.problems[:20]:
+                print(f"         {p.package}: {p.path}: {p.what}", file=sys.stderr)
+    if args.json:
+        print(json.dumps({"envs": reports}))
+    if bad:
+        print(f"error: {bad} env(s) failed verification; rerun with --repair to rebuild them", file=sys.stderr)
+        return 2
+    return 0
+
+
+def cmd_gc(args) -> int:
+    from ..store.maintain import gc, gc_plan
+
+    home = _home(args)
+    plan = gc_plan(home)
+    if not args.dry_run:
+        gc(home, plan)
+    if args.json:
+        print(json.dumps(dict(plan.to_json(), dry_run=args.dry_run)))
+    else:
+        verb = "would free" if args.dry_run else "freed"
+        print(f"{verb} {plan.bytes / (1 << 20):.1f} MiB: {len(plan.envs)} env(s), "
+              f"{len(plan.cache_entries)} cache entr(ies), {len(plan.archives)} archive(s)", file=sys.stderr)
+        for p in plan.envs:
+            print(f"  env {p}", file=sys.stderr)
+    return 0

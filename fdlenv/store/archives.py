@@ -1,0 +1,140 @@
+"""Getting each locked archive onto this box, and proving its bytes.
+
+py-rattler 0.28 does not check hashes of file:// packages (a valid archive
+with other bytes installs silently), so fdlenv checks sha256 and md5 itself,
+for every source. Remote archives are downloaded once into
+`archives/<sha256><ext>` (hashed while they stream, renamed into place only
+when they match); local ones are read in place. For a local archive the hash
+runs *beside* rattler's extraction (`verify_all` in a thread while the
+install worker runs) and nothing is published until both are done.
+
+A verified local archive is remembered by its stat identity (device, inode,
+size, mtime, ctime) in `cache/verified/<sha256>`, so a warm realise does not
+re-read gigabytes; any write to the file changes its ctime and forces a
+re-hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import Fail
+from ..home import Home
+from .. import mirrors as _mirrors
+from .lockfile import Record
+
+CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class Archive:
+    record: Record
+    path: Path           # where the bytes are on this box
+    fetched: bool        # downloaded into archives/ (already verified) vs read in place
+
+
+def _ext(filename: str) -> str:
+    for ext in (".tar.bz2", ".conda", ".whl"):
+        if filename.endswith(ext):
+            return ext
+    return ""
+
+
+def _stat_id(st: os.stat_result) -> str:
+    return f"{st.st_dev} {st.st_ino} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns}"
+
+
+def _digests(path: Path) -> tuple[str, str]:
+    sha, md5 = hashlib.sha256(), hashlib.md5()
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            sha.update(chunk)
+            md5.update(chunk)
+    return sha.hexdigest(), md5.hexdigest()
+
+
+def _mismatch(r: Record, where: str, sha: str, md5: str) -> Fail | None:
+    if sha != r.sha256:
+        return Fail.permanent(f"archive {r.filename} ({where}) does not match the lock: "
+                              f"sha256 {sha} != {r.sha256}; it was tampered with or the lock is stale")
+    if r.md5 and md5 != r.md5:
+        return Fail.permanent(f"archive {r.filename} ({where}) does not match the lock: md5 {md5} != {r.md5}")
+    return None
+
+
+def verify(home: Home, a: Archive) -> None:
+    """Raise Fail unless `a.path` holds exactly the locked bytes."""
+    if a.fetched:
+        return  # hashed while downloading, published by rename only on a match
+    memo = home.cache / "verified" / a.record.sha256
+    try:
+        st = a.path.stat()
+    except FileNotFoundError:
+        raise Fail.permanent(f"archive {a.path} disappeared during the install") from None
+    try:
+        if memo.read_text() == _stat_id(st):
+            return
+    except OSError:
+        pass
+    sha, md5 = _digests(a.path)
+    if (bad := _mismatch(a.record, str(a.path), sha, md5)):
+        raise bad
+    memo.parent.mkdir(parents=True, exist_ok=True)
+    tmp = memo.with_name(f".{memo.name}.{os.getpid()}")
+    tmp.write_text(_stat_id(st))
+    os.replace(tmp, memo)
+
+
+def locate(home: Home, r: Record, mirrors: dict[str, str]) -> Archive:
+    """Where record `r`'s bytes are, downloading them if they are remote and not yet here."""
+    url = _mirrors.rewrite(r.url, mirrors)
+    cached = home.archives / f"{r.sha256}{_ext(r.filename)}"
+    if cached.is_file():
+        return Archive(r, cached, True)
+    parsed = urllib.parse.urlparse(url)
+    if parsed.scheme == "file" or not parsed.scheme:
+        path = Path(urllib.parse.unquote(parsed.path))
+        if not path.is_file():
+            raise Fail.permanent(f"archive {r.filename} not found at {path} "
+                                 "(map its channel with --mirror NAME=URL)")
+        return Archive(r, path, False)
+    if parsed.scheme not in ("http", "https"):
+        raise Fail.permanent(f"archive URL {url!r}: unsupported scheme; accepted: file://, http://, https://")
+    _download(home, r, url, cached)
+    return Archive(r, cached, True)
+
+
+def _download(home: Home, r: Record, url: str, dest: Path) -> None:
+    home.ensure(home.archives)
+    sha, md5 = hashlib.sha256(), hashlib.md5()
+    fd, tmp = tempfile.mkstemp(dir=home.archives, prefix=f".{r.sha256[:16]}-")
+    try:
+        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=60) as resp:
+            while chunk := resp.read(CHUNK):
+                sha.update(chunk)
+                md5.update(chunk)
+                out.write(chunk)
+            out.flush()
+            os.fsync(out.fileno())
+        if (bad := _mismatch(r, url, sha.hexdigest(), md5.hexdigest())):
+            raise bad
+        os.replace(tmp, dest)
+    except OSError as e:
+        raise Fail.retry(f"download of {url} failed: {e}") from None
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def evict_cache_entry(home: Home, r: Record) -> None:
+    """Drop rattler's extraction of `r` (it may hold bytes that failed verification)."""
+    stem = r.filename.removesuffix(".conda").removesuffix(".tar.bz2")
+    shutil.rmtree(home.pkgs / stem, ignore_errors=True)
+    (home.pkgs / f"{stem}.lock").unlink(missing_ok=True)

@@ -1,0 +1,65 @@
+"""Which lock, which home, which mirrors: the store's settings from flags and fdl.yml.
+
+Lock discovery, first hit wins: `--lock` > `fdlenv: lock:` in fdl.yml >
+`conda-lock.yml` beside fdl.yml > `conda-lock.yml` at the fetched source
+tree's root > the lock shipped with fdlenv. Home: `--home` > `$FLODL_HOME` >
+`fdlenv: home:` > `~/.flodl`. Mirrors: fdl.yml's `fdlenv: mirrors:`, then
+each `--mirror` over it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import mirrors as _mirrors
+from ..errors import Fail
+from ..home import Home
+
+LOCK_NAME = "conda-lock.yml"
+
+
+def shipped_lock() -> Path | None:
+    pkg = Path(__file__).resolve().parent.parent
+    for cand in (pkg / "data" / LOCK_NAME, pkg.parent / LOCK_NAME):
+        if cand.is_file():
+            return cand
+    return None
+
+
+def find_lock(flag: str | None, project=None, source_root: Path | None = None) -> Path:
+    if flag:
+        return Path(flag).expanduser().absolute()
+    if project is not None and project.fdlenv.lock:
+        return Path(project.fdlenv.lock)
+    candidates = []
+    if project is not None:
+        candidates.append(project.root / LOCK_NAME)
+    if source_root is not None:
+        candidates.append(source_root / LOCK_NAME)
+    for c in candidates:
+        if c.is_file() or any(c.parent.glob(f"{c.stem}.*.yml")):
+            return c
+    shipped = shipped_lock()
+    if shipped:
+        return shipped
+    raise Fail.permanent("--lock: no lock file found; give --lock FILE, set `fdlenv: lock:` in fdl.yml, "
+                         f"or put {LOCK_NAME} beside fdl.yml (make one with `fdlenv lock`)")
+
+
+@dataclass(frozen=True)
+class StoreSettings:
+    home: Home
+    mirrors: dict[str, str]
+    project: object | None    # fdlenv.config.Project, loaded once
+
+
+def settings(home_flag: str | None, mirror_flags: list[str] | None) -> StoreSettings:
+    from ..config import load_project
+
+    project = load_project()
+    raw = home_flag or os.environ.get("FLODL_HOME") or (project.fdlenv.home if project else None)
+    home = Home.resolve(raw)
+    base = dict(project.fdlenv.mirrors) if project else {}
+    return StoreSettings(home, _mirrors.parse(mirror_flags, base), project)

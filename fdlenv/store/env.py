@@ -1,0 +1,42 @@
+"""`Env`: what the store hands back, and the manifest every realised env carries.
+
+An env directory is immutable once published and always has
+`.fdlenv/manifest.json`; everything that later needs to know what an env is
+(list, verify, repair, gc, activation) reads that file instead of the lock.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+MANIFEST = ".fdlenv/manifest.json"
+
+
+@dataclass(frozen=True)
+class Env:
+    variant: str
+    key: str
+    path: Path
+    libtorch_root: Path
+    created: bool = False
+
+    def to_json(self) -> dict:
+        return {"variant": self.variant, "key": self.key, "path": str(self.path),
+                "libtorch_root": str(self.libtorch_root), "created": self.created}
+
+
+def libtorch_root(prefix: Path) -> Path:
+    """`fdlenv pack` puts PyTorch's tree under <prefix>/libtorch; fall back to the prefix."""
+    inner = prefix / "libtorch"
+    return inner if (inner / "lib").is_dir() else prefix
+
+
+def read_manifest(env_dir: Path) -> dict:
+    return json.loads((env_dir / MANIFEST).read_text())
+
+
+def from_dir(env_dir: Path) -> Env:
+    m = read_manifest(env_dir)
+    return Env(m["variant"], m["key"], env_dir, Path(m["libtorch_root"]))

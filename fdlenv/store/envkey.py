@@ -1,0 +1,41 @@
+"""An environment's identity: a hash of exactly what is installed in it.
+
+Key = sha256 over canonical JSON of the sorted (manager, name, version,
+build, sha256) of the variant's records + the platform + STORE_SCHEMA. URLs
+and mirrors are left out on purpose (the same bytes from another mirror are
+the same env); categories and timestamps too. Bump STORE_SCHEMA when the
+layout of a realised env changes, so old envs are never mistaken for new ones.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform as _platform
+import sys
+
+from .lockfile import Record
+
+STORE_SCHEMA = 1
+
+
+def env_key(records: list[Record], platform: str) -> str:
+    items = sorted((r.manager, r.name, r.version, r.build, r.sha256) for r in records)
+    blob = json.dumps({"schema": STORE_SCHEMA, "platform": platform, "records": items},
+                      separators=(",", ":"), sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def env_dirname(variant: str, key: str) -> str:
+    return f"{variant}-{key[:16]}"
+
+
+def this_platform() -> str:
+    """conda's subdir for this machine (linux-64, linux-aarch64, osx-arm64, ...)."""
+    machine = _platform.machine().lower()
+    os_name = {"linux": "linux", "darwin": "osx", "win32": "win"}.get(sys.platform, sys.platform)
+    arch = {"x86_64": "64", "amd64": "64", "aarch64": "aarch64", "arm64": "arm64",
+            "ppc64le": "ppc64le"}.get(machine, machine)
+    if os_name == "osx" and arch == "aarch64":
+        arch = "arm64"
+    return f"{os_name}-{arch}"

@@ -1,0 +1,45 @@
+"""The re-dial answer: is this lock's variant already realised? In about a millisecond.
+
+Maps sha256(lock bytes) + variant + platform -> env dir name in
+`cache/fast/`. Hashing a lock file is far cheaper than parsing its YAML, and
+much cheaper than importing conda-lock or rattler, none of which happen here.
+The mapping is only trusted when the env directory it names still exists
+with its manifest (an env dir exists only when complete).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from ..home import Home
+from .env import MANIFEST, Env
+
+
+def lock_digest(lock: Path) -> str:
+    return hashlib.sha256(lock.read_bytes()).hexdigest()
+
+
+def _entry(home: Home, digest: str, variant: str, platform: str) -> Path:
+    return home.cache / "fast" / f"{digest[:32]}-{variant}-{platform}.json"
+
+
+def lookup(home: Home, digest: str, variant: str, platform: str) -> Env | None:
+    try:
+        d = json.loads(_entry(home, digest, variant, platform).read_text())
+    except (OSError, ValueError):
+        return None
+    path = home.envs / d["dir"]
+    if not (path / MANIFEST).is_file():
+        return None
+    return Env(variant, d["key"], path, Path(d["libtorch_root"]))
+
+
+def remember(home: Home, digest: str, variant: str, platform: str, env: Env) -> None:
+    p = _entry(home, digest, variant, platform)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.{os.getpid()}")
+    tmp.write_text(json.dumps({"key": env.key, "dir": env.path.name, "libtorch_root": str(env.libtorch_root)}))
+    os.replace(tmp, p)

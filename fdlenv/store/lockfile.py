@@ -1,0 +1,165 @@
+"""Read conda-lock v1 files without importing conda-lock.
+
+Any import from conda_lock costs 0.7–1 s (it loads its whole command line),
+so the store reads the YAML itself with PyYAML's C loader; the tests check
+this reader against conda-lock's own parser on every lock they make.
+
+A variant is category `main` plus category `<variant>` for one platform. A
+single-variant lock (all in `main`, as `fdlenv lock --split` writes) is read
+as that variant; it is refused for another variant when it names a
+`libtorch-<other>` package. conda-lock keys entries by (manager, name,
+platform); the same entry repeated under several categories is one record.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import variants
+from ..errors import Fail
+
+FORMS = "a conda-lock v1 file (version: 1, metadata, package: [...]) as `fdlenv lock` writes"
+
+
+@dataclass(frozen=True)
+class Record:
+    """One locked package, as much of it as install and verify need."""
+
+    manager: str            # conda | pip
+    name: str
+    version: str
+    build: str
+    url: str
+    sha256: str
+    md5: str | None
+    platform: str
+    dependencies: dict = field(default_factory=dict, hash=False, compare=False)
+
+    @property
+    def filename(self) -> str:
+        return self.url.rsplit("/", 1)[-1].split("#", 1)[0]
+
+    @property
+    def subdir(self) -> str:
+        # conda URLs end in <channel>/<subdir>/<file>; pip wheels have no subdir.
+        return self.url.rsplit("/", 2)[-2] if self.manager == "conda" else ""
+
+    def to_json(self) -> dict:
+        return {
+            "manager": self.manager, "name": self.name, "version": self.version,
+            "build": self.build, "url": self.url, "sha256": self.sha256, "md5": self.md5,
+            "platform": self.platform, "dependencies": dict(self.dependencies),
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Record":
+        return cls(**d)
+
+
+def _load(path: Path) -> dict:
+    import yaml
+
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise Fail.permanent(f"--lock: {path} does not exist; expected {FORMS}") from None
+    try:
+        doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError as e:
+        where = getattr(e, "problem_mark", None)
+        at = f" at line {where.line + 1}" if where else ""
+        raise Fail.permanent(f"--lock: {path} does not parse as YAML{at}; expected {FORMS}") from None
+    if not isinstance(doc, dict) or doc.get("version") != 1 or not isinstance(doc.get("package"), list):
+        raise Fail.permanent(f"--lock: {path} is not {FORMS}")
+    return doc
+
+
+def _categories(entry: dict) -> set[str]:
+    cats = entry.get("categories")
+    if cats is None:
+        cats = [entry.get("category", "main")]
+    return {str(c) for c in cats}
+
+
+def _record(path: Path, i: int, e: dict) -> Record:
+    def need(key):
+        v = e.get(key)
+        if v in (None, ""):
+            name = e.get("name", f"#{i}")
+            raise Fail.permanent(f"--lock: {path}: package {name!r} has no {key}; "
+                                 "every entry needs name, version, manager, platform, url and hash.sha256")
+        return str(v)
+
+    h = e.get("hash") or {}
+    if not h.get("sha256"):
+        raise Fail.permanent(f"--lock: {path}: package {e.get('name', i)!r} has no hash.sha256; "
+                             "fdlenv verifies every archive by sha256 (regenerate with `fdlenv lock`)")
+    manager = need("manager")
+    if manager not in ("conda", "pip"):
+        raise Fail.permanent(f"--lock: {path}: package {e.get('name')!r} has manager {manager!r}; accepted: conda, pip")
+    url = need("url")
+    build = e.get("build")
+    if build is None and manager == "conda":
+        # conda-lock omits build for some writers; the file name carries it.
+        stem = url.rsplit("/", 1)[-1].removesuffix(".conda").removesuffix(".tar.bz2")
+        build = stem.rsplit("-", 1)[-1]
+    return Record(manager, need("name"), need("version"), str(build or ""), url,
+                  str(h["sha256"]).lower(), str(h["md5"]).lower() if h.get("md5") else None,
+                  need("platform"), dict(e.get("dependencies") or {}))
+
+
+@dataclass(frozen=True)
+class LockView:
+    path: Path
+    variants: tuple[str, ...]   # variant categories present ((), for a single-variant lock)
+    platforms: tuple[str, ...]
+
+
+def read_variant(path: Path, variant: str, platform: str) -> list[Record]:
+    """The records of `variant` for `platform`, sorted by (manager, name)."""
+    doc = _load(path)
+    entries = doc["package"]
+    cats = set()
+    for e in entries:
+        if not isinstance(e, dict):
+            raise Fail.permanent(f"--lock: {path}: package entries must be mappings; expected {FORMS}")
+        cats |= _categories(e)
+    lock_variants = sorted(c for c in cats if c in variants.VARIANTS)
+    if lock_variants:
+        if variant not in lock_variants:
+            raise Fail.permanent(f"--libtorch: variant {variant!r} is not in {path}; it has: "
+                                 + ", ".join(lock_variants))
+        wanted = {"main", variant}
+    else:
+        _check_single(path, entries, variant)
+        wanted = {"main"}
+    out: dict[tuple[str, str], Record] = {}
+    for i, e in enumerate(entries):
+        if e.get("platform") != platform or not (_categories(e) & wanted):
+            continue
+        r = _record(path, i, e)
+        prev = out.get((r.manager, r.name))
+        if prev and (prev.sha256 != r.sha256):
+            raise Fail.permanent(f"--lock: {path}: two different {r.manager} entries for {r.name!r} "
+                                 f"on {platform} (conda-lock allows one per manager, name, platform)")
+        out[(r.manager, r.name)] = r
+    if not out:
+        plats = sorted({str(e.get("platform")) for e in entries})
+        raise Fail.permanent(f"--lock: {path} has no packages for platform {platform}; it has: "
+                             + (", ".join(plats) or "none"))
+    return [out[k] for k in sorted(out)]
+
+
+def _check_single(path: Path, entries: list[dict], variant: str) -> None:
+    """A single-variant lock names at most one libtorch-<variant> package; it must be ours."""
+    packs = {variants.VARIANTS[v].package: v for v in variants.VARIANTS}
+    present = sorted({packs[e.get("name")] for e in entries if e.get("name") in packs})
+    if present and variant not in present:
+        raise Fail.permanent(f"--libtorch: variant {variant!r} is not in {path}; it has: " + ", ".join(present))
+
+
+def split_sibling(path: Path, variant: str) -> Path | None:
+    """`conda-lock.yml` -> `conda-lock.<variant>.yml` when `fdlenv lock --split` wrote one."""
+    p = path.with_name(f"{path.stem}.{variant}{path.suffix}")
+    return p if p.is_file() else None

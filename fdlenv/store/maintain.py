@@ -1,0 +1,225 @@
+"""Looking after realised envs: list, verify (and repair), garbage-collect.
+
+Everything here reads `.fdlenv/manifest.json` and `conda-meta/`, never the
+lock: an env must stay checkable and repairable after its lock moved on.
+Repair rebuilds the env from its manifest's records under the env's key lock
+(evicting the package-cache entries whose files were bad, since envs
+hard-link them) and swaps it in; gc removes only what no root, no flodl
+pointer and no running realise (a held key lock) still uses.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..home import Home
+from . import pointers
+from .env import MANIFEST, read_manifest
+
+
+@dataclass
+class EnvInfo:
+    variant: str
+    key: str
+    path: Path
+    size: int
+    created: str
+    active: bool
+    rooted: bool
+
+    def to_json(self) -> dict:
+        return {"variant": self.variant, "key": self.key, "path": str(self.path), "size": self.size,
+                "created": self.created, "active": self.active, "rooted": self.rooted}
+
+
+def env_dirs(home: Home) -> list[Path]:
+    if not home.envs.is_dir():
+        return []
+    return sorted(p for p in home.envs.iterdir() if (p / MANIFEST).is_file())
+
+
+def _size(root: Path) -> int:
+    """Bytes of the env's own inodes (hard links shared with the cache count once, here)."""
+    total, seen = 0, set()
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            st = os.lstat(os.path.join(dirpath, name))
+            if (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_size
+    return total
+
+
+def listing(home: Home) -> list[EnvInfo]:
+    live = pointers.live_targets(home)
+    label = pointers.active_label(home)
+    active = Path(os.path.realpath(home.libtorch / label)) if label else None
+    out = []
+    for d in env_dirs(home):
+        m = read_manifest(d)
+        real = Path(os.path.realpath(d))
+        out.append(EnvInfo(m["variant"], m["key"], d, _size(d), m["created"],
+                           active is not None and (active == real or real in active.parents),
+                           real in live))
+    return out
+
+
+@dataclass
+class Problem:
+    path: str
+    what: str
+    package: str
+
+
+@dataclass
+class Report:
+    env: Path
+    problems: list[Problem] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"path": str(self.env), "ok": not self.problems,
+                "problems": [p.__dict__ for p in self.problems]}
+
+
+def _file_sha256(p: Path) -> str:
+    h = hashlib.sha256()
+    with open(p, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def verify(env_dir: Path, full: bool = False) -> Report:
+    """Record set vs manifest, every file present with its size; `full` re-hashes contents."""
+    rep = Report(env_dir)
+    manifest = read_manifest(env_dir)
+    want = {r["name"]: r["sha256"] for r in manifest["records"] if r["manager"] == "conda"}
+    have = {}
+    for meta in (env_dir / "conda-meta").glob("*.json"):
+        rec = json.loads(meta.read_text())
+        have[rec["name"]] = rec.get("sha256")
+        for p in rec.get("paths_data", {}).get("paths", []):
+            path = env_dir / p["_path"]
+            if p.get("path_type") == "softlink":
+                if not path.is_symlink():
+                    rep.problems.append(Problem(p["_path"], "missing symlink", rec["name"]))
+                continue
+            if not path.exists():
+                rep.problems.append(Problem(p["_path"], "missing", rec["name"]))
+                continue
+            expected = p.get("sha256_in_prefix") or p.get("sha256")
+            if p.get("size_in_bytes") is not None and not p.get("prefix_placeholder") \
+                    and path.stat().st_size != p["size_in_bytes"]:
+                rep.problems.append(Problem(p["_path"], "size differs", rec["name"]))
+            elif full and expected and _file_sha256(path) != expected:
+                rep.problems.append(Problem(p["_path"], "content differs", rec["name"]))
+    for name in sorted(set(want) | set(have)):
+        if want.get(name) != have.get(name):
+            rep.problems.append(Problem(f"conda-meta ({name})", "record set differs from the manifest", name))
+    return rep
+
+
+def repair(home: Home, env_dir: Path, report: Report) -> None:
+    """Rebuild `env_dir` from its manifest; bad packages are re-extracted from their archives."""
+    from ..locking import exclusive
+    from .archives import evict_cache_entry
+    from .lockfile import Record
+    from .realise import _build
+
+    m = read_manifest(env_dir)
+    records = [Record.from_json(r) for r in m["records"]]
+    bad = {p.package for p in report.problems}
+    with exclusive(home.locks / f"{m['key']}.lock", f"repairing {m['variant']}"):
+        for r in records:
+            if r.name in bad:
+                evict_cache_entry(home, r)
+        trash = home.staging / f"{m['key']}-trash-{os.getpid()}"
+        home.ensure(home.staging)
+        os.rename(env_dir, trash)
+        try:
+            _build(home, m["variant"], m["key"], records, env_dir, Path(m["lock"]["path"]),
+                   m["lock"]["sha256"], m["platform"], {})
+        except BaseException:
+            if not env_dir.exists():
+                os.rename(trash, env_dir)  # keep the old env rather than none
+            raise
+        shutil.rmtree(trash, ignore_errors=True)
+
+
+@dataclass
+class GcPlan:
+    envs: list[Path]
+    cache_entries: list[Path]
+    archives: list[Path]
+    bytes: int
+
+    def to_json(self) -> dict:
+        return {"envs": [str(p) for p in self.envs], "cache_entries": [str(p) for p in self.cache_entries],
+                "archives": [str(p) for p in self.archives], "bytes": self.bytes}
+
+
+def _lock_free(home: Home, key: str) -> bool:
+    lock = home.locks / f"{key}.lock"
+    if not lock.exists():
+        return True
+    with open(lock, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(f, fcntl.LOCK_UN)
+            return True
+        except BlockingIOError:
+            return False
+
+
+def gc_plan(home: Home) -> GcPlan:
+    live = pointers.live_targets(home)
+    dead, kept = [], []
+    for d in env_dirs(home):
+        m = read_manifest(d)
+        (kept if Path(os.path.realpath(d)) in live or not _lock_free(home, m["key"]) else dead).append(d)
+    total = sum(_size(d) for d in dead)
+    dead_inodes = {(st.st_dev, st.st_ino) for d in dead for st in _stats(d)}
+    entries = []
+    if home.pkgs.is_dir():
+        for e in sorted(home.pkgs.iterdir()):
+            if not e.is_dir() or e.name.startswith("."):
+                continue
+            stats = list(_stats(e))
+            # An entry nothing links once the dead envs are gone: every file's other links are dead ones.
+            if all(st.st_nlink == 1 or ((st.st_dev, st.st_ino) in dead_inodes and st.st_nlink <= 2)
+                   for st in stats):
+                entries.append(e)
+                total += sum(st.st_size for st in stats)
+    wanted = {r["sha256"] for d in kept for r in read_manifest(d)["records"]}
+    archives = [a for a in sorted(home.archives.glob("*")) if a.is_file()
+                and a.name.split(".", 1)[0] not in wanted] if home.archives.is_dir() else []
+    total += sum(a.stat().st_size for a in archives)
+    return GcPlan(dead, entries, archives, total)
+
+
+def _stats(root: Path):
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            yield os.lstat(os.path.join(dirpath, name))
+
+
+def gc(home: Home, plan: GcPlan) -> None:
+    home.ensure(home.staging)
+    for d in plan.envs:
+        # Rename first: the env vanishes at once, deletion happens out of sight.
+        key = read_manifest(d)["key"]
+        trash = home.staging / f"gc-{d.name}-{os.getpid()}"
+        os.rename(d, trash)
+        shutil.rmtree(trash, ignore_errors=True)
+        (home.cache / "activation" / f"{key}.json").unlink(missing_ok=True)
+    for e in plan.cache_entries:
+        shutil.rmtree(e, ignore_errors=True)
+        e.with_name(e.name + ".lock").unlink(missing_ok=True)
+    for a in plan.archives:
+        a.unlink(missing_ok=True)

@@ -1,0 +1,84 @@
+"""flodl's view of the store, and GC roots: symlinks and one-line pointer files.
+
+flodl's own tooling on the same box looks for `libtorch/.active` (one line
+`precompiled/<dir>`) and `libtorch/precompiled/<dir>/{lib,include,.arch}`;
+fdlenv keeps those pointing into the immutable envs. `roots/` holds one
+symlink per (lock file, variant): `env gc` removes what no root and no
+pointer reaches. Every update is write-temp-then-rename, so a reader never
+sees a missing or half-written pointer, and an unchanged pointer is not
+rewritten (the re-dial path only reads).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from .. import variants
+from ..home import Home
+from .env import Env
+
+
+def _symlink(link: Path, target: Path) -> None:
+    try:
+        if os.readlink(link) == str(target):
+            return
+    except OSError:
+        pass
+    link.parent.mkdir(parents=True, exist_ok=True)
+    tmp = link.with_name(f".{link.name}.{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    os.symlink(target, tmp)
+    os.replace(tmp, link)
+
+
+def _write_line(path: Path, text: str) -> None:
+    try:
+        if path.read_text() == text:
+            return
+    except OSError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def link_variant(home: Home, env: Env) -> None:
+    """libtorch/precompiled/<dir> -> the env's libtorch root."""
+    _symlink(home.libtorch / "precompiled" / variants.get(env.variant).flodl_dir, env.libtorch_root)
+
+
+def set_active(home: Home, env: Env) -> None:
+    link_variant(home, env)
+    _write_line(home.libtorch / ".active", variants.get(env.variant).flodl_label + "\n")
+
+
+def active_label(home: Home) -> str | None:
+    try:
+        return (home.libtorch / ".active").read_text().strip() or None
+    except OSError:
+        return None
+
+
+def root(home: Home, lock: Path, env: Env) -> None:
+    """roots/<variant>-<hash of the lock's path> -> env: a new lock at that path moves the root."""
+    tag = hashlib.sha256(str(lock.absolute()).encode()).hexdigest()[:12]
+    _symlink(home.roots / f"{env.variant}-{tag}", env.path)
+
+
+def live_targets(home: Home) -> set[Path]:
+    """Env dirs something still uses: roots and flodl's precompiled pointers."""
+    out: set[Path] = set()
+    for d in (home.roots, home.libtorch / "precompiled"):
+        if not d.is_dir():
+            continue
+        for link in d.iterdir():
+            if link.is_symlink():
+                target = Path(os.path.realpath(link))
+                # A precompiled pointer names <env>/libtorch; the env is its parent.
+                while target != target.parent and target.parent != home.envs.resolve():
+                    target = target.parent
+                out.add(target)
+    return out

@@ -21,7 +21,6 @@ import os
 import shutil
 import tempfile
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,6 +111,8 @@ def locate(home: Home, r: Record, mirrors: dict[str, str]) -> Archive:
 
 
 def _download(home: Home, r: Record, url: str, dest: Path) -> None:
+    import urllib.request
+
     home.ensure(home.archives)
     sha, md5 = hashlib.sha256(), hashlib.md5()
     fd, tmp = tempfile.mkstemp(dir=home.archives, prefix=f".{r.sha256[:16]}-")

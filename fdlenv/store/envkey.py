@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import platform as _platform
+import os
 import sys
 
 from .lockfile import Record
@@ -32,7 +32,7 @@ def env_dirname(variant: str, key: str) -> str:
 
 def this_platform() -> str:
     """conda's subdir for this machine (linux-64, linux-aarch64, osx-arm64, ...)."""
-    machine = _platform.machine().lower()
+    machine = os.uname().machine.lower()
     os_name = {"linux": "linux", "darwin": "osx", "win32": "win"}.get(sys.platform, sys.platform)
     arch = {"x86_64": "64", "amd64": "64", "aarch64": "aarch64", "arm64": "arm64",
             "ppc64le": "ppc64le"}.get(machine, machine)

@@ -130,7 +130,7 @@ def repair(home: Home, env_dir: Path, report: Report) -> None:
     from ..locking import exclusive
     from .archives import evict_cache_entry
     from .lockfile import Record
-    from .realise import _build
+    from .install import build
 
     m = read_manifest(env_dir)
     records = [Record.from_json(r) for r in m["records"]]
@@ -143,7 +143,7 @@ def repair(home: Home, env_dir: Path, report: Report) -> None:
         home.ensure(home.staging)
         os.rename(env_dir, trash)
         try:
-            _build(home, m["variant"], m["key"], records, env_dir, Path(m["lock"]["path"]),
+            build(home, m["variant"], m["key"], records, env_dir, Path(m["lock"]["path"]),
                    m["lock"]["sha256"], m["platform"], {})
         except BaseException:
             if not env_dir.exists():

@@ -1,0 +1,135 @@
+"""Store benchmarks, measured side by side in one run (medians; these machines are noisy).
+
+1. re-dial no-op: `fdlenv env realize` of an existing env minus `python -c pass`   (goal <= 40 ms)
+2. warm realise (new key, packages cached) of a 20,000-file package / `cp -al` of its payload   (goal <= 2)
+3. cold realise of a >= 1 GiB package / `unzip -p pkg.conda 'pkg-*.tar.zst' | zstd -dc | tar -x`,
+   fdlenv's own hash verification included   (goal <= 1.3)
+
+    python bench/store.py [--reps N] [--big-mib 1100] [--only redial,warm,cold]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# bench/ itself must not be importable: bench/build.py would shadow the `build` package.
+sys.path[0] = str(Path(__file__).resolve().parent.parent / "tests")
+
+from helpers_conda import Pkg, make_channel, write_env  # noqa: E402
+
+from fdlenv.home import Home  # noqa: E402
+from fdlenv.lock import lock_envs  # noqa: E402
+
+PY = sys.executable
+
+
+def timed(cmd: list[str] | str, **kw) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw)
+    return time.perf_counter() - t0
+
+
+def realise_cmd(home: Home, lock: Path) -> list[str]:
+    return [PY, "-m", "fdlenv", "env", "realize", "--libtorch", "cpu", "--lock", str(lock),
+            "--home", str(home.root), "--json"]
+
+
+def lock_for(tmp: Path, home: Home, name: str, deps: list[str]) -> Path:
+    envs = tmp / f"envs-{name}"
+    write_env(envs, "cpu", ["flodl"], deps)
+    out = tmp / f"{name}.lock.yml"
+    lock_envs(envs, out, home=home)
+    return out
+
+
+def bench_redial(tmp: Path, reps: int) -> str:
+    home = Home(tmp / "redial")
+    make_channel(home.channel, [Pkg("libtorch-cpu", "2.10.0", files={"libtorch/lib/libtorch.so": b"x"})])
+    lock = lock_for(tmp, home, "redial", ["libtorch-cpu"])
+    timed(realise_cmd(home, lock))
+    ours, base = [], []
+    for _ in range(reps):
+        ours.append(timed(realise_cmd(home, lock)))
+        base.append(timed([PY, "-c", "pass"]))
+    m_ours, m_base = statistics.median(ours), statistics.median(base)
+    return (f"re-dial no-op: fdlenv env realize {m_ours * 1000:.1f} ms, python -c pass {m_base * 1000:.1f} ms"
+            f" -> fdlenv's own {1000 * (m_ours - m_base):.1f} ms (goal <= 40 ms; medians of {reps})")
+
+
+def bench_warm(tmp: Path, reps: int) -> str:
+    home = Home(tmp / "warm")
+    many = {f"libtorch/share/many/{i // 200}/f{i}.txt": f"file {i}\n" * (1 + i % 8) for i in range(20000)}
+    pkgs = [Pkg("libtorch-cpu", "2.10.0", files=many)]
+    pkgs += [Pkg(f"salt{i}", "1.0", files={f"share/salt{i}": str(i)}) for i in range(reps + 1)]
+    make_channel(home.channel, pkgs)
+    locks = [lock_for(tmp, home, f"warm{i}", ["libtorch-cpu", f"salt{i}"]) for i in range(reps + 1)]
+    timed(realise_cmd(home, locks[0]))                     # fills the package cache
+    payload = home.pkgs / "libtorch-cpu-2.10.0-0"
+    ours, base = [], []
+    for i in range(1, reps + 1):
+        ours.append(timed(realise_cmd(home, locks[i])))
+        dest = tmp / f"cpal{i}"
+        base.append(timed(["cp", "-al", str(payload), str(dest)]))
+        shutil.rmtree(dest)
+    m_ours, m_base = statistics.median(ours), statistics.median(base)
+    return (f"warm realise, 20,000 files: fdlenv {m_ours:.3f} s, cp -al {m_base:.3f} s"
+            f" -> ratio {m_ours / m_base:.2f} (goal <= 2; medians of {reps})")
+
+
+def bench_cold(tmp: Path, reps: int, big_mib: int) -> str:
+    src = tmp / "cold-src"
+    home = Home(src)
+    chunk = 64
+    files = {}
+    for i in range(big_mib // chunk):
+        blob = tmp / f"blob{i}"
+        with open(blob, "wb") as f:
+            f.write(os.urandom(chunk << 20))
+        files[f"libtorch/lib/part{i}.so"] = blob.read_bytes()
+        blob.unlink()
+    make_channel(home.channel, [Pkg("libtorch-cpu", "2.10.0", files=files)])
+    del files
+    archive = next(home.channel.glob("linux-64/*.conda"))
+    lock = lock_for(tmp, home, "cold", ["libtorch-cpu"])
+    size = archive.stat().st_size / (1 << 30)
+    ours, base = [], []
+    for i in range(reps):
+        fresh = Home(tmp / f"cold-home{i}")
+        ours.append(timed(realise_cmd(fresh, lock)))
+        shutil.rmtree(fresh.root)
+        dest = tmp / f"untar{i}"
+        dest.mkdir()
+        base.append(timed(f"unzip -p {archive} 'pkg-*.tar.zst' | zstd -dc | tar -x -C {dest}", shell=True))
+        shutil.rmtree(dest)
+    m_ours, m_base = statistics.median(ours), statistics.median(base)
+    return (f"cold realise, {size:.2f} GiB archive: fdlenv {m_ours:.2f} s (hash verified beside the install),"
+            f" unzip|zstd|tar {m_base:.2f} s -> ratio {m_ours / m_base:.2f} (goal <= 1.3; medians of {reps})")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--reps", type=int, default=9)
+    ap.add_argument("--big-mib", type=int, default=1100)
+    ap.add_argument("--only", default="redial,warm,cold")
+    a = ap.parse_args()
+    which = set(a.only.split(","))
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as t:
+        tmp = Path(t)
+        if "redial" in which:
+            print(bench_redial(tmp, max(a.reps, 15)), flush=True)
+        if "warm" in which:
+            print(bench_warm(tmp, a.reps), flush=True)
+        if "cold" in which:
+            print(bench_cold(tmp, max(3, a.reps // 3), a.big_mib), flush=True)
+
+
+if __name__ == "__main__":
+    main()

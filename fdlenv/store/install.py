@@ -1,0 +1,220 @@
+"""Build one env: fetch, verify beside the install, publish by rename.
+
+Called by `store.realise` with the key lock held. Order matters, publish last:
+1. Clear what killed runs left: `staging/<key>-*` and, when no install runs,
+   rattler's hidden temp dirs in the package cache.
+2. Locate archives (remote ones are downloaded into `archives/`, verified
+   while streaming), start the install worker into `staging/<key>-<pid>`,
+   and hash local archives *beside* it. Nothing is published unless both
+   succeed; a bad hash evicts the cache entries it may have poisoned.
+3. Report degraded hardlinks, write `.arch` and `.fdlenv/manifest.json`,
+   fsync them, rename the staging dir into `envs/`. An env directory either
+   does not exist or is complete.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .. import __version__, variants
+from ..errors import Fail
+from ..home import Home
+from ..progress import Ticker, say
+from .archives import Archive, evict_cache_entry, locate, verify
+from .env import MANIFEST, libtorch_root
+from .lockfile import Record
+
+
+@contextlib.contextmanager
+def _cache_in_use(home: Home):
+    """Shared hold on the package cache; cleanup of its temp dirs needs it exclusively."""
+    home.ensure(home.locks, home.pkgs)
+    with open(home.locks / "pkgs.lock", "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            # Nobody installs right now: what hidden dirs remain are debris of killed runs.
+            for p in home.pkgs.iterdir():
+                if p.name.startswith(".") and p.is_dir():
+                    shutil.rmtree(p, ignore_errors=True)
+            fcntl.flock(f, fcntl.LOCK_SH)
+        except BlockingIOError:
+            fcntl.flock(f, fcntl.LOCK_SH)
+        yield
+
+
+def _clear_debris(home: Home, key: str) -> None:
+    if home.staging.is_dir():
+        for p in home.staging.glob(f"{key}-*"):
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+
+
+def build(home: Home, variant: str, key: str, records: list[Record], final: Path,
+           lock: Path, digest: str, platform: str, mirrors: dict[str, str]) -> None:
+    home.ensure(home.envs, home.staging, home.cache)
+    _clear_debris(home, key)
+    t0 = time.monotonic()
+    say(f"realising {variant} ({len(records)} packages) into {final}")
+    archives = [locate(home, r, mirrors) for r in records]
+    stage = home.staging / f"{key}-{os.getpid()}"
+    try:
+        with _cache_in_use(home):
+            _install(home, archives, stage, final, variant)
+        links = _link_report(stage)
+        if links["copied"]:
+            say(f"warning: {len(links['copied'])} package(s) were copied, not hard-linked "
+                f"(is {home.pkgs} on another filesystem than {home.envs}?): "
+                + ", ".join(links["copied"][:5]))
+        root = libtorch_root(stage)
+        _write_arch(root, variant, records)
+        final_root = final / root.relative_to(stage)
+        manifest = {
+            "key": key, "variant": variant, "platform": platform,
+            "records": [r.to_json() for r in records],
+            "lock": {"path": str(lock.absolute()), "sha256": digest},
+            "libtorch_root": str(final_root),
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "tool_version": __version__, "links": links,
+        }
+        (stage / ".fdlenv").mkdir(exist_ok=True)
+        (stage / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+        _fsync_files(stage / MANIFEST, root / ".arch", stage / ".fdlenv", root, stage)
+        os.rename(stage, final)
+        _fsync_files(home.envs)
+    except OSError as e:
+        shutil.rmtree(stage, ignore_errors=True)
+        if e.errno == errno.ENOSPC:
+            raise _no_space(home) from None
+        raise
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    say(f"realised {variant} in {time.monotonic() - t0:.1f}s")
+
+
+def _no_space(home: Home) -> Fail:
+    free = shutil.disk_usage(home.root).free
+    return Fail.retry(f"no space left on the device holding {home.root} "
+                      f"({free // (1 << 20)} MiB free); staging was cleaned, free space there and retry")
+
+
+def _install(home: Home, archives: list[Archive], stage: Path, final: Path, variant: str) -> None:
+    conda = [a for a in archives if a.record.manager == "conda"]
+    wheels = [a for a in archives if a.record.manager == "pip"]
+    python = next((a.record.version for a in conda if a.record.name == "python"), None)
+    req = {
+        "conda": [dict(a.record.to_json(), archive=str(a.path), filename=a.record.filename,
+                       subdir=a.record.subdir, channel=a.record.url.rsplit("/", 2)[0]) for a in conda],
+        "wheels": [str(a.path) for a in wheels],
+        # Wheels go to the env's python's site-packages; without one, this interpreter's X.Y.
+        "python": ".".join(python.split(".")[:2]) if python else f"{sys.version_info[0]}.{sys.version_info[1]}",
+        "staging": str(stage), "final": str(final), "cache": str(home.pkgs),
+        "marker": str(stage) + ".ok", "error": str(stage) + ".err",
+    }
+    req_path = Path(str(stage) + ".json")
+    req_path.write_text(json.dumps(req))
+    marker, err = Path(req["marker"]), Path(str(stage) + ".err")
+    proc = subprocess.Popen([sys.executable, "-m", "fdlenv.store.install_worker", str(req_path)],
+                            stdin=subprocess.DEVNULL)
+    # Hash local archives while the worker extracts them.
+    failures: list[Fail] = []
+    done = threading.Event()
+
+    def hash_all():
+        try:
+            with ThreadPoolExecutor(max_workers=2) as pool:
+                for fut in [pool.submit(verify, home, a) for a in archives]:
+                    try:
+                        fut.result()
+                    except Fail as f:
+                        failures.append(f)
+        finally:
+            done.set()
+
+    hasher = threading.Thread(target=hash_all, daemon=True)
+    hasher.start()
+    ticker = Ticker(lambda: f"installing {len(archives)} packages for {variant} "
+                    f"({'verifying' if not done.is_set() else 'linking'})...", every=3.0)
+    try:
+        while proc.poll() is None:
+            try:
+                proc.wait(timeout=0.25)
+            except subprocess.TimeoutExpired:
+                ticker.tick()
+        hasher.join()
+    except BaseException:
+        proc.kill()
+        raise
+    try:
+        if failures:
+            for a in archives:
+                if not a.fetched:
+                    evict_cache_entry(home, a.record)  # it may hold the bad bytes
+            raise failures[0]
+        if not marker.exists():
+            if not err.exists():
+                raise Fail.retry(f"the install worker for {variant} died (exit {proc.returncode}); "
+                                 "nothing was published, retry")
+            e = json.loads(err.read_text())
+            if e["kind"] == "enospc":
+                raise OSError(errno.ENOSPC, e["message"])
+            if e["kind"] == "escape":
+                raise Fail.permanent(e["message"])
+            raise Fail.permanent(f"installing {variant} failed: " + " / ".join(
+                line.strip() for line in e["message"].strip().splitlines()[-3:]))
+    finally:
+        for p in (req_path, marker, err):
+            p.unlink(missing_ok=True)
+
+
+def _link_report(stage: Path) -> dict:
+    """Sample one plain file per package: nlink == 1 means rattler fell back to copying."""
+    linked, copied = 0, []
+    for meta in sorted((stage / "conda-meta").glob("*.json")):
+        rec = json.loads(meta.read_text())
+        for p in rec.get("paths_data", {}).get("paths", []):
+            if p.get("path_type") == "hardlink" and not p.get("prefix_placeholder") and not p.get("no_link"):
+                if (stage / p["_path"]).lstat().st_nlink > 1:
+                    linked += 1
+                else:
+                    copied.append(rec["name"])
+                break
+    return {"hardlinked": linked, "copied": copied}
+
+
+def _write_arch(root: Path, variant: str, records: list[Record]) -> None:
+    """flodl's `.arch` facts, from what `fdlenv pack` recorded when it is there."""
+    v = variants.get(variant)
+    facts = {}
+    with contextlib.suppress(OSError, ValueError):
+        facts = json.loads((root / ".fdlenv-pack.json").read_text())
+    torch = facts.get("version") or next((r.version for r in records if r.name == v.package), "")
+    lines = [f"cuda={facts.get('cuda') or v.cuda or 'none'}", f"torch={torch}",
+             f"archs={' '.join(facts.get('archs') or [])}", "source=locked", f"variant={variant}"]
+    (root / ".arch").write_text("\n".join(lines) + "\n")
+
+
+def _fsync_files(*paths: Path) -> None:
+    """Make fdlenv's own files durable before the rename publishes the env.
+
+    Payload files are not fsynced one by one (20k syscalls on a warm realise):
+    kill -9 safety comes from the rename, and a power cut that loses payload
+    pages is what `fdlenv env verify --full --repair` is for.
+    """
+    for p in paths:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

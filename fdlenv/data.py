@@ -1,0 +1,212 @@
+"""Prepare steps 2 and 3: the dataset source root and the node-local directories.
+
+Both are cheap and come before any fetch or realise (a box that cannot stage
+data should not download gigabytes first). Step 2 ships at most one absolute
+path: nothing, a declared `data_path` proven listable (read-only is the
+normal case), or a `data_source` mounted read-only with sshfs — reused when
+/proc/mounts already shows it (the last entry for a mountpoint wins, as with
+stacked mounts), since a mount outlives the attempt. Step 3 proves the
+dataset cache and the disk stage writable by writing a probe file, and
+notes RAM-backed filesystems and under 1 GiB free. Everything a test needs
+to fake (the mounts table, the sshfs binary, the home and temp dirs) is a
+parameter.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import Fail
+
+DEFAULT_MOUNTPOINT = "/flodl/data"
+LOW_SPACE_BYTES = 1 << 30
+SSHFS_FORMS = ("sshfs://[user@]host[:port]/abs/path or sshfs://[user@]host:/abs/path "
+               "(e.g. sshfs://flodl@nas:2222/flodl/data)")
+_probe_counter = itertools.count()
+
+
+@dataclass(frozen=True)
+class SshfsSource:
+    remote: str          # [user@]host:/abs/path, exactly what sshfs takes and /proc/mounts shows
+    port: int | None
+
+
+def parse_data_source(spec: str) -> SshfsSource:
+    s = spec.strip()
+    if "://" not in s:
+        raise Fail.permanent(f"data_source: {spec!r} has no scheme; a local directory goes in data_path:, "
+                             f"a remote one is {SSHFS_FORMS}")
+    scheme, rest = s.split("://", 1)
+    if scheme != "sshfs":
+        raise Fail.permanent(f"data_source: scheme {scheme}:// is not supported; fdlenv ships {SSHFS_FORMS}")
+    user = None
+    if "@" in rest.split("/", 1)[0]:
+        user, rest = rest.split("@", 1)
+        if not user:
+            raise Fail.permanent(f"data_source: empty user in {spec!r}; accepted: {SSHFS_FORMS}")
+    slash = rest.find("/")
+    if slash < 0:
+        raise Fail.permanent(f"data_source: {spec!r} names no path; accepted: {SSHFS_FORMS}")
+    hostport, path = rest[:slash].rstrip(":"), rest[slash:]
+    host, port = hostport, None
+    if ":" in hostport:
+        host, p = hostport.split(":", 1)
+        if not p.isdigit() or not 0 < int(p) < 65536:
+            raise Fail.permanent(f"data_source: port {p!r} in {spec!r} is not a number; accepted: {SSHFS_FORMS}")
+        port = int(p)
+    if not host:
+        raise Fail.permanent(f"data_source: empty host in {spec!r}; accepted: {SSHFS_FORMS}")
+    if len(path) < 2:
+        raise Fail.permanent(f"data_source: {spec!r}: the root is not a source root; name a directory")
+    return SshfsSource(f"{user + '@' if user else ''}{host}:{path}", port)
+
+
+@dataclass(frozen=True)
+class Mount:
+    source: str
+    mountpoint: str
+    fstype: str
+
+
+def read_mounts(proc_mounts: Path = Path("/proc/mounts")) -> list[Mount]:
+    out = []
+    try:
+        for line in proc_mounts.read_text().splitlines():
+            parts = line.split()
+            if len(parts) >= 3:
+                # /proc/mounts escapes spaces and tabs as octal.
+                un = lambda s: s.replace("\\040", " ").replace("\\011", "\t")  # noqa: E731
+                out.append(Mount(un(parts[0]), un(parts[1]), parts[2]))
+    except OSError:
+        pass
+    return out
+
+
+def mounted_at(mounts: list[Mount], path: Path) -> Mount | None:
+    hits = [m for m in mounts if m.mountpoint == str(path)]
+    return hits[-1] if hits else None  # stacked mounts: the last one is on top
+
+
+def sshfs_argv(src: SshfsSource, mountpoint: Path, ssh_options: list[str], identity: str | None) -> list[str]:
+    argv = ["sshfs", src.remote, str(mountpoint)]
+    for opt in ssh_options:
+        argv += ["-o", opt]
+    if identity:
+        argv += ["-o", f"IdentityFile={identity}"]
+    if src.port:
+        argv += ["-o", f"port={src.port}"]
+    argv += ["-o", "ro", "-o", "reconnect", "-o", "ServerAliveInterval=15",
+             "-o", "ServerAliveCountMax=3", "-o", "BatchMode=yes"]
+    return argv
+
+
+def _listable(path: Path, field: str) -> None:
+    if not path.is_dir():
+        raise Fail.permanent(f"{field}: {path} is not a directory")
+    try:
+        next(iter(os.scandir(path)), None)
+    except OSError as e:
+        raise Fail.permanent(f"{field}: {path} cannot be listed: {e.strerror}") from None
+
+
+def dataset_root(data_path: str | None, data_source: str | None, notes: list[str], *,
+                 ssh_options: list[str] = (), identity: str | None = None,
+                 proc_mounts: Path = Path("/proc/mounts"), cwd: Path | None = None) -> Path | None:
+    """Step 2: the absolute source root to ship, or None when nothing was declared."""
+    if not data_path and not data_source:
+        return None
+    base = cwd or Path.cwd()
+    if not data_source:
+        root = Path(os.path.normpath(base / data_path))  # lexical: symlinks are the operator's business
+        _listable(root, "data_path")
+        return root
+    src = parse_data_source(data_source)
+    mp = Path(os.path.normpath(base / (data_path or DEFAULT_MOUNTPOINT)))
+    try:
+        mp.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise Fail.permanent(f"data_path: mountpoint {mp} cannot be created ({e.strerror}); "
+                             f"run `sudo mkdir -p {mp} && sudo chown $USER {mp}` or set data_path to a dir you own") from None
+    canon = Path(os.path.realpath(mp))
+    m = mounted_at(read_mounts(proc_mounts), canon)
+    if m and m.source == src.remote:
+        notes.append(f"source root {mp} already mounted from {src.remote} ({m.fstype})")
+    elif m:
+        notes.append(f"source root {mp} is mounted from {m.source}, not {src.remote}; left alone, ranks "
+                     f"read whatever is there (`fusermount -u {mp}` lets fdlenv mount the configured one)")
+    else:
+        _sshfs(src, mp, list(ssh_options), identity, proc_mounts)
+        notes.append(f"mounted {src.remote} read-only at {mp}")
+    _listable(mp, "data_source")
+    return mp
+
+
+def _sshfs(src: SshfsSource, mp: Path, options: list[str], identity: str | None, proc_mounts: Path) -> None:
+    if shutil.which("sshfs") is None:
+        raise Fail.permanent("data_source: sshfs is not installed (apt-get install sshfs); "
+                             "or mount during provisioning and declare a bare data_path")
+    try:
+        res = subprocess.run(sshfs_argv(src, mp, options, identity), capture_output=True, text=True,
+                             stdin=subprocess.DEVNULL)
+    except OSError as e:
+        raise Fail.permanent(f"data_source: sshfs cannot be spawned: {e}") from None
+    if res.returncode != 0:
+        raise Fail.retry(f"data_source: sshfs {src.remote} failed: {res.stderr.strip()[-300:]}")
+    if not mounted_at(read_mounts(proc_mounts), Path(os.path.realpath(mp))):
+        raise Fail.retry(f"data_source: sshfs exited 0 but {mp} is not mounted "
+                         "(the far side likely dropped the connection)")
+
+
+def _fs_type(path: Path, mounts: list[Mount]) -> str | None:
+    best, fstype = "", None
+    p = str(path)
+    for m in mounts:
+        mp = m.mountpoint.rstrip("/") or "/"
+        if (p == mp or p.startswith(mp.rstrip("/") + "/")) and len(mp) >= len(best):
+            best, fstype = mp, m.fstype
+    return fstype
+
+
+def _prove_writable(d: Path, what: str) -> None:
+    probe = d / f".fdl-prepare-{os.getpid()}-{next(_probe_counter)}"
+    try:
+        probe.write_text("fdl prepare\n")
+    except OSError as e:
+        raise Fail.permanent(f"{what} {d} is not writable ({e.strerror}); training stages data there") from None
+    finally:
+        probe.unlink(missing_ok=True)
+
+
+def node_local_dirs(notes: list[str], *, home: str | None = None, stage: Path | None = None,
+                    proc_mounts: Path = Path("/proc/mounts")) -> None:
+    """Step 3: flodl's dataset cache ($HOME/.flodl/data) and the disk stage (temp dir), proven writable."""
+    import tempfile
+
+    home = os.environ.get("HOME") if home is None else home
+    stage = stage or Path(tempfile.gettempdir())
+    mounts = read_mounts(proc_mounts)
+    dirs = []
+    if home:
+        cache = Path(home) / ".flodl" / "data"
+        try:
+            cache.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise Fail.permanent(f"dataset cache {cache} cannot be created ({e.strerror})") from None
+        dirs.append((cache, "dataset cache"))
+    else:
+        notes.append("HOME is unset: flodl will cache datasets under the temp dir (RAM if it is tmpfs)")
+    if not stage.is_dir():
+        raise Fail.permanent(f"disk stage {stage} does not exist (set TMPDIR to a directory on disk)")
+    dirs.append((stage, "disk stage"))
+    for d, what in dirs:
+        _prove_writable(d, what)
+        if _fs_type(Path(os.path.realpath(d)), mounts) in ("tmpfs", "ramfs"):
+            notes.append(f"{what} {d} is RAM-backed: staging there spends RAM, not disk")
+        free = shutil.disk_usage(d).free
+        if free < LOW_SPACE_BYTES:
+            notes.append(f"{what} {d} has {free >> 20} MiB free, smaller than any real corpus")

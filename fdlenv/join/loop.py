@@ -1,0 +1,195 @@
+"""One dial attempt, and the `--persist` loop around it.
+
+Attempt order is load-bearing (anchor-join §3.2): prepare -> binary and cwd ->
+signature probe (before the tunnel: admission starts a window deadline) ->
+tunnel (ready before the agent starts) -> spec -> spawn -> wait -> teardown
+(the tunnel is closed on every path). Preparation runs on every attempt, which
+turns `--persist` into a provisioning loop.
+
+Loop (anchor-join §3.1): one-shot returns the agent's code (signal death -> 1),
+a transient failure 1, a permanent one 2. Under persist, agent exits and
+transient failures re-dial after a backoff of 5 s doubling to 60 s, reset to
+5 s after a clean exit or an attempt that lasted over 120 s, with up to 25 %
+jitter added so a fleet does not re-dial in lockstep; a permanent failure
+still stops with 2; a stop signal ends the loop with the agent's status.
+Clock, sleep, rng, prepare and the tunnel opener are injectable.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .. import variants
+from ..config import JoinSettings
+from ..errors import EXIT_PERMANENT, EXIT_TRANSIENT, Fail
+from ..progress import say as _say
+from .probe import ENV_PROBE, Prober
+from .spec import ENV_AGENT_JSON, AgentSpec
+from .supervise import Interrupted, Stopper, exit_code, spawn_agent, wait_agent
+
+BACKOFF_MIN = 5.0
+BACKOFF_MAX = 60.0
+BACKOFF_RESET_AFTER = 120.0
+JITTER = 0.25
+ENV_HOST_NAME = "FLODL_HOST_NAME"
+
+
+def settle_backoff(current: float, clean: bool, elapsed: float) -> float:
+    """After an attempt: back to the floor after a clean exit or a long stint."""
+    return BACKOFF_MIN if clean or elapsed > BACKOFF_RESET_AFTER else current
+
+
+def grow_backoff(current: float) -> float:
+    return min(current * 2, BACKOFF_MAX)
+
+
+def with_jitter(base: float, rng: random.Random) -> float:
+    """base .. base*(1+JITTER): never below the floor, spread across a fleet."""
+    return base * (1.0 + JITTER * rng.random())
+
+
+def flodl_label(variant: str | None) -> str:
+    if not variant:
+        return ""
+    try:
+        return variants.get(variant).flodl_label
+    except Fail:
+        return ""
+
+
+def _signame(signum: int) -> str:
+    import signal
+    return signal.Signals(signum).name
+
+
+@dataclass
+class Runner:
+    settings: JoinSettings
+    prepare: Callable[[JoinSettings], object]          # -> Prepared (see join/prepared.py)
+    open_tunnel: Callable | None = None                # default: join.tunnel.open_tunnel
+    prober: Prober | None = None
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] | None = None       # default: stopper.sleep
+    rng: random.Random = field(default_factory=random.Random)
+    say: Callable[[str], None] = _say
+    stopper: Stopper = field(default_factory=Stopper)
+    attempts: int = 0
+
+    def __post_init__(self) -> None:
+        if self.prober is None:
+            self.prober = Prober(enabled=self.settings.sig_probe, say=self.say)
+        if self.open_tunnel is None:
+            from .tunnel import open_tunnel
+            self.open_tunnel = open_tunnel
+        if self.sleep is None:
+            self.sleep = self.stopper.sleep
+
+    # ------------------------------------------------------------------ attempt
+    def attempt(self) -> int:
+        """One attempt; returns the agent's raw exit status, raises Fail/Interrupted."""
+        s = self.settings
+        self.attempts += 1
+        try:
+            prepared = self.prepare(s)
+        except Fail as f:
+            for n in getattr(f, "notes", None) or []:
+                self.say(n)
+            raise
+        for n in prepared.notes or []:
+            self.say(n)
+
+        bin_path = prepared.bin or s.bin
+        if not bin_path:
+            raise Fail.permanent("internal: preparation settled no training binary "
+                                 f"(bin={s.bin!r}, source={s.source!r})")
+        cwd = prepared.cwd if s.source is not None or prepared.cwd else None
+
+        args = list(s.args)
+        if prepared.args is not None:
+            if args and list(prepared.args) != args:
+                self.say("probing with the published run's arguments rather than this box's "
+                         f"({' '.join(args)} -> {' '.join(prepared.args)})")
+            args = list(prepared.args)
+
+        env = dict(prepared.environ)
+        env.pop(ENV_PROBE, None)
+        env.pop(ENV_AGENT_JSON, None)
+        env[ENV_HOST_NAME] = s.host
+
+        sig = self.prober(bin_path, args, cwd=cwd, env=env, on_spawn=self.stopper.watch).sig
+
+        tunnel = None
+        try:
+            if s.ssh is not None:
+                tunnel = self.open_tunnel(s.ssh, s.controller_host, s.controller_port,
+                                          say=self.say)
+                dial = ("127.0.0.1", tunnel.local_port)
+            else:
+                dial = (s.controller_host, s.controller_port)
+            spec = AgentSpec(
+                host=s.host, controller_host=dial[0], controller_port=dial[1],
+                libtorch=flodl_label(prepared.variant), salt_hex=s.token,
+                local_devices=s.devices,
+                data_path=str(prepared.data_path) if prepared.data_path is not None else None,
+                run_id=prepared.run_id, gpu_ram_share=s.gpu_ram_share, model_sig_hex=sig)
+            env[ENV_AGENT_JSON] = spec.encode()
+            proc = spawn_agent([bin_path, *args], cwd=cwd, env=env, stopper=self.stopper)
+            return wait_agent(proc, self.stopper)
+        finally:
+            if tunnel is not None:
+                tunnel.close()
+
+    # --------------------------------------------------------------------- loop
+    def run(self) -> int:
+        with self.stopper:
+            return self._loop()
+
+    def _loop(self) -> int:
+        s = self.settings
+        backoff = BACKOFF_MIN
+        while True:
+            started = self.clock()
+            try:
+                raw = self.attempt()
+            except Interrupted as i:
+                self.say(f"stopped by {_signame(i.signum)} before the agent ran; not re-dialing")
+                return EXIT_TRANSIENT
+            except Fail as f:
+                print(f"error: {f.message}", file=sys.stderr, flush=True)
+                if not f.transient:
+                    self.say("not re-dialing — retrying cannot fix this (exit 2)")
+                    return EXIT_PERMANENT
+                if not s.persist or self.stopper.stopped:
+                    return EXIT_TRANSIENT
+                outcome, clean = "attempt failed", False
+            else:
+                code = exit_code(raw)
+                if self.stopper.stopped:
+                    self.say(f"agent stopped on {_signame(self.stopper.signum)} "
+                             f"(exit {code}); not re-dialing")
+                    return code
+                if not s.persist:
+                    return code
+                outcome = (f"agent exited with code {raw}" if raw >= 0
+                           else f"agent killed by {_signame(-raw)}")
+                clean = raw == 0
+            elapsed = self.clock() - started
+            backoff = settle_backoff(backoff, clean, elapsed)
+            delay = with_jitter(backoff, self.rng)
+            self.say(f"{outcome} after {elapsed:.0f}s; re-dialing in {delay:.1f}s (--persist)")
+            self.sleep(delay)
+            if self.stopper.stopped:
+                self.say(f"stopped by {_signame(self.stopper.signum)} while waiting to "
+                         "re-dial; not re-dialing")
+                return EXIT_TRANSIENT
+            backoff = grow_backoff(backoff)
+
+
+def run_join(settings: JoinSettings, prepare: Callable[[JoinSettings], object],
+             **deps) -> int:
+    """Run the loop with `settings`; `deps` override Runner's injectables."""
+    return Runner(settings=settings, prepare=prepare, **deps).run()

@@ -1,0 +1,67 @@
+"""The agent bootstrap spec: what the agent learns about its dial.
+
+flodl's agent reads `FLODL_INTERNAL_AGENT_JSON`: compact JSON, UTF-8, then
+lowercase hex two digits per byte (anchor-join §3.4). It rides the environment,
+never argv, because it may carry the pre-shared token and argv is readable by
+every user through `ps`. Field names are flodl's `AgentSpec`; optional fields
+are omitted when unknown, never sent as null; `dataset_sig_hex` is never sent.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+ENV_AGENT_JSON = "FLODL_INTERNAL_AGENT_JSON"
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    host: str
+    controller_host: str            # the *dial* address: 127.0.0.1 under a tunnel
+    controller_port: int            # the local forward port under a tunnel
+    libtorch: str = ""              # flodl's variant id, e.g. precompiled/cu128; "" if none
+    salt_hex: str | None = None     # the token
+    local_devices: tuple[int, ...] | None = None
+    data_path: str | None = None
+    run_id: str | None = None
+    gpu_ram_share: float | None = None
+    model_sig_hex: str | None = None
+
+    def to_dict(self) -> dict:
+        d: dict = {"host": self.host, "controller_host": self.controller_host,
+                   "controller_port": int(self.controller_port), "libtorch": self.libtorch}
+        if self.salt_hex is not None:
+            d["salt_hex"] = self.salt_hex
+        if self.local_devices is not None:
+            d["local_devices"] = [int(x) for x in self.local_devices]
+        if self.data_path is not None:
+            d["data_path"] = str(self.data_path)
+        if self.run_id is not None:
+            d["run_id"] = self.run_id
+        if self.gpu_ram_share is not None:
+            if not math.isfinite(self.gpu_ram_share):
+                raise ValueError("gpu_ram_share must be finite")
+            d["gpu_ram_share"] = float(self.gpu_ram_share)
+        if self.model_sig_hex is not None:
+            d["model_sig_hex"] = self.model_sig_hex
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), separators=(",", ":"), ensure_ascii=False,
+                          allow_nan=False)
+
+    def encode(self) -> str:
+        """The value of FLODL_INTERNAL_AGENT_JSON."""
+        return hex_encode(self.to_json().encode("utf-8"))
+
+
+def hex_encode(data: bytes) -> str:
+    """Lowercase, two digits per byte: b'\\x00\\xff\\x10' -> '00ff10'."""
+    return data.hex()
+
+
+def decode(value: str) -> dict:
+    """Inverse of `AgentSpec.encode` (for tests and debugging)."""
+    return json.loads(bytes.fromhex(value).decode("utf-8"))

@@ -1,0 +1,144 @@
+"""Spawning the agent in its own process group, and what a stop signal does.
+
+The reference installs no handlers: killing `fdl join` alone orphans the agent
+and its tunnel (anchor-join §3.7, §9.1). Here the agent (and the probe) run in
+a fresh session, so its rank children share one process group we can signal as
+a whole, and a terminal Ctrl-C reaches it exactly once — through us.
+
+`Stopper` owns SIGTERM/SIGINT for the loop's lifetime:
+- a child is registered (agent or probe) -> the signal goes to its group; the
+  loop notices `stopper.signum` after the child exits and does not re-dial;
+- nothing is registered -> `Interrupted` is raised in the main thread, which
+  unwinds the attempt (closing the tunnel) — unless a spawn is in progress,
+  when it is deferred and delivered to the child as soon as it is registered;
+- during the persist backoff -> `sleep()` wakes and reports the stop.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+from contextlib import contextmanager
+from typing import Mapping
+
+from ..errors import Fail
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class Interrupted(Exception):
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def signal_group(pid: int, signum: int) -> bool:
+    """Signal the process group led by `pid`; False if it is already gone."""
+    try:
+        os.killpg(pid, signum)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+class Stopper:
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._child: subprocess.Popen | None = None
+        self._defer = False
+        self._wake = threading.Event()
+        self._old: dict[int, object] = {}
+
+    # -- installation (main thread only; elsewhere it is a no-op)
+    def install(self) -> "Stopper":
+        if threading.current_thread() is threading.main_thread():
+            for s in STOP_SIGNALS:
+                self._old[s] = signal.signal(s, self._handle)
+        return self
+
+    def restore(self) -> None:
+        for s, h in self._old.items():
+            signal.signal(s, h)
+        self._old.clear()
+
+    def __enter__(self) -> "Stopper":
+        return self.install()
+
+    def __exit__(self, *exc) -> None:
+        self.restore()
+
+    @property
+    def stopped(self) -> bool:
+        return self.signum is not None
+
+    def _handle(self, signum, frame) -> None:  # noqa: ARG002
+        self.signum = signum
+        self._wake.set()
+        child = self._child
+        if child is not None:
+            signal_group(child.pid, signum)
+            return
+        if not self._defer:
+            raise Interrupted(signum)
+
+    # -- children
+    def watch(self, proc: subprocess.Popen | None) -> None:
+        """Register (or with None, forget) the child whose group gets the signals."""
+        self._child = proc
+        if proc is not None and self.signum is not None:
+            signal_group(proc.pid, self.signum)
+
+    @contextmanager
+    def spawning(self):
+        """Defer `Interrupted` while a child is being created and registered."""
+        self._defer = True
+        try:
+            yield
+        finally:
+            self._defer = False
+
+    def sleep(self, seconds: float) -> None:
+        """The persist backoff; a stop signal ends it early (and `stopped` says so)."""
+        with self.spawning():
+            if self.signum is None:
+                self._wake.wait(seconds)
+
+
+def spawn_agent(argv: list[str], *, cwd: str | None, env: Mapping[str, str],
+                stopper: Stopper | None = None) -> subprocess.Popen:
+    """Start the agent: own session/process group, stdin null, output inherited."""
+    try:
+        if stopper is None:
+            return subprocess.Popen(argv, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+        with stopper.spawning():
+            proc = subprocess.Popen(argv, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+            stopper.watch(proc)
+        return proc
+    except OSError as e:
+        raise Fail.permanent(f"run {argv[0]}: {e}") from None
+
+
+def wait_agent(proc: subprocess.Popen, stopper: Stopper | None = None) -> int:
+    """Wait for the agent; then sweep what is left of its group. Returns the raw code."""
+    try:
+        while True:
+            try:
+                code = proc.wait()
+                break
+            except Interrupted:  # pragma: no cover - handler forwards instead of raising
+                continue
+    finally:
+        if stopper is not None:
+            stopper.watch(None)
+    # Rank children the agent left behind would hold GPUs: stop them with it.
+    signal_group(proc.pid, signal.SIGTERM)
+    return code
+
+
+def exit_code(raw: int) -> int:
+    """The agent's own code; death by a signal reads as 1 (anchor-join §3.7)."""
+    return 1 if raw < 0 else raw

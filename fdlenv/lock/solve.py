@@ -1,0 +1,121 @@
+"""Solving one env file for one platform, for a declared machine.
+
+A lock must not depend on who ran `fdlenv lock`: the solve sees the virtual
+packages declared per variant here (cu126: `__cuda 12.6`, cu128: `__cuda 12.8`,
+`__glibc` and `__linux` baselines for every linux variant), never the solving
+host's GPU, driver or libc. py-rattler treats `virtual_packages=None` as
+"none at all", so the declared list is always passed; `noarch` is always
+among the solved subdirs or noarch packages would be invisible.
+
+Every `Entry` carries the URL, md5 and sha256 the channel's repodata gives for
+the real archive; a record lacking either hash is refused (conda-lock needs
+md5, the store needs sha256).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import Fail
+from ..mirrors import resolve_channel
+from ..variants import VARIANTS
+from .envfile import EnvFile
+
+# PyTorch 2.10's linux artifacts are manylinux_2_28 builds: glibc 2.28 is the
+# oldest host they run on, so it is the one declared.
+GLIBC_BASELINE = "2.28"
+LINUX_BASELINE = "4.18"   # the kernel of the same (RHEL 8) baseline
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One locked package of one platform: what a conda-lock entry holds."""
+
+    manager: str                           # conda | pip
+    name: str
+    version: str
+    build: str | None
+    platform: str
+    url: str
+    md5: str
+    sha256: str
+    depends: tuple[tuple[str, str], ...]   # (name, version constraint or ""), sorted
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """conda-lock's identity of an entry: one build per key per lock file."""
+        return (self.manager, self.name, self.platform)
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}-{self.version}-{self.build}" if self.build else f"{self.name}-{self.version}"
+
+
+def declared_virtual_packages(variant: str, platform: str) -> list[tuple[str, str]]:
+    """(name, version) of the virtual packages a variant is solved against."""
+    out: list[tuple[str, str]] = []
+    if platform.startswith("linux-"):
+        out += [("__glibc", GLIBC_BASELINE), ("__linux", LINUX_BASELINE), ("__unix", "0")]
+    elif platform.startswith("osx-"):
+        out += [("__osx", "11.0"), ("__unix", "0")]
+    elif platform.startswith("win-"):
+        out.append(("__win", "0"))
+    cuda = VARIANTS[variant].cuda
+    if cuda:
+        out.append(("__cuda", cuda))
+    return sorted(out)
+
+
+def channel_urls(env: EnvFile, cmap: dict[str, str]) -> list[str]:
+    """The env's channels in priority order, aliases mapped (`conda-forge` stays a name)."""
+    return [resolve_channel(c, cmap) for c in env.channels]
+
+
+def solver_spec(spec: str, cmap: dict[str, str]) -> str:
+    """`alias::name ver` -> `<channel URL>::name ver` so the pin follows the mirror map."""
+    channel, sep, rest = spec.partition("::")
+    return f"{resolve_channel(channel.strip(), cmap)}::{rest.strip()}" if sep else spec
+
+
+def solve(env: EnvFile, platform: str, cmap: dict[str, str], cache_dir: Path) -> list[Entry]:
+    """The conda entries and wheel entries of `env` on `platform`, sorted by name."""
+    import rattler
+    from rattler import BuildString, GenericVirtualPackage, PackageName, Version
+    from rattler.exceptions import SolverError
+
+    virtual = [GenericVirtualPackage(PackageName(n), Version(v), BuildString("0"))
+               for n, v in declared_virtual_packages(env.variant, platform)]
+    try:
+        specs = [rattler.MatchSpec(solver_spec(s, cmap), strict=False) for s in env.specs]
+    except Exception as e:   # rattler's InvalidMatchSpecError has no stable import path
+        raise Fail.permanent(f"{env.path}: dependencies: {e}") from None
+    gateway = rattler.Gateway(cache_dir=cache_dir, show_progress=False)
+    try:
+        records = asyncio.run(rattler.solve(
+            [rattler.Channel(url) for url in channel_urls(env, cmap)], specs, gateway=gateway,
+            platforms=[platform, "noarch"], virtual_packages=virtual))
+    except SolverError as e:
+        raise Fail.permanent(f"{env.path} ({platform}, variant {env.variant}): cannot solve:\n{e}") from None
+    except Exception as e:
+        raise Fail.retry(f"{env.path} ({platform}): cannot read the channels: {e}") from None
+    entries = [_conda_entry(r, platform) for r in records]
+    entries += [Entry("pip", w.name, w.version, None, platform, w.url, w.md5, w.sha256, ())
+                for w in env.wheels]
+    return sorted(entries, key=lambda e: e.key)
+
+
+def _conda_entry(record, platform: str) -> Entry:
+    import rattler
+
+    name = record.name.normalized
+    if not record.md5 or not record.sha256:
+        raise Fail.permanent(f"{record.url}: the channel's repodata gives no "
+                             f"{'md5' if not record.md5 else 'sha256'}; fdlenv locks only hashed archives")
+    depends: dict[str, str] = {}
+    for dep in record.depends:
+        spec = rattler.MatchSpec(dep, strict=False)
+        depends[spec.name.normalized] = str(spec.version) if spec.version is not None else ""
+    return Entry("conda", name, str(record.version), str(record.build), platform, record.url,
+                 record.md5.hex(), record.sha256.hex(), tuple(sorted(depends.items())))

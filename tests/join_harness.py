@@ -1,0 +1,28 @@
+"""Runs the real join loop with a fake prepare pointing at join_standin.py.
+
+argv: OUTDIR CODE MODE [persist]. Used by the signal test, which needs the loop
+in its own process to SIGTERM it.
+"""
+
+import os
+import sys
+
+from fdlenv.config import JoinSettings
+from fdlenv.join.loop import run_join
+from fdlenv.join.prepared import EnvRef, Prepared
+
+out, code, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+persist = len(sys.argv) > 4 and sys.argv[4] == "persist"
+standin = os.path.join(os.path.dirname(os.path.abspath(__file__)), "join_standin.py")
+
+
+def prepare(settings):
+    return Prepared(variant="cpu", env=EnvRef("k", "/env", "/env/lib/libtorch"),
+                    bin=sys.executable, args=[standin, out, code, mode],
+                    environ={"PATH": os.environ["PATH"], "LIBTORCH_PATH": "/env/lib/libtorch"})
+
+
+settings = JoinSettings(host="harness", controller_host="127.0.0.1", controller_port=1,
+                        bin=sys.executable, persist=persist, sig_probe=False)
+print("harness-ready", flush=True)
+sys.exit(run_join(settings, prepare))

@@ -1,0 +1,65 @@
+"""`fdlenv detect`: the GPU survey and what `--libtorch auto` would choose, and why.
+
+Exit 0 even when no variant can run (that verdict is data, in `auto`);
+only a malformed FLODL_TESTING_GPU_JSON fails (exit 2). Human text goes to
+stderr, `--json` prints exactly one object on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from ..progress import say
+
+EPILOG = """examples:
+  fdlenv detect
+  fdlenv detect --json | jq -r .auto.variant
+  FLODL_TESTING_GPU_JSON='[{"vendor": "nvidia", "arch": "8.6", "vram_mb": 24576, "name": "RTX 3090"}]' fdlenv detect
+  CUDA_VISIBLE_DEVICES=1 fdlenv detect --json
+"""
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "detect", help="list this box's GPUs and the variant `auto` picks",
+        description="Survey the GPUs (NVML for NVIDIA, KFD sysfs for AMD), apply the visibility masks "
+                    "(CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES) and say which "
+                    "libtorch variant `auto` chooses, with the reason.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--json", action="store_true",
+                   help='one object on stdout: {"devices", "findings", "driver", "auto"}')
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..hw.routing import route
+    from ..hw.survey import survey
+
+    s = survey()
+    r = route(s)
+    if args.json:
+        print(json.dumps({"devices": [d.as_json() for d in s.devices],
+                          "findings": [f.as_json() for f in s.findings],
+                          "driver": s.driver_json(), "auto": r.as_json()}))
+        return 0
+    for line in report(s, r):
+        say(line)
+    return 0
+
+
+def report(s, r) -> list[str]:
+    """The human table: devices, findings, driver, choice."""
+    lines = ["devices" + (" (from FLODL_TESTING_GPU_JSON)" if s.spoofed else "") + ":"]
+    rows = [("vendor", "index", "arch", "vram", "name")] + [
+        (d.vendor, str(d.index), d.arch, f"{d.vram_mb} MiB", d.name) for d in s.devices]
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    if s.devices:
+        lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[4] for row in rows]
+    else:
+        lines.append("  (none)")
+    lines += [f"finding [{f.kind}]: {f.message}" for f in s.findings]
+    lines.append(f"driver: nvidia {s.nvidia_driver or '-'}, CUDA {s.driver_cuda or '-'}; "
+                 f"host ROCm {s.host_rocm or '-'}")
+    lines.append(f"auto: {r.variant or 'none'}: {r.reason}")
+    return lines

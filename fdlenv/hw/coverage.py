@@ -1,0 +1,69 @@
+"""Which devices a variant's kernels serve, and how arch spellings parse.
+
+The per-variant arch lists are the reference's (read out of the published
+libtorch 2.10.0 archives). Rule: an NVIDIA device is covered when any token
+has the SAME MAJOR compute capability (SASS runs across minors of a major);
+an AMD device needs its exact bare gfx target. Tokens are parsed, never
+substring-matched (the old `"5" in "7.5"` test gave false passes), and a
+token that does not parse (`cpu`) covers nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from .model import AMD, NVIDIA, Device
+
+_ROCM = ("gfx908", "gfx90a", "gfx942", "gfx950", "gfx1030", "gfx1100", "gfx1101",
+         "gfx1102", "gfx1150", "gfx1151", "gfx1200", "gfx1201")
+
+ARCHS: dict[str, tuple[str, ...]] = {
+    "cpu": ("cpu",),
+    "cu126": ("5.0", "5.2", "6.0", "6.1", "7.0", "7.5", "8.0", "8.6", "8.9", "9.0"),
+    "cu128": ("7.0", "7.5", "8.0", "8.6", "8.9", "9.0", "12.0"),
+    "rocm7.0": _ROCM,
+    "rocm7.1": _ROCM,
+}
+
+_DOTTED = re.compile(r"(\d+)\.(\d+)")
+_SM = re.compile(r"sm_?(\d+)(\d)")       # last digit is the minor: sm_120 = 12.0
+_GFX = re.compile(r"gfx[0-9a-f]+")
+
+
+def parse_cc(token: str) -> tuple[int, int] | None:
+    """`8.6`, `sm_86`, `sm86`, `sm_120`, each optionally `+PTX` -> (major, minor)."""
+    t = token.strip().lower()
+    if t.endswith("+ptx"):
+        t = t[:-4]
+    m = _DOTTED.fullmatch(t) or _SM.fullmatch(t)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def parse_gfx(token: str) -> str | None:
+    """`gfx90a`, also with a feature suffix (`gfx90a:xnack-`) -> bare `gfx90a`."""
+    t = token.strip().lower().split(":", 1)[0]
+    return t if _GFX.fullmatch(t) else None
+
+
+def split_archs(archs: str | Iterable[str]) -> list[str]:
+    """A `.arch` `archs=` value (`;`, `,` or space separated) or a list, as tokens."""
+    if isinstance(archs, str):
+        return [t for t in re.split(r"[;,\s]+", archs) if t]
+    return list(archs)
+
+
+def covers(variant_archs: str | Iterable[str], device: Device) -> bool:
+    tokens = split_archs(variant_archs)
+    if device.vendor == NVIDIA:
+        cc = parse_cc(device.arch)
+        return cc is not None and any((p := parse_cc(t)) is not None and p[0] == cc[0] for t in tokens)
+    if device.vendor == AMD:
+        gfx = parse_gfx(device.arch)
+        return gfx is not None and any(parse_gfx(t) == gfx for t in tokens)
+    return False
+
+
+def variant_covers(variant: str, device: Device) -> bool:
+    """`covers` against a known variant's shipped arch list."""
+    return covers(ARCHS[variant], device)

@@ -1,0 +1,80 @@
+"""The survey's data: devices, typed findings, and the whole Survey.
+
+Plain frozen dataclasses so routing can be table-tested without hardware and
+the `--json` shape is produced in one place (`as_json`). A device's `index` is
+its per-vendor ordinal as the vendor runtime numbers it (NVML index, HIP order
+of KFD GPU nodes), so a mixed box can carry nvidia 0 and amd 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+# Declared hardware for tests/CI (hw/spoof.py); read before any probe.
+SPOOF_VAR = "FLODL_TESTING_GPU_JSON"
+
+NVIDIA = "nvidia"
+AMD = "amd"
+VENDORS = (NVIDIA, AMD)
+
+# Finding kinds. All but MASK_APPLIED explain why a device is absent.
+HARDWARE_UNUSABLE = "hardware_unusable"
+TOOL_FAILED = "tool_failed"
+UNPARSABLE = "unparsable"
+MASK_APPLIED = "mask_applied"
+VENDOR_MISMATCH = "vendor_mismatch"
+
+
+@dataclass(frozen=True)
+class Device:
+    vendor: str          # nvidia | amd
+    index: int           # per-vendor ordinal, the number a visibility mask uses
+    name: str
+    arch: str            # NVIDIA compute capability "8.6"; AMD bare target "gfx90a"
+    vram_mb: int
+    uuid: str | None = None  # lets UUID entries of a mask select the device
+
+    def as_json(self) -> dict:
+        return {"vendor": self.vendor, "index": self.index, "name": self.name,
+                "arch": self.arch, "vram_mb": self.vram_mb}
+
+    @property
+    def label(self) -> str:
+        detail = self.name if self.arch in self.name else f"{self.name}, {self.arch}"
+        return f"{self.vendor} {self.index} ({detail})"
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str
+    message: str
+
+    def as_json(self) -> dict:
+        return {"kind": self.kind, "message": self.message}
+
+
+@dataclass(frozen=True)
+class Survey:
+    devices: tuple[Device, ...] = ()
+    findings: tuple[Finding, ...] = ()
+    nvidia_driver: str | None = None   # display only, e.g. "570.124.06"
+    driver_cuda: str | None = None     # highest CUDA the driver runs, "12.8"
+    host_rocm: str | None = None       # /opt/rocm/.info/version, "7.1.0"
+    spoofed: bool = field(default=False, compare=False)
+
+    def of(self, vendor: str) -> tuple[Device, ...]:
+        return tuple(d for d in self.devices if d.vendor == vendor)
+
+    def for_vendor(self, vendor: str) -> "Survey":
+        """Only `vendor`'s devices, a vendor_mismatch finding per dropped one.
+
+        What a variant's arch gate checks: a CUDA build cannot use the AMD
+        card beside it, and saying so beats a silent drop.
+        """
+        dropped = [d for d in self.devices if d.vendor != vendor]
+        notes = tuple(Finding(VENDOR_MISMATCH, f"{d.label} is not {vendor}; a {vendor} build cannot use it")
+                      for d in dropped)
+        return replace(self, devices=self.of(vendor), findings=self.findings + notes)
+
+    def driver_json(self) -> dict:
+        return {"nvidia": self.nvidia_driver, "cuda": self.driver_cuda, "rocm": self.host_rocm}

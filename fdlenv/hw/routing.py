@@ -1,0 +1,140 @@
+"""`auto`: from a Survey to one variant and the human reason for it. Pure.
+
+DESIGN §3, the reference's rules as the floor, in this order:
+1. NVIDIA wins when it has a card of compute capability 5 or newer (older
+   ones are below every CUDA variant); one build serves one vendor, and on
+   mixed boxes the AMD part is usually an APU iGPU.
+   Lowest compute-capability major >= 7 -> cu128; a set spanning < 7 and
+   >= 10 -> cu126 plus build advice; else cu126.
+2. Beyond the reference, the driver gates it: a driver below CUDA 12.8 turns
+   cu128 into cu126, or into no variant at all (variant None, the reason says
+   what to update) when a card needs cu128; below CUDA 12 nothing CUDA runs.
+3. AMD only: a covered gfx target -> the bundle matching the host ROCm
+   (7.1.x -> rocm7.1, else rocm7.0: the host ROCm loads ahead of the bundle
+   and the ABI only grows within a major, so 7.0 runs on every 7.x host).
+4. Otherwise cpu, quoting the findings that explain the absence.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..errors import Fail
+from .coverage import ARCHS, parse_cc, variant_covers
+from .model import AMD, NVIDIA, Device, Survey
+
+CU128_DRIVER = (12, 8)
+
+
+@dataclass(frozen=True)
+class Route:
+    variant: str | None   # None: no variant can run here until the reason's fix is done
+    reason: str
+
+    def as_json(self) -> dict:
+        return {"variant": self.variant, "reason": self.reason}
+
+
+def _version(text: str | None) -> tuple[int, int] | None:
+    m = re.match(r"(\d+)\.(\d+)", text or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def _labels(devices) -> str:
+    return ", ".join(d.label for d in devices)
+
+
+def _sentences(*parts: str) -> str:
+    return " ".join(p for p in parts if p)
+
+
+def rocm_for_host(host_rocm: str | None) -> tuple[str, str]:
+    """(variant, why) for an AMD box, from the host ROCm version."""
+    v = _version(host_rocm)
+    if v is None:
+        return "rocm7.0", "Host ROCm version unknown, so rocm7.0, the oldest bundle, which runs on every ROCm 7.x host."
+    if v == (7, 1):
+        return "rocm7.1", f"Host ROCm {host_rocm} matches rocm7.1."
+    if v[0] != 7:
+        return "rocm7.0", (f"Host ROCm {host_rocm} is not 7.x; the bundles need a ROCm 7 host, so install ROCm 7.0 "
+                           "or 7.1 (rocm7.0 chosen, it may fail to load here).")
+    return "rocm7.0", f"Host ROCm {host_rocm}, so rocm7.0, the oldest bundle, which runs on every ROCm 7.x host."
+
+
+# Cards older than every CUDA variant (Kepler) do not steer routing; newer
+# majors do (the reference routes them), and the reason says what is uncovered.
+_OLDEST_CUDA_MAJOR = min(parse_cc(t)[0] for v in ("cu126", "cu128") for t in ARCHS[v])
+
+
+def _cuda_usable(d: Device) -> bool:
+    cc = parse_cc(d.arch)
+    return cc is not None and cc[0] >= _OLDEST_CUDA_MAJOR
+
+
+def _nvidia(s: Survey, usable: tuple[Device, ...], cards: tuple[Device, ...]) -> Route:
+    majors = [parse_cc(d.arch)[0] for d in usable]
+    lo, hi = min(majors), max(majors)
+    if lo >= 7:
+        want, why = "cu128", f"Lowest NVIDIA compute capability is {lo}.x (>= 7), so cu128."
+    elif hi >= 10:
+        want, why = "cu126", (f"NVIDIA cards span compute capability {lo}.x to {hi}.x and no prebuilt variant covers "
+                              "both; cu126 serves the older ones; for all of them build libtorch from source.")
+    else:
+        want, why = "cu126", f"Lowest NVIDIA compute capability is {lo}.x (< 7), which only cu126 ships."
+    driver = _version(s.driver_cuda)
+    if driver is None:
+        why += " The driver's CUDA version is unknown, so it was not checked."
+    elif driver < (12, 0):
+        return Route(None, f"{why} The NVIDIA driver supports CUDA {s.driver_cuda}; every CUDA variant needs a "
+                           "CUDA 12 driver: update the NVIDIA driver (R570 or newer runs both cu126 and cu128).")
+    elif want == "cu128" and driver < CU128_DRIVER:
+        needy = [d for d in usable if not variant_covers("cu126", d)]
+        if needy:
+            verb = "needs" if len(needy) == 1 else "need"
+            return Route(None, f"{_labels(needy)} {verb} cu128, but the NVIDIA driver supports only CUDA "
+                               f"{s.driver_cuda} (< 12.8): update the NVIDIA driver to R570 or newer.")
+        want, why = "cu126", why + f" The driver supports CUDA {s.driver_cuda} (< 12.8), so cu126 instead."
+    missed = [d for d in cards if not variant_covers(want, d)]
+    return Route(want, _sentences(why, f"Not covered by {want}, unusable: {_labels(missed)}." if missed else ""))
+
+
+def _amd(s: Survey, cards: tuple[Device, ...]) -> Route:
+    covered = [d for d in cards if variant_covers("rocm7.0", d)]
+    if not covered:
+        return Route("cpu", f"No ROCm variant covers {_labels(cards)} (covered targets: "
+                            f"{' '.join(ARCHS['rocm7.0'])}), so cpu.")
+    want, why = rocm_for_host(s.host_rocm)
+    missed = [d for d in cards if d not in covered]
+    return Route(want, _sentences(f"A ROCm variant covers {_labels(covered)};", why,
+                                  f"Not covered by {want}, unusable: {_labels(missed)}." if missed else ""))
+
+
+def route(s: Survey) -> Route:
+    nv, am = s.of(NVIDIA), s.of(AMD)
+    usable = tuple(d for d in nv if _cuda_usable(d))
+    if usable:
+        r = _nvidia(s, usable, nv)
+        if am:
+            other, _ = rocm_for_host(s.host_rocm)
+            mixed = (f"Mixed box: one libtorch build serves one vendor and NVIDIA wins; for {_labels(am)} "
+                     f"use --libtorch {other}.")
+            r = Route(r.variant, _sentences(r.reason, mixed))
+        return r
+    nocuda = f"No CUDA variant covers {_labels(nv)}." if nv else ""
+    if am:
+        r = _amd(s, am)
+        return Route(r.variant, _sentences(nocuda, r.reason))
+    if nv:
+        return Route("cpu", _sentences(nocuda, "Nothing else to use, so cpu."))
+    quiet = "FLODL_TESTING_GPU_JSON declares none" if s.spoofed else "no NVIDIA driver, no AMD GPU in the KFD topology"
+    why = "; ".join(f.message for f in s.findings) or quiet
+    return Route("cpu", f"No usable GPU ({why}), so cpu.")
+
+
+def choose(s: Survey) -> str:
+    """The variant `auto` resolves to; Fail.permanent when none can run (prepare's path)."""
+    r = route(s)
+    if r.variant is None:
+        raise Fail.permanent(f"--libtorch auto: {r.reason}")
+    return r.variant

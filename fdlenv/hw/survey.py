@@ -1,0 +1,52 @@
+"""One survey of this box: spoof or probes, then the visibility masks.
+
+Order: the spoof (`FLODL_TESTING_GPU_JSON`) is read before any probe, so a
+spoofed run touches no hardware; otherwise NVIDIA then AMD, each behind its
+cheap filesystem gate (`gates`), and a vendor's module (with its library)
+is imported only when its gate opens: a box with no GPU stats a few paths
+and spawns nothing. Masks apply last, to spoofed and real devices alike.
+Every root is a parameter so tests build fake trees; None means the real one.
+The host ROCm version is read only when the AMD gate opens (routing needs it
+only for AMD cards).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from . import gates, masks
+from .model import SPOOF_VAR, Survey
+
+DEFAULT_ROCM = Path("/opt/rocm")
+
+
+def survey(sysfs_root: str | Path | None = None, rocm_root: str | Path | None = None,
+           environ: Mapping[str, str] | None = None, *, dev_root: str | Path | None = None,
+           proc_root: str | Path | None = None, nvml=None, smi=None, who=None) -> Survey:
+    """The devices a child of this process would see, with the findings that explain any absence.
+
+    `nvml`/`smi` stand in for pynvml/amdsmi and `who` (an `amd.Identity`) for
+    this process's identity, in tests. Raises Fail.permanent when the spoof
+    variable is malformed.
+    """
+    env = os.environ if environ is None else environ
+    if env.get(SPOOF_VAR, "").strip():
+        from . import spoof
+        fake = spoof.parse(env[SPOOF_VAR])
+        devices, notes = masks.apply(fake.devices, env)
+        return Survey(devices, notes, None, fake.driver_cuda, fake.host_rocm, spoofed=True)
+    dev, proc, sysfs = Path(dev_root or "/dev"), Path(proc_root or "/proc"), Path(sysfs_root or "/sys")
+    found, notes = (), ()
+    driver = cuda = rocm = None
+    if gates.nvidia_driver(dev, proc):
+        from . import nvidia
+        nv = nvidia.probe(nvml)
+        found, notes, driver, cuda = nv.devices, nv.findings, nv.driver, nv.driver_cuda
+    if gates.amd_present(sysfs):
+        from . import amd
+        am = amd.probe(sysfs, dev, Path(rocm_root or DEFAULT_ROCM), env, who, smi)
+        found, notes, rocm = found + am.devices, notes + am.findings, am.host_rocm
+    devices, mask_notes = masks.apply(found, env)
+    return Survey(devices, notes + mask_notes, driver, cuda, rocm)

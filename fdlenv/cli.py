@@ -19,7 +19,7 @@ from . import __version__
 from .errors import EXIT_PERMANENT, EXIT_TRANSIENT, Fail
 
 # One module per command under fdlenv/commands; each defines add_parser(sub).
-COMMANDS = ("env", "run", "shell_hook")
+COMMANDS = ("env", "run", "shell_hook", "detect", "lock", "pack", "walkthrough", "join", "recipe", "build")
 
 EPILOG = """examples:
   fdlenv detect --json
@@ -28,14 +28,24 @@ EPILOG = """examples:
 """
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with fdlenv's error shape: usage, then one `error:` line, exit 2."""
+
+    def error(self, message: str):
+        self.print_usage(sys.stderr)
+        print(f"error: {self.prog}: {message}", file=sys.stderr)
+        sys.exit(EXIT_PERMANENT)
+
+
 def home_option(parser: argparse.ArgumentParser) -> None:
     """--home on a subcommand; FLODL_HOME and ~/.flodl otherwise."""
     parser.add_argument("--home", metavar="DIR", default=None,
                         help="fdlenv home (default $FLODL_HOME, else ~/.flodl)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The full parser, or just the `only` command's (the re-dial path pays for one module)."""
+    parser = Parser(
         prog="fdlenv",
         description="Locked libtorch environments and the flodl dial-in worker.",
         epilog=EPILOG,
@@ -44,9 +54,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"fdlenv {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for name in COMMANDS:
+    for name in COMMANDS if only is None else (only,):
         importlib.import_module(f"fdlenv.commands.{name}").add_parser(sub)
     return parser
+
+
+def _command_of(argv: list[str]) -> str | None:
+    """The module name of the command in argv, when it names one (else None: full help)."""
+    for arg in argv:
+        if not arg.startswith("-"):
+            name = arg.replace("-", "_")
+            return name if name in COMMANDS else None
+    return None
 
 
 def split_tail(argv: list[str]) -> tuple[list[str], list[str] | None]:
@@ -59,7 +78,7 @@ def split_tail(argv: list[str]) -> tuple[list[str], list[str] | None]:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     head, tail = split_tail(argv)
-    args = build_parser().parse_args(head)
+    args = build_parser(_command_of(head)).parse_args(head)
     args.tail = tail
     try:
         return int(args.func(args) or 0)

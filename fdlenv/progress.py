@@ -30,3 +30,31 @@ class Ticker:
         if now - self._last >= self._every:
             self._last = now
             say(self._message() if callable(self._message) else self._message)
+
+
+class during:
+    """`with during("compiling x"):` says the message, then repeats it with the
+    elapsed time every `every` seconds from a background thread, for work that
+    has no progress hook of its own (a compiler, a compressor)."""
+
+    def __init__(self, message: str, every: float = 5.0):
+        import threading
+
+        self._message = message
+        self._every = every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        start = time.monotonic()
+        while not self._stop.wait(self._every):
+            say(f"{self._message} ... {time.monotonic() - start:.0f} s")
+
+    def __enter__(self) -> "during":
+        say(f"{self._message} ...")
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()

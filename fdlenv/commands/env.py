@@ -87,12 +87,9 @@ def resolve_variant(token: str | None, home) -> str:
         raise Fail.permanent("--libtorch: no variant given and none active; accepted: " + variants.ACCEPTED)
     name = variants.parse_token(token)
     if name == "auto":
-        from ..hw.routing import route
+        from ..hw.routing import choose
         from ..hw.survey import survey
-        r = route(survey())
-        if r.variant is None:
-            raise Fail.permanent(f"--libtorch auto: {r.reason}")
-        return r.variant
+        return choose(survey())
     return name
 
 

@@ -1,0 +1,170 @@
+"""fdlenv.lock.lock_envs: real solves on local channels -> conda-lock v1 files."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+from conda_lock.lockfile import parse_conda_lock_file
+from helpers_conda import Pkg, channel_url, make_channel, make_wheel, write_env
+
+from fdlenv.errors import Fail
+from fdlenv.home import Home
+from fdlenv.lock import lock_envs
+
+
+def _pkgs():
+    return [
+        Pkg("libtorch-cpu", "2.10.0", depends=["zlib >=1.2", "__glibc >=2.17"],
+            files={"libtorch/lib/libtorch.so": b"cpu"}),
+        Pkg("libtorch-cu126", "2.10.0", depends=["zlib", "__cuda >=12.6"],
+            files={"libtorch/lib/libtorch.so": b"cu126"}),
+        Pkg("zlib", "1.2", files={"lib/libz.so": b"old"}),
+        Pkg("zlib", "1.3", files={"lib/libz.so": b"new"}),
+        Pkg("cmake", "3.30", noarch="generic", files={"share/cmake.txt": "cmake"}),
+    ]
+
+
+@pytest.fixture
+def home(tmp_path) -> Home:
+    h = Home(tmp_path / "home")
+    make_channel(h.channel, _pkgs())
+    return h
+
+
+def _envs(tmp_path: Path) -> Path:
+    envs = tmp_path / "envs"
+    write_env(envs, "cpu", ["flodl"], ["flodl::libtorch-cpu 2.10.0", "cmake"])
+    write_env(envs, "cu126", ["flodl"], ["libtorch-cu126 >=2.10", "cmake"])
+    return envs
+
+
+def _digests(path: Path) -> tuple[str, str]:
+    data = path.read_bytes()
+    return hashlib.md5(data).hexdigest(), hashlib.sha256(data).hexdigest()
+
+
+def test_lock_two_variants_categories_and_real_hashes(tmp_path, home):
+    out = tmp_path / "conda-lock.yml"
+    assert lock_envs(_envs(tmp_path), out, home=home) == [out]
+    lf = parse_conda_lock_file(out)
+    by_name = {p.name: p for p in lf.package}
+    assert set(by_name) == {"libtorch-cpu", "libtorch-cu126", "zlib", "cmake"}
+    assert by_name["zlib"].categories == {"main"}          # both variants need it
+    assert by_name["cmake"].categories == {"main"}
+    assert by_name["libtorch-cpu"].categories == {"cpu"}
+    assert by_name["libtorch-cu126"].categories == {"cu126"}
+    assert by_name["zlib"].version == "1.3"                 # highest that satisfies
+    assert lf.metadata.platforms == ["linux-64"]
+    assert lf.metadata.custom_metadata == {"fdlenv.variants": "cpu cu126"}
+    for p in lf.package:
+        archive = Path(p.url.removeprefix("file://"))
+        assert archive.is_file() and archive.parent.parent == home.channel
+        assert (p.hash.md5, p.hash.sha256) == _digests(archive)
+    assert by_name["cmake"].url.split("/")[-2] == "noarch"
+    assert by_name["libtorch-cpu"].dependencies == {"__glibc": ">=2.17", "zlib": ">=1.2"}
+
+
+def test_lock_is_byte_stable(tmp_path, home):
+    envs = _envs(tmp_path)
+    a, b = tmp_path / "a" / "conda-lock.yml", tmp_path / "b" / "conda-lock.yml"
+    lock_envs(envs, a, home=home)
+    lock_envs(envs, b, home=home)
+    first = a.read_bytes()
+    assert first == b.read_bytes()
+    lock_envs(envs, a, home=home)
+    assert a.read_bytes() == first
+    assert b"created_at" not in first
+
+
+def test_one_variant_lock_uses_its_own_category(tmp_path, home):
+    out = tmp_path / "conda-lock.yml"
+    lock_envs(_envs(tmp_path), out, variants=["12.6"], home=home)
+    lf = parse_conda_lock_file(out)
+    assert {c for p in lf.package for c in p.categories} == {"cu126"}
+    assert lf.metadata.sources == ["envs/cu126.yml"]
+
+
+def test_virtual_packages_are_declared_not_detected(tmp_path, home):
+    envs = tmp_path / "envs"
+    # cpu declares no __cuda: a package needing it cannot be solved for cpu,
+    # whatever GPU the solving machine has (none here).
+    write_env(envs, "cpu", ["flodl"], ["libtorch-cu126"])
+    with pytest.raises(Fail) as e:
+        lock_envs(envs, tmp_path / "x.yml", home=home)
+    assert "__cuda" in str(e.value) and not e.value.transient
+    make_channel(home.channel, [Pkg("needs-cu128", "1", depends=["__cuda >=12.8"])])
+    write_env(envs, "cu126", ["flodl"], ["needs-cu128"])
+    with pytest.raises(Fail, match="__cuda"):
+        lock_envs(envs, tmp_path / "x.yml", variants=["cu126"], home=home)
+    write_env(envs, "cu128", ["flodl"], ["needs-cu128"])
+    lock_envs(envs, tmp_path / "y.yml", variants=["cu128"], home=home)
+    assert [p.name for p in parse_conda_lock_file(tmp_path / "y.yml").package] == ["needs-cu128"]
+    assert not (tmp_path / "x.yml").exists()
+
+
+def test_platforms_env_file_over_flag(tmp_path, home):
+    make_channel(home.channel, [Pkg("zlib", "1.3", subdir="linux-aarch64", files={"lib/libz.so": b"arm"})])
+    envs = tmp_path / "envs"
+    write_env(envs, "cpu", ["flodl"], ["zlib"], platforms=None)
+    out = tmp_path / "conda-lock.yml"
+    lock_envs(envs, out, platforms=["linux-aarch64", "linux-64"], home=home)
+    lf = parse_conda_lock_file(out)
+    assert sorted(p.platform for p in lf.package) == ["linux-64", "linux-aarch64"]
+    assert {p.platform: p.url.split("/")[-2] for p in lf.package} == {
+        "linux-64": "linux-64", "linux-aarch64": "linux-aarch64"}
+    write_env(envs, "cpu", ["flodl"], ["zlib"], platforms=["linux-aarch64"])
+    lock_envs(envs, out, platforms=["linux-64"], home=home)
+    assert [p.platform for p in parse_conda_lock_file(out).package] == ["linux-aarch64"]
+
+
+def test_pip_wheel_entry_hashed_from_the_file(tmp_path, home):
+    wheel = make_wheel(tmp_path / "envs" / "wheels", "tiny-thing", "0.3.1")
+    envs = tmp_path / "envs"
+    write_env(envs, "cpu", ["flodl"], ["zlib", {"pip": ["./wheels/" + wheel.name]}])
+    out = tmp_path / "conda-lock.yml"
+    lock_envs(envs, out, home=home)
+    pip = [p for p in parse_conda_lock_file(out).package if p.manager == "pip"]
+    assert len(pip) == 1
+    md5, sha = _digests(wheel)
+    assert (pip[0].name, pip[0].version, pip[0].url) == ("tiny-thing", "0.3.1", wheel.resolve().as_uri())
+    assert (pip[0].hash.md5, pip[0].hash.sha256) == (md5, sha)
+    assert pip[0].categories == {"cpu"}
+
+
+def test_mirror_maps_the_flodl_alias(tmp_path, home):
+    other = make_channel(tmp_path / "mirror" / "flodl", [Pkg("zlib", "9.9", files={"lib/z": b"m"})])
+    envs = tmp_path / "envs"
+    write_env(envs, "cpu", ["flodl"], ["zlib"])
+    out = tmp_path / "conda-lock.yml"
+    lock_envs(envs, out, mirrors={"flodl": channel_url(other)}, home=home)
+    (p,) = parse_conda_lock_file(out).package
+    assert p.version == "9.9" and p.url.startswith(channel_url(other) + "/linux-64/")
+
+
+@pytest.mark.parametrize("body, field", [
+    ("channels: []\ndependencies: [zlib]\n", "channels"),
+    ("channels: [flodl]\ndependencies: [{pip: [numpy>=2]}]\n", "pip"),
+    ("channels: [flodl]\ndependencies: [[zlib]]\n", "dependencies"),
+    ("channels: [flodl]\ndependencies: ['zlib >>>= 1']\n", "dependencies"),
+    (": [\n", "not YAML"),
+])
+def test_bad_env_files_fail_permanently(tmp_path, home, body, field):
+    envs = tmp_path / "envs"
+    envs.mkdir()
+    (envs / "cpu.yml").write_text(body)
+    with pytest.raises(Fail) as e:
+        lock_envs(envs, tmp_path / "out.yml", home=home)
+    assert field in str(e.value) and e.value.exit_code == 2
+    assert not (tmp_path / "out.yml").exists()
+
+
+def test_unknown_variant_and_empty_envs_dir(tmp_path, home):
+    (tmp_path / "envs").mkdir()
+    with pytest.raises(Fail, match="holds no env file"):
+        lock_envs(tmp_path / "envs", tmp_path / "o.yml", home=home)
+    with pytest.raises(Fail, match="unknown variant"):
+        lock_envs(tmp_path / "envs", tmp_path / "o.yml", variants=["cu999"], home=home)
+    with pytest.raises(Fail, match="no env file"):
+        lock_envs(tmp_path / "envs", tmp_path / "o.yml", variants=["cu128"], home=home)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -134,33 +135,34 @@ def test_concurrent_realisations_build_each_env_once(tmp_path):
         assert not verify(env, full=True).problems
 
 
+@contextlib.contextmanager
+def tmpfs(path, size: str):
+    """A small tmpfs at `path` for the test's duration; skips where mounting is not allowed."""
+    path.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)])
+
+
 def test_full_disk_cleans_staging_and_says_where(tmp_path):
     w = make_world(tmp_path, extra=[Pkg("bulky", "1.0", files={"share/bulk.bin": os.urandom(6 << 20)})])
     write_env(w.envs, "cpu", ["flodl"], ["libtorch-cpu", "bulky"])
     lock_envs(w.envs, w.lock, home=w.home)
-    tiny = tmp_path / "tiny"
-    tiny.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(tiny)],
-                      capture_output=True).returncode != 0:
-        pytest.skip("cannot mount a small tmpfs here (needs root)")
-    try:
+    with tmpfs(tmp_path / "tiny", "3m") as tiny:
         res = _realise(w, home=tiny / "home")
         assert res.returncode == 1, res.stderr
         assert "no space left" in res.stderr and str(tiny / "home") in res.stderr
         assert not list((tiny / "home" / "staging").iterdir())
         assert not (tiny / "home" / "envs").exists() or not list((tiny / "home" / "envs").iterdir())
-    finally:
-        subprocess.run(["umount", str(tiny)])
 
 
 def test_copy_instead_of_hardlink_is_reported(tmp_path):
     w = make_world(tmp_path)
-    other_fs = tmp_path / "otherfs"
-    other_fs.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(other_fs)],
-                      capture_output=True).returncode != 0:
-        pytest.skip("cannot mount a tmpfs here (needs root)")
-    try:
+    with tmpfs(tmp_path / "otherfs", "64m") as other_fs:
         w.home.root.mkdir(parents=True, exist_ok=True)
         os.symlink(other_fs, w.home.pkgs)               # cache on another filesystem than envs/
         res = _realise(w)
@@ -169,5 +171,3 @@ def test_copy_instead_of_hardlink_is_reported(tmp_path):
         env = json.loads(res.stdout)
         manifest = json.loads(open(os.path.join(env["path"], ".fdlenv/manifest.json")).read())
         assert "libtorch-cpu" in manifest["links"]["copied"]
-    finally:
-        subprocess.run(["umount", str(other_fs)])

@@ -1,0 +1,139 @@
+"""Wall time of a no-change `fdlenv build` re-dial, against `python -c pass`.
+
+The re-dial case: the tree was fetched and built before and nothing changed.
+What remains is fdlenv's own work: import, spec parse, rsync (file://) or
+`git ls-remote` (git+file://), a stat walk of the tree, the cached manifest,
+and finding `builds/<key>/`. The store is stubbed (its own fast path is the
+store's bench), so the figure is the source step alone. Goal: under 60 ms
+over `python -c pass`. A last line times the whole `fdlenv build` command with
+the real store (an env realised from a test lock) when py-rattler is present.
+
+    python bench/build.py [--files 300] [--runs 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REDIAL = """
+import sys
+from pathlib import Path
+from fdlenv import cli
+from fdlenv.commands import build as cmd
+cli.COMMANDS = ("build",)
+class Env:
+    variant, key, path, libtorch_root = "cpu", "e" * 64, Path("/nonexistent"), Path("/nonexistent")
+cmd._environment = lambda home, variant, lock: (Env, {"PATH": "/usr/bin:/bin", "LIBTORCH_PATH": "/x"})
+sys.exit(cli.main(["build", "--home", sys.argv[1], "--libtorch", "cpu", "--source", sys.argv[2]]))
+"""
+
+RECIPE = "mkdir -p target/release && cp src/f0.rs target/release/train"
+
+
+# An installed package has its bytecode compiled; a dev shell may forbid writing it.
+ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
+def timed(argv: list[str], runs: int) -> tuple[float, float]:
+    """(median, min) wall seconds; min is the figure least disturbed by other load."""
+    samples = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        subprocess.run(argv, check=True, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        samples.append(time.perf_counter() - t)
+    return statistics.median(samples), min(samples)
+
+
+def ms(pair: tuple[float, float]) -> str:
+    return f"median {pair[0] * 1000:6.1f} ms  min {pair[1] * 1000:6.1f} ms"
+
+
+def make_tree(root: Path, files: int) -> None:
+    (root / "src").mkdir(parents=True)
+    for i in range(files):
+        (root / "src" / f"f{i}.rs").write_text(f"pub fn f{i}() -> u32 {{ {i} }}\n" * 20)
+    (root / ".fdl-run.yml").write_text(f"bin: target/release/train\nbuild: {RECIPE}\nargs: []\n")
+
+
+def git(*args: str, cwd: Path) -> None:
+    env = dict(os.environ, GIT_AUTHOR_NAME="b", GIT_AUTHOR_EMAIL="b@b",
+               GIT_COMMITTER_NAME="b", GIT_COMMITTER_EMAIL="b@b")
+    subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--files", type=int, default=300)
+    ap.add_argument("--runs", type=int, default=15)
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        make_tree(tmp / "src", a.files)
+        git("init", "-q", "--bare", str(tmp / "repo.git"), cwd=tmp)
+        git("init", "-q", cwd=tmp / "src")
+        git("add", "-A", cwd=tmp / "src")
+        git("commit", "-qm", "v1", cwd=tmp / "src")
+        git("push", "-q", str(tmp / "repo.git"), "HEAD:refs/heads/main", cwd=tmp / "src")
+        specs = {"file://": f"file://{tmp / 'src'}", "git+file://": f"git+file://{tmp / 'repo.git'}#main"}
+        home = str(tmp / "home")
+        for spec in specs.values():  # first dial: fetch and build
+            subprocess.run([sys.executable, "-c", REDIAL, home, spec], check=True, env=ENV,
+                           stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        time.sleep(2.2)  # past the digest cache's racy window, as any real re-dial is
+        for spec in specs.values():  # warm the per-file cache once
+            subprocess.run([sys.executable, "-c", REDIAL, home, spec], check=True, env=ENV,
+                           stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        base = timed([sys.executable, "-c", "pass"], a.runs)
+        rsync = timed(["rsync", "-a", "--delete", f"{tmp / 'src'}/", f"{tmp / 'copy'}/"], a.runs)
+        print(f"python -c pass                  {ms(base)}")
+        print(f"rsync alone ({a.files} files)       {ms(rsync)}")
+        for name, spec in specs.items():
+            t = timed([sys.executable, "-c", REDIAL, home, spec], a.runs)
+            own = (t[0] - base[0], t[1] - base[1])
+            print(f"re-dial {name:<12}        {ms(t)}")
+            print(f"  fdlenv's own (minus pass)     {ms(own)}   goal < 60 ms")
+            if name == "file://":
+                print(f"  ... and minus rsync           {ms((own[0] - rsync[0], own[1] - rsync[1]))}")
+        real_store(tmp, specs["file://"], base, a.runs)
+
+
+WORLD = """
+import sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from helpers_store import make_world
+w = make_world(Path(sys.argv[2]))
+print(w.lock)
+print(w.home.root)
+"""
+
+
+def real_store(tmp: Path, spec: str, base: tuple[float, float], runs: int) -> None:
+    """The full command: CLI, store fast path, activation map, source step."""
+    # In a child: this script's own name (`build`) would shadow the PyPA
+    # `build` module that conda-lock imports.
+    tests = Path(__file__).resolve().parent.parent / "tests"
+    made = subprocess.run([sys.executable, "-c", WORLD, str(tests), str(tmp / "world")], env=ENV,
+                          cwd=tmp, capture_output=True, text=True)
+    if made.returncode != 0:
+        print(f"full `fdlenv build` with the real store: skipped ({made.stderr.strip()[-200:]})")
+        return
+    lock, home = made.stdout.split()
+    argv = [sys.executable, "-m", "fdlenv", "build", "--libtorch", "cpu", "--lock", lock,
+            "--home", home, "--source", spec, "--json"]
+    for _ in range(2):
+        subprocess.run(argv, check=True, env=ENV, capture_output=True)
+    t = timed(argv, runs)
+    print(f"full `fdlenv build`, real store {ms(t)}")
+    print(f"  fdlenv's own (minus pass)     {ms((t[0] - base[0], t[1] - base[1]))}")
+
+
+if __name__ == "__main__":
+    main()

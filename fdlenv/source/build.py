@@ -1,0 +1,157 @@
+"""The content-keyed build: run the recipe once per (tree, env, recipe).
+
+Build key = sha256 over (tree content digest, env key, recipe, cwd, bin).
+`builds/<key>/` is published by rename, so it either holds the artifact or
+does not exist; when it holds it the recipe is not run at all, and that check
+comes before any lock (locking imports filelock, 85 ms). Otherwise, under
+`locks/build-<key>.lock`, the check is repeated (a racing prepare may have
+published meanwhile), the recipe runs in the source tree itself (so cargo's
+`target/` keeps it incremental), and the artifact is copied out.
+
+The caller passes the env (anything with key, path, variant) and the complete
+child environment, so this module never imports the store.
+Not in the key: the host's own toolchain (rustc outside the tree's
+rust-toolchain file); a host upgrade does not force a rebuild.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import variants
+from ..errors import Fail
+from ..home import Home
+from ..progress import say
+from . import toolkit
+from .manifest import RunManifest
+
+DEFAULT_RECIPE = "cargo build --release"
+KEY_SCHEMA = 1
+META = ".fdlenv-build.json"
+
+
+@dataclass(frozen=True)
+class Recipe:
+    build: str
+    cwd: str           # relative to the tree; "" is the root
+    bin: str           # relative to cwd
+    default: bool      # the default recipe: needs cargo on PATH
+
+
+@dataclass(frozen=True)
+class Built:
+    bin: Path          # the published artifact, builds/<key>/<name>
+    cwd: Path          # <tree>/<cwd>, where the binary runs
+    key: str
+    built: bool        # False: reused, the recipe did not run
+
+
+def resolve(manifest: RunManifest | None, cwd: str | None = None,
+            build: str | None = None, bin: str | None = None) -> Recipe:
+    """Merge the run manifest over the box's own settings, field by field."""
+    if manifest is not None:
+        cwd, build, bin = manifest.cwd or cwd, manifest.build or build, manifest.bin
+    elif not bin:
+        raise Fail.retry("the source has no run manifest (.fdl-run.yml) and no binary is named: "
+                         "publish a run on the controller (`fdl publish`), or name it with --source-bin")
+    return Recipe(build or DEFAULT_RECIPE, (cwd or "").strip("/"), bin, not build)
+
+
+def build_key(tree_content: str, env_key: str, recipe: Recipe) -> str:
+    blob = json.dumps({"schema": KEY_SCHEMA, "tree": tree_content, "env": env_key,
+                       "recipe": recipe.build, "cwd": recipe.cwd, "bin": recipe.bin},
+                      sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _inside(path: Path, root: Path) -> bool:
+    p, r = os.path.realpath(path), os.path.realpath(root)
+    return p == r or p.startswith(r + os.sep)
+
+
+def project_dir(tree: Path, recipe: Recipe) -> Path:
+    project = tree / recipe.cwd
+    if not _inside(project, tree) or not project.is_dir():
+        raise Fail.permanent(f"cwd {recipe.cwd!r} names no directory in the fetched source {tree}; "
+                             "it must be a directory inside the tree")
+    return project
+
+
+def _vendor(env) -> str:
+    v = env.variant
+    return v.vendor if isinstance(v, variants.Variant) else variants.get(v).vendor
+
+
+def _run_recipe(recipe: Recipe, project: Path, env, environ: dict) -> None:
+    if recipe.default and not shutil.which("cargo", path=environ.get("PATH")):
+        raise Fail.permanent("the default recipe `cargo build --release` needs cargo, which is not on "
+                             "PATH; install Rust with rustup (https://rustup.rs) or name a recipe")
+    say(f"source: building in {project} — {recipe.build}")
+    try:
+        # stdout joins stderr: the compiler's output streams to the terminal or
+        # journal, and fdlenv's own stdout stays clean for --json.
+        rc = subprocess.run(["sh", "-c", recipe.build], cwd=project, env=environ,
+                            stdin=subprocess.DEVNULL, stdout=2).returncode
+    except OSError as e:
+        raise Fail.permanent(f"cannot start the build recipe in {project}: {e}")
+    if rc == 0:
+        return
+    vendor = _vendor(env)
+    if vendor in ("nvidia", "amd"):
+        root = toolkit.toolkit_root(vendor, environ)
+        dirs = [root / "include", Path(env.path) / "include", *Path(env.path).glob("targets/*/include")]
+        missing = toolkit.missing_headers(vendor, dirs, environ)
+        if missing:
+            raise Fail.permanent(f"the build in {project} failed (exit {rc}) and "
+                                 + toolkit.gap_message(vendor, root, missing))
+    raise Fail.retry(f"the source in {project} does not build (`{recipe.build}` exit {rc}); "
+                     "fix it at the source; this box picks the fix up on its next dial")
+
+
+def _publish(home: Home, key: str, artifact: Path, meta: dict) -> None:
+    stage = home.builds / f".staging-{key}-{os.getpid()}"
+    stage.mkdir()
+    shutil.copy2(artifact, stage / artifact.name)
+    (stage / META).write_text(json.dumps(meta, indent=1, sort_keys=True))
+    for f in (stage / artifact.name, stage / META):
+        with open(f, "rb") as fh:
+            os.fsync(fh.fileno())
+    os.rename(stage, home.builds / key)
+
+
+def build(home: Home, tree: Path, tree_content: str, env, environ: dict, recipe: Recipe) -> Built:
+    """The artifact for this tree in this env: reused when published, else built."""
+    project = project_dir(tree, recipe)
+    key = build_key(tree_content, env.key, recipe)
+    name = Path(recipe.bin).name
+    published = home.builds / key / name
+    if published.is_file():
+        return Built(published, project, key, False)
+    from ..locking import exclusive  # filelock: only when there is work
+
+    home.ensure(home.builds)
+    with exclusive(home.locks / f"build-{key}.lock", f"building {key[:16]}"):
+        if published.is_file():
+            say(f"source: reusing the build another process just published ({key[:16]})")
+            return Built(published, project, key, False)
+        # A killed run's staging, or a key dir someone emptied by hand, would
+        # block the publishing rename; both are safe to drop under the lock.
+        for debris in [*home.builds.glob(f".staging-{key}-*"), home.builds / key]:
+            shutil.rmtree(debris, ignore_errors=True)
+        _run_recipe(recipe, project, env, environ)
+        artifact = project / recipe.bin
+        if not artifact.is_file() or not _inside(artifact, tree):
+            raise Fail.permanent(
+                f"the build succeeded but bin {recipe.bin!r} is not a file at {artifact} "
+                "(bin is relative to cwd; cargo puts it at target/release/<name>)")
+        _publish(home, key, artifact, {"key": key, "tree": tree_content, "env": env.key,
+                                       "recipe": recipe.build, "cwd": recipe.cwd, "bin": recipe.bin,
+                                       "created": time.time()})
+    return Built(published, project, key, True)

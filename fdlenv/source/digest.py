@@ -1,0 +1,128 @@
+"""Tree digest (the build key's content part) and the `.fdl-run.sha256` check.
+
+The tree is every regular file and symlink under the root, skipping `target/`
+and `.git/` at any depth, `/libtorch/` at the root (the rsync excludes) and
+the two run files at the root (a re-publish with a new run nonce but the same
+code must not rebuild). `sha256` is the reference's TreeDigest: the sha256 of
+the `sha256sum`-format listing (`<hex>  <rel>\n`, sorted, `/`-joined);
+`content` also covers symlinks and is what the build key uses.
+
+Cheap when nothing changed: each file's sha256 is cached in the source's
+state under (size, mtime_ns, ctime_ns, inode), so a re-dial only stats.
+A file touched within RACY_NS before it was hashed is not cached: a second
+write inside one timestamp tick would leave its stat unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import Fail
+from .state import State
+
+MANIFEST = ".fdl-run.yml"
+SIDECAR = ".fdl-run.sha256"
+RACY_NS = 2_000_000_000
+_SKIP_ANY = frozenset({"target", ".git"})
+_SKIP_ROOT = frozenset({"libtorch", MANIFEST, SIDECAR})
+
+
+@dataclass(frozen=True)
+class TreeDigest:
+    sha256: str    # reference-compatible: regular files only
+    files: int
+    bytes: int
+    content: str   # sha256 + symlinks: the build key's input
+
+
+@dataclass(frozen=True)
+class Scan:
+    hashes: dict[str, str]     # rel -> sha256, regular files
+    sizes: dict[str, int]
+    links: dict[str, str]      # rel -> link target
+
+    def digest(self) -> TreeDigest:
+        listing = "".join(f"{self.hashes[r]}  {r}\n" for r in sorted(self.hashes)).encode()
+        content = hashlib.sha256(listing)
+        for rel in sorted(self.links):
+            content.update(f"link {self.links[rel]}  {rel}\n".encode())
+        return TreeDigest(hashlib.sha256(listing).hexdigest(), len(self.hashes),
+                          sum(self.sizes.values()), content.hexdigest())
+
+
+def _walk(root: str, rel: str, out_files: list, out_links: dict) -> None:
+    with os.scandir(os.path.join(root, rel) if rel else root) as it:
+        for e in it:
+            name = e.name
+            if name in _SKIP_ANY or (not rel and name in _SKIP_ROOT):
+                continue
+            r = f"{rel}/{name}" if rel else name
+            if e.is_symlink():
+                out_links[r] = os.readlink(e.path)
+            elif e.is_dir():
+                _walk(root, r, out_files, out_links)
+            elif e.is_file():
+                out_files.append((r, e.stat(follow_symlinks=False)))
+
+
+def scan(tree: Path, state: State | None = None) -> Scan:
+    """Hash the tree, re-reading only files whose stat tuple changed."""
+    cache = (state.get("files") if state else None) or {}
+    files: list = []
+    links: dict[str, str] = {}
+    _walk(str(tree), "", files, links)
+    fresh: dict[str, list] = {}
+    hashes: dict[str, str] = {}
+    sizes: dict[str, int] = {}
+    now = time.time_ns()
+    for rel, st in files:
+        key = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+        hit = cache.get(rel)
+        if hit is not None and hit[:4] == key:
+            sha = hit[4]
+        else:
+            with open(os.path.join(tree, rel), "rb") as f:
+                sha = hashlib.file_digest(f, "sha256").hexdigest()
+        if max(st.st_mtime_ns, st.st_ctime_ns) < now - RACY_NS:
+            fresh[rel] = key + [sha]
+        hashes[rel], sizes[rel] = sha, st.st_size
+    if state is not None:
+        state.put("files", fresh)
+    return Scan(hashes, sizes, links)
+
+
+def sidecar_text(s: Scan) -> str:
+    """`sha256sum -c`-compatible listing, as publish writes it."""
+    return "".join(f"{s.hashes[r]}  {r}\n" for r in sorted(s.hashes))
+
+
+def verify(tree: Path, expected_sha256: str, s: Scan, limit: int = 5) -> None:
+    """Check the tree against the published sidecar; every deviation is transient."""
+    path = tree / SIDECAR
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise Fail.retry(f"{path} is missing although the run manifest names a digest "
+                         "(pulled mid-publish?); the next dial fetches a coherent tree")
+    if hashlib.sha256(raw).hexdigest() != expected_sha256:
+        raise Fail.retry(f"{path} is not the one the run manifest names "
+                         "(fetched across two different publishes); retrying")
+    listed: dict[str, str] = {}
+    for line in raw.decode(errors="replace").splitlines():
+        sha, sep, rel = line.partition("  ")
+        listed[rel] = sha if sep else ""
+    problems = []
+    for rel, sha in sorted(listed.items()):
+        if rel not in s.hashes:
+            problems.append(f"{rel} is missing")
+        elif s.hashes[rel] != sha:
+            problems.append(f"{rel} differs")
+    problems += [f"{rel} is not in the published set" for rel in sorted(s.hashes) if rel not in listed]
+    if problems:
+        more = f" and {len(problems) - limit} more" if len(problems) > limit else ""
+        raise Fail.retry(f"fetched tree {tree} does not match its published digest: "
+                         f"{'; '.join(problems[:limit])}{more}")

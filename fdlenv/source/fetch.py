@@ -1,0 +1,228 @@
+"""Make `source/<spec-hash>/` match its spec, incrementally and mtime-preserving.
+
+cargo fingerprints by mtime, so a fetch that restamps files turns every dial
+into a cold build: rsync runs with `-a` and git only rewrites files whose
+content changed. `target/` survives both (rsync excludes it from `--delete`;
+git leaves untracked files alone), so cargo stays incremental.
+
+The tree is tool-owned and shared by every process using the spec: hold
+`claimed()` from the fetch through the build, or another process may move
+the tree between its digest and the build that the digest names.
+
+A git re-dial costs no gitpython import (90 ms): when the ref still resolves
+(`git ls-remote`, or the ref itself for a full commit id) to the commit that
+is checked out and the tree digest equals the one recorded after that
+checkout, nothing is fetched.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import Fail
+from ..home import Home
+from ..progress import say
+from . import digest
+from .spec import GitSpec, LocalSpec, RsyncSpec, Spec, spec_hash
+from .state import State
+from .toolkit import install_hint
+
+EXCLUDES = ("--exclude=target/", "--exclude=/libtorch/", "--exclude=.git/")
+# Refs a bare name resolves to, in git's own order (refs.c ref_rev_parse_rules).
+_DWIM = ("{}", "refs/{}", "refs/tags/{}", "refs/heads/{}", "refs/remotes/{}", "refs/remotes/{}/HEAD")
+_GIT_ENV = {"GIT_TERMINAL_PROMPT": "0"}   # a credential prompt would wedge a systemd unit
+
+
+@dataclass(frozen=True)
+class SshOpts:
+    """The join's ssh block, as far as a source pull uses it (config.SshConfig fits too)."""
+    identity_file: str | None = None
+    options: tuple[str, ...] = ()
+
+
+@dataclass
+class Fetched:
+    spec: Spec
+    tree: Path
+    scan: digest.Scan
+    digest: digest.TreeDigest
+    state: State
+    note: str
+
+
+def source_dir(home: Home, spec: Spec) -> Path:
+    return home.source / spec_hash(spec)
+
+
+@contextmanager
+def claimed(home: Home, spec: Spec):
+    """Exclusive use of the spec's tree (fcntl: no import cost, freed if we die)."""
+    home.ensure(home.locks)
+    fd = os.open(home.locks / f"source-{spec_hash(spec)}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say(f"waiting for another process using the source {spec.origin}")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _rsh_word(arg: str) -> str:
+    """Quote one word for rsync's own `-e` splitter (spaces split; quotes group)."""
+    if not any(c in arg for c in " '\""):
+        return arg
+    if "'" not in arg:
+        return f"'{arg}'"
+    if '"' not in arg:
+        return f'"{arg}"'
+    raise Fail.permanent(f"ssh setting {arg!r} holds both quote kinds; rsync's -e cannot carry it")
+
+
+def rsh_command(spec: RsyncSpec, ssh: SshOpts | None) -> str:
+    """`ssh [-p] [-i] -o BatchMode=yes [-o user…] -o StrictHostKeyChecking=accept-new`.
+
+    OpenSSH keeps the first value per key: BatchMode=yes leads so no option
+    can bring a passphrase prompt back; user options precede the default.
+    """
+    ssh = ssh or SshOpts()
+    words = ["ssh"]
+    if spec.port:
+        words += ["-p", str(spec.port)]
+    if ssh.identity_file:
+        words += ["-i", ssh.identity_file]
+    words += ["-o", "BatchMode=yes"]
+    for opt in ssh.options:
+        key, _, value = opt.partition("=")
+        if key.strip().lower() == "batchmode" and value.strip().lower() != "yes":
+            say(f"ignoring ssh option {opt!r} for {spec.host}: the pull never prompts")
+        words += ["-o", opt]
+    words += ["-o", "StrictHostKeyChecking=accept-new"]
+    return " ".join(_rsh_word(w) for w in words)
+
+
+def rsync_argv(spec: LocalSpec | RsyncSpec, dest: Path, ssh: SshOpts | None = None) -> list[str]:
+    argv = ["rsync", "-a", "--delete", *EXCLUDES]
+    if isinstance(spec, RsyncSpec):
+        argv += ["-e", rsh_command(spec, ssh), f"{spec.remote}/"]
+    else:
+        argv.append(f"{spec.path}/")
+    return argv + [f"{dest}/"]
+
+
+def _rsync(spec: LocalSpec | RsyncSpec, dest: Path, ssh: SshOpts | None) -> str:
+    local = isinstance(spec, LocalSpec)
+    if local and not os.path.isdir(spec.path):
+        raise Fail.permanent(f"--source: {spec.path} is not a directory on this box")
+    try:
+        proc = subprocess.run(rsync_argv(spec, dest, ssh), stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    except FileNotFoundError:
+        raise Fail.permanent(f"rsync is not installed; {install_hint(['rsync'])}")
+    if proc.returncode != 0:
+        err = proc.stderr.strip()[-800:]
+        if local:  # an unreadable file: a partial tree is a different program
+            raise Fail.permanent(f"copying {spec.path} failed (rsync exit {proc.returncode}): {err}")
+        raise Fail.retry(f"pulling {spec.remote} failed (rsync exit {proc.returncode}; host down, "
+                         f"wrong key or path, or a forced command refusing rsync): {err}")
+    return f"source: copied {spec.path}" if local else f"source: pulled {spec.remote}"
+
+
+def _git_env() -> dict:
+    env = dict(os.environ, **_GIT_ENV)
+    env.setdefault("GIT_SSH_COMMAND", "ssh -o BatchMode=yes")
+    return env
+
+
+def _remote_commit(spec: GitSpec) -> str | None:
+    """The commit the ref names now, when it can be told cheaply and unambiguously."""
+    if spec.pinned_sha:
+        return spec.ref
+    try:
+        proc = subprocess.run(["git", "ls-remote", "--", spec.url, spec.ref, spec.ref + "^{}"],
+                              env=_git_env(), stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True)
+    except OSError:
+        return None
+    if proc.returncode != 0:
+        return None  # let the real fetch say why
+    refs = {}
+    for line in proc.stdout.splitlines():
+        sha, _, name = line.partition("\t")
+        refs[name] = sha
+    hits = [r for r in (p.format(spec.ref) for p in _DWIM) if r in refs]
+    if len(hits) != 1:
+        return None  # absent or ambiguous: git decides
+    return refs.get(hits[0] + "^{}") or refs[hits[0]]
+
+
+def _head(dest: Path) -> str | None:
+    try:
+        return (dest / ".git" / "HEAD").read_text().strip()
+    except OSError:
+        return None
+
+
+def _git_checkout(spec: GitSpec, dest: Path) -> str:
+    """Shallow fetch of the ref and a forced detached checkout; returns the commit."""
+    try:
+        import git
+    except ImportError:
+        raise Fail.permanent(f"git is not installed; {install_hint(['git'])}")
+    try:
+        repo = git.Repo(dest) if (dest / ".git").is_dir() else git.Repo.init(dest)
+    except (git.GitError, OSError) as e:
+        raise Fail.permanent(f"cannot prepare a git checkout in {dest}: {e}")
+    for stale in ("index.lock", "shallow.lock"):  # a killed run's; we hold the tree
+        (dest / ".git" / stale).unlink(missing_ok=True)
+    env = _git_env()
+    try:
+        repo.git.fetch("--quiet", "--depth", "1", "--", spec.url, spec.ref, env=env)
+    except git.GitCommandError as e:
+        err = (e.stderr or "").strip()
+        if "unadvertised object" in err or "allow request for" in err:
+            raise Fail.permanent(
+                f"{spec.url} refuses a shallow fetch of the commit {spec.ref}: the server needs "
+                f"uploadpack.allowReachableSHA1InWant, or name a tag or branch instead ({err})")
+        raise Fail.retry(f"fetching {spec.ref} from {spec.url} failed: {err}")
+    try:
+        repo.git.checkout("--quiet", "--detach", "--force", "FETCH_HEAD", env=env)
+        return repo.git.rev_parse("HEAD")
+    except git.GitCommandError as e:
+        raise Fail.permanent(f"checking out {spec.ref} in {dest} failed: {(e.stderr or '').strip()}")
+
+
+def fetch(home: Home, spec: Spec, ssh: SshOpts | None = None) -> Fetched:
+    """Bring the spec's tree up to date and digest it. Hold `claimed()` around it."""
+    dest = source_dir(home, spec)
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise Fail.permanent(f"cannot create the source directory {dest}: {e}")
+    state = State.load(dest.with_name(dest.name + ".state.json"))
+    if not isinstance(spec, GitSpec):
+        note = _rsync(spec, dest, ssh)
+        s = digest.scan(dest, state)
+        state.save()
+        return Fetched(spec, dest, s, s.digest(), state, note)
+    last = state.get("git") or {}
+    commit = last.get("commit")
+    if commit and last.get("ref") == spec.ref and _head(dest) == commit == _remote_commit(spec):
+        s = digest.scan(dest, state)
+        d = s.digest()
+        if d.content == last.get("digest"):
+            state.save()
+            return Fetched(spec, dest, s, d, state, f"source: {spec.url} at {spec.ref} ({commit[:12]}) unchanged")
+    commit = _git_checkout(spec, dest)
+    s = digest.scan(dest, state)
+    d = s.digest()
+    state.put("git", {"ref": spec.ref, "commit": commit, "digest": d.content})
+    state.save()
+    return Fetched(spec, dest, s, d, state, f"source: checked out {spec.url} at {spec.ref} ({commit[:12]}) in {dest}")

@@ -1,0 +1,50 @@
+"""The small JSON beside each source tree: cached facts that keep a re-dial cheap.
+
+`source/<spec-hash>.state.json` holds the per-file digest cache, the parsed
+run manifest and the last git checkout, each under its own key. Everything in
+it is a cache keyed by what it describes (stat tuples, commit ids), so losing
+it costs only time: an unreadable file reads as empty, and a write goes
+through a temporary file and a rename so a reader never sees half of one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SCHEMA = 1
+
+
+@dataclass
+class State:
+    path: Path
+    data: dict = field(default_factory=dict)
+    dirty: bool = False
+
+    @classmethod
+    def load(cls, path: Path) -> "State":
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            data = {}
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+            data = {"schema": SCHEMA}
+        return cls(path, data)
+
+    def get(self, key: str):
+        return self.data.get(key)
+
+    def put(self, key: str, value) -> None:
+        if self.data.get(key) != value:
+            self.data[key] = value
+            self.dirty = True
+
+    def save(self) -> None:
+        if not self.dirty:
+            return
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(self.data, separators=(",", ":"), sort_keys=True))
+        os.replace(tmp, self.path)
+        self.dirty = False

@@ -1,0 +1,99 @@
+"""`fdlenv build` through the CLI front: JSON shape, exit codes, reuse on a re-dial."""
+
+import json
+
+import pytest
+
+from fdlenv import cli
+from fdlenv.commands import build as build_cmd
+from fdlenv.source import manifest
+from fdlenv.source.manifest import RunManifest
+
+from helpers_source import environ_for, fake_env, needs_rsync, write_tree
+
+RECIPE = 'mkdir -p target/release && printf "%s" "$FDL_TEST_ACTIVATED" > target/release/train'
+
+
+@pytest.fixture
+def fdlenv(monkeypatch, tmp_path, capsys):
+    """main() with only the build command, and a fake env instead of the store."""
+    monkeypatch.setattr(cli, "COMMANDS", ("build",))
+    env = fake_env(tmp_path)
+    seen = []
+
+    def fake_environment(home, variant, lock):
+        seen.append((variant, lock))
+        return env, environ_for(env)
+
+    monkeypatch.setattr(build_cmd, "_environment", fake_environment)
+
+    def run(*argv):
+        code = cli.main(["build", "--home", str(tmp_path / "home"), *argv])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    run.seen = seen
+    return run
+
+
+@needs_rsync
+def test_the_json_names_the_artifact_and_a_redial_reuses_it(fdlenv, tmp_path):
+    src = write_tree(tmp_path / "src", {"main.rs": "fn main(){}\n"})
+    m = RunManifest(bin="target/release/train", build=RECIPE, args=("--epochs", "2"), run="feedbeef" * 4)
+    (src / ".fdl-run.yml").write_text(manifest.dump(m))
+    code, out, err = fdlenv("--libtorch", "12.8", "--source", f"file://{src}", "--json")
+    assert code == 0, err
+    first = json.loads(out)
+    assert set(first) == {"bin", "cwd", "build_key", "built", "run_id", "args", "seconds"}
+    assert first["built"] is True and first["run_id"] == m.run and first["args"] == ["--epochs", "2"]
+    assert open(first["bin"]).read().startswith("from-") and len(first["build_key"]) == 64
+    assert set(first["seconds"]) >= {"fetch", "env", "build", "total"}
+    assert "run manifest: run feedbeef" in err
+    assert fdlenv.seen[0][0] == "cu128"  # the token is canonicalised before the store sees it
+    code, out, _ = fdlenv("--libtorch", "cu128", "--source", f"file://{src}", "--json", "--", "--lr", "1")
+    again = json.loads(out)
+    assert code == 0 and again["built"] is False and again["bin"] == first["bin"]
+    assert again["args"] == ["--lr", "1"]  # a `--` tail replaces the manifest's args
+
+
+@needs_rsync
+def test_a_lock_at_the_trees_root_is_used_when_none_is_given(fdlenv, tmp_path):
+    src = write_tree(tmp_path / "src", {"main.rs": "x", "conda-lock.yml": "version: 1\n"})
+    code, _, err = fdlenv("--libtorch", "cpu", "--source", f"file://{src}", "--source-build", RECIPE,
+                          "--source-bin", "target/release/train")
+    assert code == 0, err
+    assert fdlenv.seen[0][1].name == "conda-lock.yml" and fdlenv.seen[0][1].parent != src
+    assert "built" in err
+
+
+def test_a_broken_spec_exits_2_before_anything_moves(fdlenv, tmp_path):
+    code, out, err = fdlenv("--libtorch", "cpu", "--source", "git+https://h/r", "--json")
+    assert code == 2 and out == "" and err.startswith("error: --source:") and "not a pin" in err
+    assert not (tmp_path / "home" / "source").exists() and fdlenv.seen == []
+
+
+@needs_rsync
+def test_a_failing_build_exits_1_and_an_empty_one_exits_2(fdlenv, tmp_path):
+    src = write_tree(tmp_path / "src", {"main.rs": "x"})
+    code, out, err = fdlenv("--libtorch", "cpu", "--source", f"file://{src}", "--source-build", "exit 4",
+                            "--source-bin", "t", "--json")
+    assert code == 1 and out == "" and "exit 4" in err
+    code, _, err = fdlenv("--libtorch", "cpu", "--source", f"file://{src}", "--source-build", "true",
+                          "--source-bin", "t")
+    assert code == 2 and "is not a file" in err
+
+
+@needs_rsync
+def test_no_manifest_and_no_bin_is_transient(fdlenv, tmp_path):
+    src = write_tree(tmp_path / "src", {"main.rs": "x"})
+    code, _, err = fdlenv("--libtorch", "cpu", "--source", f"file://{src}")
+    assert code == 1 and "--source-bin" in err
+
+
+def test_the_help_carries_an_example(monkeypatch, capsys):
+    monkeypatch.setattr(cli, "COMMANDS", ("build",))
+    with pytest.raises(SystemExit) as e:
+        cli.main(["build", "--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert "examples:" in out and "fdlenv build --libtorch cpu --source file://" in out

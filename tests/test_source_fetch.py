@@ -74,6 +74,26 @@ def test_a_refetch_keeps_an_old_mtime_and_a_nested_build(tmp_path):
 
 
 @needs_rsync
+def test_an_unchanged_local_source_skips_rsync_and_any_change_brings_it_back(tmp_path):
+    home = Home(tmp_path / "home")
+    src = write_tree(tmp_path / "src", {"main.rs": "one\n", "sub/lib.rs": "lib\n"})
+    first = do_fetch(home, f"file://{src}")
+    assert first.note.startswith("source: copied")
+    assert do_fetch(home, f"file://{src}").note.endswith("unchanged since the last copy")
+    write_tree(first.tree, {"target/release/app": "built"})          # build output: still unchanged
+    assert do_fetch(home, f"file://{src}").note.endswith("unchanged since the last copy")
+    (src / "main.rs").write_text("two\n")                              # same size, new mtime
+    assert do_fetch(home, f"file://{src}").note.startswith("source: copied")
+    assert (first.tree / "main.rs").read_text() == "two\n"
+    (first.tree / "sub/lib.rs").write_text("tampered in the tool-owned copy\n")
+    again = do_fetch(home, f"file://{src}")
+    assert again.note.startswith("source: copied") and (first.tree / "sub/lib.rs").read_text() == "lib\n"
+    (src / "sub").rename(src / "moved")                                 # a directory appears/vanishes
+    do_fetch(home, f"file://{src}")
+    assert not (first.tree / "sub").exists() and (first.tree / "moved/lib.rs").is_file()
+
+
+@needs_rsync
 def test_a_path_with_shell_metacharacters_is_copied_as_data(tmp_path):
     src = tmp_path / "a b;$(touch PWNED)`touch PWNED2`'q'\"d\"&x"
     write_tree(src, {"main.rs": "fn main(){}\n"})

@@ -19,7 +19,7 @@ from . import __version__
 from .errors import EXIT_PERMANENT, EXIT_TRANSIENT, Fail
 
 # One module per command under fdlenv/commands; each defines add_parser(sub).
-COMMANDS = ("env", "run", "shell_hook", "detect", "lock", "pack", "walkthrough", "join", "recipe", "build")
+COMMANDS = ("env", "run", "shell_hook", "detect", "lock", "pack", "walkthrough", "join", "recipe", "build", "prepare")
 
 EPILOG = """examples:
   fdlenv detect --json

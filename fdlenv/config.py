@@ -32,7 +32,6 @@ from .errors import Fail
 
 DEFAULT_CONTROLLER_HOST = "127.0.0.1"
 DEFAULT_CONTROLLER_PORT = 1337
-DEFAULT_DATA_MOUNT = "/flodl/data"
 
 CONFIG_NAMES = ("fdl.yaml", "fdl.yml", "fdl.json")
 OVERLAY_EXTS = ("yml", "yaml", "json")

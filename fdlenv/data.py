@@ -7,17 +7,16 @@ normal case), or a `data_source` mounted read-only with sshfs — reused when
 /proc/mounts already shows it (the last entry for a mountpoint wins, as with
 stacked mounts), since a mount outlives the attempt. Step 3 proves the
 dataset cache and the disk stage writable by writing a probe file, and
-notes RAM-backed filesystems and under 1 GiB free. Everything a test needs
-to fake (the mounts table, the sshfs binary, the home and temp dirs) is a
-parameter.
+notes RAM-backed filesystems and under 1 GiB free. The mounts table, $HOME
+and the temp dir are parameters, so tests fake them (and sshfs on PATH).
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
-import shutil
-import subprocess
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from .errors import Fail
 
 DEFAULT_MOUNTPOINT = "/flodl/data"
 LOW_SPACE_BYTES = 1 << 30
+SSHFS_TIMEOUT = 120
 SSHFS_FORMS = ("sshfs://[user@]host[:port]/abs/path or sshfs://[user@]host:/abs/path "
                "(e.g. sshfs://flodl@nas:2222/flodl/data)")
 _probe_counter = itertools.count()
@@ -73,18 +73,21 @@ class Mount:
     fstype: str
 
 
+_OCTAL = re.compile(r"\\([0-7]{3})")
+
+
+def _unescape(field: str) -> str:
+    """/proc/mounts writes space, tab, newline and backslash as \\ooo octal."""
+    return _OCTAL.sub(lambda m: chr(int(m.group(1), 8)), field)
+
+
 def read_mounts(proc_mounts: Path = Path("/proc/mounts")) -> list[Mount]:
-    out = []
+    """The mounts table in order (later lines are mounted on top); [] when unreadable."""
     try:
-        for line in proc_mounts.read_text().splitlines():
-            parts = line.split()
-            if len(parts) >= 3:
-                # /proc/mounts escapes spaces and tabs as octal.
-                un = lambda s: s.replace("\\040", " ").replace("\\011", "\t")  # noqa: E731
-                out.append(Mount(un(parts[0]), un(parts[1]), parts[2]))
+        lines = proc_mounts.read_text().splitlines()
     except OSError:
-        pass
-    return out
+        return []
+    return [Mount(_unescape(p[0]), _unescape(p[1]), p[2]) for p in map(str.split, lines) if len(p) >= 3]
 
 
 def mounted_at(mounts: list[Mount], path: Path) -> Mount | None:
@@ -107,7 +110,8 @@ def sshfs_argv(src: SshfsSource, mountpoint: Path, ssh_options: list[str], ident
 
 def _listable(path: Path, field: str) -> None:
     if not path.is_dir():
-        raise Fail.permanent(f"{field}: {path} is not a directory")
+        hint = " (a root on another machine goes in data_source: sshfs://...)" if field == "data_path" else ""
+        raise Fail.permanent(f"{field}: {path} is not a directory on this box{hint}")
     try:
         next(iter(os.scandir(path)), None)
     except OSError as e:
@@ -147,16 +151,29 @@ def dataset_root(data_path: str | None, data_source: str | None, notes: list[str
 
 
 def _sshfs(src: SshfsSource, mp: Path, options: list[str], identity: str | None, proc_mounts: Path) -> None:
+    import shutil
+    import subprocess
+    import tempfile
+
+    from .source.toolkit import install_hint
+
     if shutil.which("sshfs") is None:
-        raise Fail.permanent("data_source: sshfs is not installed (apt-get install sshfs); "
+        raise Fail.permanent(f"data_source: sshfs is not installed ({install_hint(['sshfs'])}); "
                              "or mount during provisioning and declare a bare data_path")
-    try:
-        res = subprocess.run(sshfs_argv(src, mp, options, identity), capture_output=True, text=True,
-                             stdin=subprocess.DEVNULL)
-    except OSError as e:
-        raise Fail.permanent(f"data_source: sshfs cannot be spawned: {e}") from None
-    if res.returncode != 0:
-        raise Fail.retry(f"data_source: sshfs {src.remote} failed: {res.stderr.strip()[-300:]}")
+    # stderr goes to a file, not a pipe: the ssh child sshfs leaves running holds
+    # it open for the life of the mount, so reading a pipe to EOF would hang.
+    with tempfile.TemporaryFile() as err:
+        try:
+            rc = subprocess.run(sshfs_argv(src, mp, options, identity), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=err, timeout=SSHFS_TIMEOUT).returncode
+        except subprocess.TimeoutExpired:
+            raise Fail.retry(f"data_source: sshfs {src.remote} did not mount within {SSHFS_TIMEOUT} s") from None
+        except OSError as e:
+            raise Fail.permanent(f"data_source: sshfs cannot be spawned: {e}") from None
+        err.seek(0)
+        stderr = err.read().decode(errors="replace").strip()
+    if rc != 0:
+        raise Fail.retry(f"data_source: sshfs {src.remote} failed (exit {rc}): {stderr[-300:]}")
     if not mounted_at(read_mounts(proc_mounts), Path(os.path.realpath(mp))):
         raise Fail.retry(f"data_source: sshfs exited 0 but {mp} is not mounted "
                          "(the far side likely dropped the connection)")
@@ -179,16 +196,22 @@ def _prove_writable(d: Path, what: str) -> None:
     except OSError as e:
         raise Fail.permanent(f"{what} {d} is not writable ({e.strerror}); training stages data there") from None
     finally:
-        probe.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            probe.unlink()
+
+
+def free_bytes(d: Path) -> int:
+    st = os.statvfs(d)
+    return st.f_bavail * st.f_frsize
 
 
 def node_local_dirs(notes: list[str], *, home: str | None = None, stage: Path | None = None,
                     proc_mounts: Path = Path("/proc/mounts")) -> None:
     """Step 3: flodl's dataset cache ($HOME/.flodl/data) and the disk stage (temp dir), proven writable."""
-    import tempfile
-
     home = os.environ.get("HOME") if home is None else home
-    stage = stage or Path(tempfile.gettempdir())
+    # $TMPDIR or /tmp, as flodl resolves it; never tempfile.gettempdir(), which
+    # silently falls back to another dir when $TMPDIR is missing.
+    stage = stage or Path(os.environ.get("TMPDIR") or "/tmp")
     mounts = read_mounts(proc_mounts)
     dirs = []
     if home:
@@ -207,6 +230,6 @@ def node_local_dirs(notes: list[str], *, home: str | None = None, stage: Path | 
         _prove_writable(d, what)
         if _fs_type(Path(os.path.realpath(d)), mounts) in ("tmpfs", "ramfs"):
             notes.append(f"{what} {d} is RAM-backed: staging there spends RAM, not disk")
-        free = shutil.disk_usage(d).free
+        free = free_bytes(d)
         if free < LOW_SPACE_BYTES:
             notes.append(f"{what} {d} has {free >> 20} MiB free, smaller than any real corpus")

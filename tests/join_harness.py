@@ -6,10 +6,12 @@ in its own process to SIGTERM it.
 
 import os
 import sys
+from pathlib import Path
 
 from fdlenv.config import JoinSettings
 from fdlenv.join.loop import run_join
-from fdlenv.join.prepared import EnvRef, Prepared
+from fdlenv.prepare import Prepared
+from fdlenv.store.env import Env
 
 out, code, mode = sys.argv[1], sys.argv[2], sys.argv[3]
 persist = len(sys.argv) > 4 and sys.argv[4] == "persist"
@@ -17,7 +19,7 @@ standin = os.path.join(os.path.dirname(os.path.abspath(__file__)), "join_standin
 
 
 def prepare(settings):
-    return Prepared(variant="cpu", env=EnvRef("k", "/env", "/env/lib/libtorch"),
+    return Prepared(variant="cpu", env=Env("cpu", "k", Path("/env"), Path("/env/lib/libtorch")),
                     bin=sys.executable, args=[standin, out, code, mode],
                     environ={"PATH": os.environ["PATH"], "LIBTORCH_PATH": "/env/lib/libtorch"})
 

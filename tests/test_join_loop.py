@@ -16,8 +16,9 @@ import pytest
 from fdlenv.config import JoinSettings, SshConfig
 from fdlenv.errors import Fail
 from fdlenv.join import loop as L
-from fdlenv.join.prepared import EnvRef, Prepared
 from fdlenv.join.spec import decode
+from fdlenv.prepare import Prepared
+from fdlenv.store.env import Env
 
 HERE = Path(__file__).parent
 STANDIN = str(HERE / "join_standin.py")
@@ -32,7 +33,7 @@ def fake_prepare(out, *, variant="cu128", args=None, data_path=None, run_id=None
     def prepare(settings):
         if calls is not None:
             calls.append(settings)
-        return Prepared(variant=variant, env=EnvRef("abc", "/envs/cu128-abc", "/lib/libtorch"),
+        return Prepared(variant=variant, env=Env(variant or "cpu", "abc", Path("/envs/cu128-abc"), Path("/lib/libtorch")),
                         bin=None, cwd=cwd, data_path=data_path, args=args, run_id=run_id,
                         notes=list(notes), environ={"PATH": os.environ["PATH"], **ENV_EXTRA})
     return prepare

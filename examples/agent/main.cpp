@@ -19,5 +19,12 @@ int main() {
 
   std::cout << "matmul(a, b) =\n" << c << std::endl;
   std::cout << "sum = " << c.sum().item<float>() << std::endl;
+
+  // On a GPU variant with a visible device, the same product on the device.
+  if (torch::cuda::is_available()) {
+    torch::Tensor g = torch::matmul(a.to(torch::kCUDA), b.to(torch::kCUDA));
+    std::cout << "cuda: " << torch::cuda::device_count() << " device(s), sum on "
+              << g.device() << " = " << g.sum().item<float>() << std::endl;
+  }
   return 0;
 }

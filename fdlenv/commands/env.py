@@ -79,11 +79,10 @@ def resolve_variant(token: str | None, home) -> str:
     from .. import variants
 
     if token is None:
-        from ..store.pointers import active_label
-        label = active_label(home)
-        for v in variants.VARIANTS.values():
-            if v.flodl_label == label:
-                return v.name
+        from ..store.pointers import active_variant
+        active = active_variant(home)
+        if active:
+            return active
         raise Fail.permanent("--libtorch: no variant given and none active; accepted: " + variants.ACCEPTED)
     name = variants.parse_token(token)
     if name == "auto":
@@ -100,7 +99,9 @@ def realise_from_args(args, *, activate: bool = False, source_root=None):
 
     st = settings(args.home, args.mirror)
     variant = resolve_variant(args.libtorch, st.home)
-    lock = find_lock(args.lock, st.project, source_root)
+    project = st.project
+    lock = find_lock(args.lock or (project.fdlenv.lock if project else None),
+                     project.root if project else None, source_root)
     return st, realise(st.home, variant, lock, st.mirrors, activate=activate)
 
 
@@ -135,29 +136,13 @@ def cmd_list(args) -> int:
     return 0
 
 
-def _pointed_env(home, variant: str):
-    """The env flodl's precompiled/<dir> pointer names for `variant`, or None."""
-    import os
-    from pathlib import Path
-
-    from .. import variants
-    from ..store.env import MANIFEST, from_dir
-
-    link = home.libtorch / "precompiled" / variants.get(variant).flodl_dir
-    target = Path(os.path.realpath(link)) if link.is_symlink() else None
-    while target is not None and target != target.parent:
-        if (target / MANIFEST).is_file():
-            return from_dir(target)
-        target = target.parent
-    return None
-
-
 def cmd_path(args) -> int:
     from .. import variants
+    from ..store.pointers import pointed_env
 
     home = _home(args)
     name = variants.parse_token(args.variant, allow_auto=False)
-    env = _pointed_env(home, name)
+    env = pointed_env(home, name)
     if env is None:
         raise Fail.permanent(f"variant {name!r} is not realised in {home.root}; "
                              f"run `fdlenv env realize --libtorch {name}`")
@@ -167,11 +152,11 @@ def cmd_path(args) -> int:
 
 def cmd_use(args) -> int:
     from .. import variants
-    from ..store.pointers import set_active
+    from ..store.pointers import pointed_env, set_active
 
     home = _home(args)
     name = variants.parse_token(args.variant, allow_auto=False)
-    env = None if args.lock else _pointed_env(home, name)
+    env = None if args.lock else pointed_env(home, name)
     if env is None:
         args.libtorch = name
         _st, env = realise_from_args(args, activate=True)

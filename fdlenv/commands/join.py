@@ -103,10 +103,7 @@ def real_prepare(settings):
     from .. import prepare as mod  # noqa: PLC0415
     from ..home import Home  # noqa: PLC0415
 
-    home = Home.resolve(settings.home)
-    build = getattr(mod, "request_from_settings", None)
-    request = build(settings) if build else settings
-    return mod.prepare(request, home)
+    return mod.prepare(mod.request_from_settings(settings), Home.resolve(settings.home))
 
 
 def run(args: argparse.Namespace) -> int:

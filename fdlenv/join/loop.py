@@ -69,7 +69,7 @@ def _signame(signum: int) -> str:
 @dataclass
 class Runner:
     settings: JoinSettings
-    prepare: Callable[[JoinSettings], object]          # -> Prepared (see join/prepared.py)
+    prepare: Callable[[JoinSettings], object]          # -> fdlenv.prepare.Prepared
     open_tunnel: Callable | None = None                # default: join.tunnel.open_tunnel
     prober: Prober | None = None
     clock: Callable[[], float] = time.monotonic

@@ -28,14 +28,14 @@ def shipped_lock() -> Path | None:
     return None
 
 
-def find_lock(flag: str | None, project=None, source_root: Path | None = None) -> Path:
-    if flag:
-        return Path(flag).expanduser().absolute()
-    if project is not None and project.fdlenv.lock:
-        return Path(project.fdlenv.lock)
+def find_lock(given: str | None, project_root: Path | None = None,
+              source_root: Path | None = None) -> Path:
+    """`given` is `--lock`, else fdl.yml's `fdlenv: lock:` (already anchored at the project)."""
+    if given:
+        return Path(given).expanduser().absolute()
     candidates = []
-    if project is not None:
-        candidates.append(project.root / LOCK_NAME)
+    if project_root is not None:
+        candidates.append(project_root / LOCK_NAME)
     if source_root is not None:
         candidates.append(source_root / LOCK_NAME)
     for c in candidates:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .. import variants
 from ..home import Home
-from .env import Env
+from .env import MANIFEST, Env, from_dir
 
 
 def _symlink(link: Path, target: Path) -> None:
@@ -60,6 +60,24 @@ def active_label(home: Home) -> str | None:
         return (home.libtorch / ".active").read_text().strip() or None
     except OSError:
         return None
+
+
+def active_variant(home: Home) -> str | None:
+    """The variant `.active` names (flodl's label mapped back), or None."""
+    label = active_label(home)
+    return next((v.name for v in variants.VARIANTS.values() if v.flodl_label == label), None)
+
+
+def pointed_env(home: Home, variant: str) -> Env | None:
+    """The env flodl's precompiled/<dir> pointer names for `variant`; None when it is
+    missing or is not an fdlenv env (a libtorch flodl downloaded itself)."""
+    link = home.libtorch / "precompiled" / variants.get(variant).flodl_dir
+    target = Path(os.path.realpath(link)) if link.is_symlink() else None
+    while target is not None and target != target.parent:
+        if (target / MANIFEST).is_file():
+            return from_dir(target)
+        target = target.parent
+    return None
 
 
 def root(home: Home, lock: Path, env: Env) -> None:

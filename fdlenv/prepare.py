@@ -1,0 +1,307 @@
+"""Preparation: the ordered steps that make this box ready to run one training job.
+
+`fdlenv join` runs it before every dial (which turns `--persist` into a
+provisioning loop: a changed source or lock is picked up on the next
+re-dial); `fdlenv prepare` runs it alone, to bake an image. Order is the
+reference's (anchor-join §4.1), cheap first, megabytes before gigabytes:
+
+1. GPU gate: at least one usable device (skipped unless asked: a baking host
+   usually has none);
+2. dataset source root, 3. node-local dirs (`fdlenv.data`);
+4. source: parse the spec (a typo fails before anything moves), claim the
+   tree, fetch + digest, read the run manifest (and check its published
+   digest), merge it over the box's recipe (a missing manifest waits before
+   any env is fetched);
+5. environment: realise the `--libtorch` variant (`auto` routes through the
+   survey) and make it flodl's active one, or carry the active one through;
+   then the arch-coverage gate over the offered devices;
+6. build by content key in the env's child environment.
+
+Steps 4-6 hold the source tree's claim, so no other process moves the tree
+between the digest and the build it names. Notes are advisory and collected
+in order; every fatal condition is a `Fail`, which leaves carrying the notes
+gathered so far (`.notes`) so the caller prints them before the error.
+
+Re-dial cost: with nothing changed this is stats, at most one rsync or
+`git ls-remote`, and small JSON reads (the store's fast path, the cached
+activation, the build key). Imports stay inside the steps: no YAML of the
+lock, no rattler, conda-lock, filelock or gitpython on that path.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Mapping
+
+from . import data, variants
+from .errors import Fail
+from .home import Home
+from .store.env import Env
+
+if TYPE_CHECKING:
+    from .config import JoinSettings, SourceSpec, SshConfig
+    from .hw.model import Survey
+    from .source.build import Built, Recipe
+    from .source.fetch import Fetched
+    from .source.manifest import RunManifest
+    from .source.spec import Spec
+
+PROC_MOUNTS = Path("/proc/mounts")
+
+
+@dataclass(frozen=True)
+class PrepareRequest:
+    """What preparation needs from the resolved settings (join's or prepare's)."""
+    libtorch: str | None = None            # canonical token or "auto"; None = carry the active one
+    lock: str | None = None                # --lock, else fdl.yml's `fdlenv: lock:`
+    mirrors: Mapping[str, str] = field(default_factory=dict)
+    bin: str | None = None                 # a given binary (absolute), run as is
+    source: SourceSpec | None = None
+    devices: tuple[int, ...] | None = None  # offered ids; None = all
+    data_path: str | None = None
+    data_source: str | None = None
+    ssh: SshConfig | None = None           # identity and options for rsync:// and sshfs://
+    project_root: str | None = None        # fdl.yml's directory (lock discovery)
+    gpu_gate: bool = True
+
+
+def request_from_settings(settings: JoinSettings, *, gpu_gate: bool = True) -> PrepareRequest:
+    return PrepareRequest(
+        libtorch=settings.libtorch, lock=settings.lock, mirrors=dict(settings.mirrors),
+        bin=settings.bin, source=settings.source, devices=settings.devices,
+        data_path=settings.data_path, data_source=settings.data_source, ssh=settings.ssh,
+        project_root=settings.project_root, gpu_gate=gpu_gate)
+
+
+@dataclass
+class Prepared:
+    """What a dial needs: the variant, its env and child environment, the binary, the data root."""
+    variant: str | None                    # canonical variant; None = no libtorch settled
+    env: Env | None
+    bin: str | None = None                 # built artifact (source) or the given path
+    cwd: str | None = None                 # project dir inside the fetched tree; None = inherit
+    data_path: str | None = None           # absolute dataset root to ship; None = ship nothing
+    args: list[str] | None = None          # the run manifest's args when a manifest existed
+    run_id: str | None = None              # the run manifest's `run` nonce
+    notes: list[str] = field(default_factory=list)
+    environ: dict[str, str] = field(default_factory=dict)  # the complete child environment
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        """DESIGN §7's shape (`fdlenv prepare --json`)."""
+        env = None if self.env is None else {
+            "key": self.env.key, "path": str(self.env.path), "libtorch_root": str(self.env.libtorch_root)}
+        return {"variant": self.variant, "env": env, "bin": self.bin, "cwd": self.cwd,
+                "data_path": self.data_path, "args": self.args, "run_id": self.run_id,
+                "notes": list(self.notes), "seconds": {k: round(v, 4) for k, v in self.seconds.items()}}
+
+
+# --------------------------------------------------------------------- step 1
+
+def gpu_gate(s: Survey) -> None:
+    """Any usable device of any vendor passes; findings only explain an empty list."""
+    if s.devices:
+        return
+    why = "; ".join(f.message for f in s.findings)
+    head = (f"no usable GPUs detected: {why}" if why
+            else "no GPUs detected on this host (no NVIDIA or AMD device found)")
+    raise Fail.permanent(f"{head}. This box has no rank to offer; `fdlenv detect` has the full "
+                         "picture, and a driver still coming up belongs before `fdlenv join` "
+                         "(order the unit after it)")
+
+
+# --------------------------------------------------------------------- step 4
+
+def fetch_source(home: Home, spec: Spec, req: PrepareRequest,
+                 notes: list[str]) -> tuple[Fetched, RunManifest | None, Recipe]:
+    """Fetch + digest, the run manifest (its digest checked), and the recipe merged from
+    it: what steps 5 (lock discovery in the tree) and 6 (the build) read. Hold the claim."""
+    from .source import build, digest, fetch, manifest
+
+    src = req.source
+    got = fetch.fetch(home, spec, req.ssh)
+    notes.append(got.note)
+    m = manifest.read(got.tree, got.state)
+    got.state.save()
+    if m is not None:
+        notes.append(manifest.summary(m))
+        if m.digest is not None:
+            digest.verify(got.tree, m.digest.sha256, got.scan)
+    return got, m, build.resolve(m, src.cwd, src.build, src.bin)
+
+
+# --------------------------------------------------------------------- step 5
+
+def settle_variant(token: str | None, home: Home, survey: Callable[[], Survey]) -> str | None:
+    """The variant to prepare: the token, `auto` routed on this box, or the active one."""
+    if token is None:
+        from .store.pointers import active_variant
+        return active_variant(home)
+    if token == "auto":
+        from .hw.routing import choose
+        return choose(survey())
+    return variants.parse_token(token, allow_auto=False)
+
+
+def read_archs(libtorch_root: Path) -> str:
+    """The `archs=` value of the variant's `.arch` file; "" when there is none."""
+    try:
+        lines = (libtorch_root / ".arch").read_text().splitlines()
+    except OSError:
+        return ""
+    return next((ln.split("=", 1)[1].strip() for ln in lines if ln.startswith("archs=")), "")
+
+
+def arch_gate(env: Env, survey: Callable[[], Survey], offered: tuple[int, ...] | None) -> None:
+    """Refuse a variant that ships no kernel for an offered card of its vendor.
+
+    Passes for a cpu variant, a variant without arch metadata (`fdlenv detect`
+    owns that complaint), an explicitly empty offer, and no card of the vendor.
+    """
+    v = variants.get(env.variant)
+    if v.vendor == "cpu" or (offered is not None and not offered):
+        return
+    archs = read_archs(env.libtorch_root)
+    if not archs:
+        return
+    from .hw.coverage import covers
+    cards = [d for d in survey().of(v.vendor) if offered is None or d.index in offered]
+    bad = [d for d in cards if not covers(archs, d)]
+    if bad:
+        raise Fail.permanent(
+            f"{v.flodl_label} ships kernels for {archs} only; no kernel image is available for "
+            f"{', '.join(d.label for d in bad)}. Use --libtorch auto (join.libtorch: auto) to pick "
+            "a variant that covers this box, or leave those cards out with --devices")
+
+
+def environment(home: Home, req: PrepareRequest, survey: Callable[[], Survey],
+                source_root: Path | None, notes: list[str]) -> tuple[Env | None, dict[str, str]]:
+    """The settled env (None when there is none) and the complete child environment."""
+    variant = settle_variant(req.libtorch, home, survey)
+    if variant is None:
+        notes.append("no libtorch settled (no --libtorch and none active): the binary runs without "
+                     "LIBTORCH_PATH; set --libtorch or join.libtorch")
+        return None, dict(os.environ)
+    if req.libtorch is None and not req.lock:
+        from .store.pointers import pointed_env
+        env = pointed_env(home, variant)   # carried through: no lock read, nothing realised
+        if env is None:
+            notes.append(f"the active libtorch {variants.get(variant).flodl_label} is not an fdlenv "
+                         "env: the binary runs without LIBTORCH_PATH; set --libtorch to realise one")
+            return None, dict(os.environ)
+    else:
+        from .store.discover import find_lock
+        from .store.realise import realise
+        project_root = Path(req.project_root) if req.project_root else None
+        lock = find_lock(req.lock, project_root, source_root)
+        env = realise(home, variant, lock, dict(req.mirrors), activate=True)
+        notes.append(f"libtorch: {variants.get(variant).flodl_label} at {env.libtorch_root}"
+                     + (" (realised)" if env.created else ""))
+    arch_gate(env, survey, req.devices)
+    from .store.activation import child_environ
+    return env, child_environ(home, env)
+
+
+# --------------------------------------------------------------------- step 6
+
+# The build's env when no libtorch is settled: a build-key part of its own, and
+# the cpu vendor, so a failed build stays transient (no toolkit to blame).
+_UNSETTLED = Env("cpu", "no-libtorch", Path(os.devnull), Path(os.devnull))
+
+
+def _rustc_note(m: RunManifest, tree: Path, environ: dict[str, str]) -> str | None:
+    """The controller's rustc against this box's (in the tree: its toolchain file applies).
+
+    Asked only after a build ran: a reused artifact needs no compiler, and the
+    rustup proxy costs a re-dial tens of milliseconds."""
+    import subprocess
+
+    try:
+        res = subprocess.run(["rustc", "-V"], cwd=tree, env=environ, capture_output=True, text=True,
+                             stdin=subprocess.DEVNULL, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    local = res.stdout.strip()
+    if res.returncode != 0 or not local or local == m.rustc.strip():
+        return None
+    return f"the run was published with {m.rustc.strip()}, this box has {local} (advisory)"
+
+
+def build_source(home: Home, fetched: Fetched, m: RunManifest | None, recipe: Recipe, env: Env | None,
+                 environ: dict[str, str], notes: list[str]) -> Built:
+    """The artifact for this tree in this env, built only when its build key is new."""
+    from .source import build
+
+    if env is None:
+        notes.append("the build gets no LIBTORCH_PATH (no libtorch settled); set --libtorch")
+    built = build.build(home, fetched.tree, fetched.digest.content, env or _UNSETTLED, environ, recipe)
+    if built.built and m is not None and m.rustc and (note := _rustc_note(m, fetched.tree, environ)):
+        notes.append(note)
+    return built
+
+
+# ---------------------------------------------------------------------- order
+
+def _default_survey() -> Survey:
+    from .hw.survey import survey
+    return survey()
+
+
+def prepare(req: PrepareRequest, home: Home, *, survey: Callable[[], Survey] | None = None,
+            proc_mounts: Path = PROC_MOUNTS, user_home: str | None = None,
+            stage: Path | None = None, cwd: Path | None = None,
+            clock: Callable[[], float] = time.monotonic) -> Prepared:
+    """Run the steps in order. `survey`, `proc_mounts`, `user_home` ($HOME), `stage`
+    (the temp dir) and `cwd` (anchors a relative data_path) are injectable for tests."""
+    notes: list[str] = []
+    seconds: dict[str, float] = {}
+    surveyed = functools.cache(survey or _default_survey)   # one survey, only when needed
+    start = last = clock()
+
+    def lap(step: str) -> None:
+        nonlocal last
+        now = clock()
+        seconds[step] = now - last
+        last = now
+
+    try:
+        if req.gpu_gate:
+            gpu_gate(surveyed())
+            lap("gpu")
+        ssh_opts = list(req.ssh.options) if req.ssh else []
+        root = data.dataset_root(req.data_path, req.data_source, notes, ssh_options=ssh_opts,
+                                 identity=req.ssh.identity_file if req.ssh else None,
+                                 proc_mounts=proc_mounts, cwd=cwd)
+        lap("data")
+        data.node_local_dirs(notes, home=user_home, stage=stage, proc_mounts=proc_mounts)
+        lap("dirs")
+        out = Prepared(variant=None, env=None, bin=req.bin, notes=notes, seconds=seconds,
+                       data_path=str(root) if root is not None else None)
+        if req.source is None:
+            out.env, out.environ = environment(home, req, surveyed, None, notes)
+            lap("env")
+        else:
+            from .source.fetch import claimed
+            from .source.spec import parse
+
+            spec = parse(req.source.from_, "source")
+            with claimed(home, spec):
+                fetched, m, recipe = fetch_source(home, spec, req, notes)
+                lap("source")
+                out.env, out.environ = environment(home, req, surveyed, fetched.tree, notes)
+                lap("env")
+                built = build_source(home, fetched, m, recipe, out.env, out.environ, notes)
+                lap("build")
+            out.bin, out.cwd = str(built.bin), str(built.cwd)
+            if m is not None:
+                out.args, out.run_id = list(m.args), m.run
+        out.variant = out.env.variant if out.env else None
+    except Fail as f:
+        f.notes = list(notes)
+        raise
+    seconds["total"] = clock() - start
+    return out

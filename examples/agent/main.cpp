@@ -23,7 +23,7 @@ int main() {
   // On a GPU variant with a visible device, the same product on the device.
   if (torch::cuda::is_available()) {
     torch::Tensor g = torch::matmul(a.to(torch::kCUDA), b.to(torch::kCUDA));
-    std::cout << "cuda: " << torch::cuda::device_count() << " device(s), sum on "
+    std::cout << "cuda: " << static_cast<int>(torch::cuda::device_count()) << " device(s), sum on "
               << g.device() << " = " << g.sum().item<float>() << std::endl;
   }
   return 0;

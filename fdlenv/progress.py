@@ -16,6 +16,11 @@ def say(message: str) -> None:
     print(f"{PREFIX}: {message}", file=sys.stderr, flush=True)
 
 
+def note(command: str, message: str) -> None:
+    """A command's own line, `fdlenv <command>: <message>` (prepare's and join's notes)."""
+    print(f"{PREFIX} {command}: {message}", file=sys.stderr, flush=True)
+
+
 class Ticker:
     """Call `tick()` often; it prints at most once per `every` seconds."""
 

@@ -308,9 +308,11 @@ def test_sigterm_to_fdlenv_stops_the_agent_and_its_children(tmp_path, persist):
                             env={**os.environ, "PYTHONPATH": str(HERE.parent)})
     try:
         deadline = time.monotonic() + 20
-        while not (tmp_path / "agent.pid").exists():
+        # both pid files, with content: the rank child starts a moment after the agent
+        while not all((tmp_path / f).exists() and (tmp_path / f).read_text().strip()
+                      for f in ("agent.pid", "rank.pid")):
             assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "agent never started"
+            assert time.monotonic() < deadline, "agent or its rank child never started"
             time.sleep(0.05)
         agent = int((tmp_path / "agent.pid").read_text())
         rank = int((tmp_path / "rank.pid").read_text())

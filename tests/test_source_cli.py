@@ -21,14 +21,16 @@ def fdlenv(monkeypatch, tmp_path, capsys):
     env = fake_env(tmp_path)
     seen = []
 
-    def fake_environment(home, variant, lock):
+    def fake_environment(home, variant, lock, mirrors):
         seen.append((variant, lock))
         return env, environ_for(env)
 
     monkeypatch.setattr(build_cmd, "_environment", fake_environment)
+    monkeypatch.chdir(tmp_path)  # no fdl.yml above: lock discovery sees only flags and the tree
 
-    def run(*argv):
-        code = cli.main(["build", "--home", str(tmp_path / "home"), *argv])
+    def run(*argv, lock=True):
+        given = ["--lock", str(tmp_path / "conda-lock.yml")] if lock else []
+        code = cli.main(["build", "--home", str(tmp_path / "home"), *given, *argv])
         out, err = capsys.readouterr()
         return code, out, err
 
@@ -60,7 +62,7 @@ def test_the_json_names_the_artifact_and_a_redial_reuses_it(fdlenv, tmp_path):
 def test_a_lock_at_the_trees_root_is_used_when_none_is_given(fdlenv, tmp_path):
     src = write_tree(tmp_path / "src", {"main.rs": "x", "conda-lock.yml": "version: 1\n"})
     code, _, err = fdlenv("--libtorch", "cpu", "--source", f"file://{src}", "--source-build", RECIPE,
-                          "--source-bin", "target/release/train")
+                          "--source-bin", "target/release/train", lock=False)
     assert code == 0, err
     assert fdlenv.seen[0][1].name == "conda-lock.yml" and fdlenv.seen[0][1].parent != src
     assert "built" in err

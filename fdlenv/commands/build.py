@@ -17,7 +17,6 @@ from pathlib import Path
 from ..cli import home_option
 from ..home import Home
 from ..progress import say
-from ..variants import parse_token
 
 EPILOG = """examples:
   fdlenv build --libtorch cpu --source file:///srv/mnist --source-bin target/release/mnist
@@ -42,7 +41,9 @@ def add_parser(sub) -> None:
     p.add_argument("--libtorch", required=True, metavar="VARIANT",
                    help="auto, cpu, cu126, cu128, rocm7.0, rocm7.1")
     p.add_argument("--lock", metavar="FILE",
-                   help="conda-lock file (default: conda-lock.yml at the tree's root, else in the cwd)")
+                   help="conda-lock file (default: fdl.yml's fdlenv.lock, else conda-lock.yml beside fdl.yml, "
+                        "at the tree's root, or shipped with fdlenv)")
+    p.add_argument("--mirror", action="append", metavar="NAME=URL", help="map a channel to a mirror")
     p.add_argument("--source", required=True, metavar="SPEC",
                    help="file:///abs, rsync://[user@]host[:port]:/abs, git+https|ssh|file://…#<ref>")
     p.add_argument("--source-cwd", metavar="DIR", help="project dir inside the tree (default: its root)")
@@ -57,41 +58,26 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _environment(home: Home, variant: str, lock: Path):
+def _environment(home: Home, variant: str, lock: Path, mirrors: dict):
     """The realised env and its complete child environment (the store, imported here)."""
     from ..store.activation import child_environ
     from ..store.realise import realise
 
-    env = realise(home, variant, lock)
+    env = realise(home, variant, lock, mirrors)
     return env, child_environ(home, env)
-
-
-def _lock_file(flag: str | None, tree: Path) -> Path:
-    """--lock, else the fetched tree's conda-lock.yml, else the cwd's."""
-    if flag:
-        return Path(flag).absolute()
-    shipped = tree / "conda-lock.yml"
-    return shipped if shipped.is_file() else Path("conda-lock.yml").absolute()
-
-
-def _variant(token: str) -> str:
-    variant = parse_token(token)
-    if variant == "auto":
-        from ..hw.routing import choose
-        from ..hw.survey import survey
-
-        variant = choose(survey())
-    return variant
 
 
 def run(args: argparse.Namespace) -> int:
     from ..source import build, digest, fetch, manifest
     from ..source.spec import parse
+    from ..store.discover import settings
+    from .env import resolve_variant
 
     t0 = time.monotonic()
-    home = Home.resolve(args.home)
+    st = settings(args.home, args.mirror)
+    home = st.home
     spec = parse(args.source)
-    variant = _variant(args.libtorch)
+    variant = resolve_variant(args.libtorch, home)
     seconds = {}
     with fetch.claimed(home, spec):
         got = fetch.fetch(home, spec, fetch.SshOpts(args.identity, tuple(args.ssh_option)))
@@ -104,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
                 digest.verify(got.tree, m.digest.sha256, got.scan)
         recipe = build.resolve(m, args.source_cwd, args.source_build, args.source_bin)
         seconds["fetch"] = time.monotonic() - t0
-        env, environ = _environment(home, variant, _lock_file(args.lock, got.tree))
+        env, environ = _environment(home, variant, st.lock(args.lock, got.tree), st.mirrors)
         seconds["env"] = time.monotonic() - t0 - seconds["fetch"]
         built = build.build(home, got.tree, got.digest.content, env, environ, recipe)
     seconds["build"] = time.monotonic() - t0 - seconds["fetch"] - seconds["env"]

@@ -94,15 +94,12 @@ def resolve_variant(token: str | None, home) -> str:
 
 def realise_from_args(args, *, activate: bool = False, source_root=None):
     """Shared by env realize, run, shell-hook: settings -> variant -> realised Env."""
-    from ..store.discover import find_lock, settings
+    from ..store.discover import settings
     from ..store.realise import realise
 
     st = settings(args.home, args.mirror)
     variant = resolve_variant(args.libtorch, st.home)
-    project = st.project
-    lock = find_lock(args.lock or (project.fdlenv.lock if project else None),
-                     project.root if project else None, source_root)
-    return st, realise(st.home, variant, lock, st.mirrors, activate=activate)
+    return st, realise(st.home, variant, st.lock(args.lock, source_root), st.mirrors, activate=activate)
 
 
 def cmd_realize(args) -> int:

@@ -14,6 +14,7 @@ import json
 import sys
 
 from ..errors import Fail
+from ..progress import note
 from .join import add_common_flags, flags_from_args
 
 EPILOG = """examples:
@@ -47,7 +48,7 @@ def add_parser(sub) -> None:
 
 
 def _note(message: str) -> None:
-    print(f"fdlenv prepare: {message}", file=sys.stderr, flush=True)
+    note("prepare", message)
 
 
 def run(args: argparse.Namespace) -> int:

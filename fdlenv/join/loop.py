@@ -17,6 +17,8 @@ Clock, sleep, rng, prepare and the tunnel opener are injectable.
 
 from __future__ import annotations
 
+import functools
+
 import random
 import sys
 import time
@@ -26,7 +28,7 @@ from typing import Callable
 from .. import variants
 from ..config import JoinSettings
 from ..errors import EXIT_PERMANENT, EXIT_TRANSIENT, Fail
-from ..progress import say as _say
+from ..progress import note
 from .probe import ENV_PROBE, Prober
 from .spec import ENV_AGENT_JSON, AgentSpec
 from .supervise import Interrupted, Stopper, exit_code, spawn_agent, wait_agent
@@ -75,7 +77,7 @@ class Runner:
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] | None = None       # default: stopper.sleep
     rng: random.Random = field(default_factory=random.Random)
-    say: Callable[[str], None] = _say
+    say: Callable[[str], None] = functools.partial(note, "join")
     stopper: Stopper = field(default_factory=Stopper)
     attempts: int = 0
 

@@ -54,6 +54,11 @@ class StoreSettings:
     mirrors: dict[str, str]
     project: object | None    # fdlenv.config.Project, loaded once
 
+    def lock(self, flag: str | None, source_root: Path | None = None) -> Path:
+        """The lock for a command: --lock, else what fdl.yml and the source tree offer."""
+        p = self.project
+        return find_lock(flag or (p.fdlenv.lock if p else None), p.root if p else None, source_root)
+
 
 def settings(home_flag: str | None, mirror_flags: list[str] | None) -> StoreSettings:
     from ..config import load_project

@@ -31,9 +31,13 @@ from fdlenv.lock import lock_envs  # noqa: E402
 PY = sys.executable
 
 
+# Measure as an installed tool runs: with bytecode caching (some sandboxes disable it).
+ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
 def timed(cmd: list[str] | str, **kw) -> float:
     t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV, **kw)
     return time.perf_counter() - t0
 
 

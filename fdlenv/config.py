@@ -19,24 +19,20 @@ Order that matters:
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import subprocess
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from . import variants
 from .errors import Fail
+from .fdlfile import find_config, read_mapping
 
 DEFAULT_CONTROLLER_HOST = "127.0.0.1"
 DEFAULT_CONTROLLER_PORT = 1337
 
-CONFIG_NAMES = ("fdl.yaml", "fdl.yml", "fdl.json")
 OVERLAY_EXTS = ("yml", "yaml", "json")
-# A file with any of these top-level keys configures a command, not a project.
-COMMAND_KEYS = ("entry", "compile", "docker", "run", "append")
 INHERIT_KEY = "inherit-from"
 
 JOIN_KEYS = ("controller", "ssh", "token", "bin", "source", "libtorch", "host",
@@ -163,36 +159,6 @@ class JoinSettings:
 
 # ---------------------------------------------------------------------- discovery
 
-def _read_mapping(path: Path) -> Any:
-    text = path.read_text(encoding="utf-8")
-    if path.suffix == ".json":
-        return json.loads(text) if text.strip() else None
-    import yaml  # noqa: PLC0415 - pyyaml is cheap, but only needed with a project
-    return yaml.safe_load(text)
-
-
-def find_config(start: Path | str | None = None) -> Path | None:
-    """anchor-join §1.6: walk up from `start` for fdl.yaml / fdl.yml / fdl.json.
-
-    A file that parses as a mapping with a command key is skipped; a file that
-    does not parse is returned anyway so the loader reports it loudly.
-    """
-    d = Path(start if start is not None else os.getcwd()).absolute()
-    for cur in (d, *d.parents):
-        for name in CONFIG_NAMES:
-            p = cur / name
-            if not p.is_file():
-                continue
-            try:
-                data = _read_mapping(p)
-            except Exception:  # noqa: BLE001 - unparseable: let the loader say why
-                return p
-            if isinstance(data, dict) and any(k in data for k in COMMAND_KEYS):
-                break  # command-level config: go up
-            return p
-    return None
-
-
 def _deep_merge(base: Any, over: Any) -> Any:
     if isinstance(base, dict) and isinstance(over, dict):
         out = dict(base)
@@ -209,7 +175,7 @@ def _load_chain(path: Path, seen: set[Path]) -> dict:
         return {}
     seen.add(real)
     try:
-        data = _read_mapping(path)
+        data = read_mapping(path)
     except Exception as e:  # noqa: BLE001
         raise _LoadError(path, f"does not parse: {e}") from None
     if data is None:
@@ -494,6 +460,8 @@ def local_hostname(environ: Mapping[str, str] | None = None) -> str:
     if v:
         return v
     try:
+        import subprocess  # noqa: PLC0415 - only when the kernel's name is unusable
+
         out = subprocess.run(["hostname"], capture_output=True, text=True, timeout=5)
         if out.returncode == 0 and out.stdout.strip():
             return out.stdout.strip()

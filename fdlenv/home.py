@@ -8,12 +8,13 @@ rename. Resolution: `--home` > `$FLODL_HOME` > `~/.flodl`.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from typing import NamedTuple
 from pathlib import Path
 
 
-@dataclass(frozen=True)
-class Home:
+class Home(NamedTuple):
+    """The home root and its parts (a NamedTuple: it is on the re-dial path, see variants)."""
+
     root: Path
 
     @classmethod

@@ -7,15 +7,17 @@ never disagree between the store, routing and join.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .errors import Fail
 
 LIBTORCH_VERSION = "2.10.0"
 
 
-@dataclass(frozen=True)
-class Variant:
+class Variant(NamedTuple):
+    """One variant. A NamedTuple, not a dataclass: this module is on every re-dial, and
+    importing `dataclasses` alone costs more than fdlenv's whole fast path."""
+
     name: str          # canonical token, also the lock category: cpu cu126 cu128 rocm7.0 rocm7.1
     flodl_dir: str     # flodl's precompiled/<dir> name
     vendor: str        # cpu | nvidia | amd

@@ -24,7 +24,7 @@ import io
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from .gates import kfd_nodes, pci_amd_display
@@ -185,4 +185,4 @@ def _enrich(nodes: list[tuple[int, Device]], smi) -> list[Device]:
                 smi.amdsmi_shut_down()
     except Exception:  # noqa: BLE001 - amdsmi's import raises KeyError; any failure only costs the nicer name
         return [d for _, d in nodes]
-    return [replace(d, name=names.get(node, d.name)) for node, d in nodes]
+    return [d._replace(name=names.get(node, d.name)) for node, d in nodes]

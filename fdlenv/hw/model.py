@@ -1,6 +1,7 @@
 """The survey's data: devices, typed findings, and the whole Survey.
 
-Plain frozen dataclasses so routing can be table-tested without hardware and
+Immutable NamedTuples (dataclasses cost more to import than `detect`'s whole
+50 ms budget on a GPU-less box) so routing can be table-tested without hardware and
 the `--json` shape is produced in one place (`as_json`). A device's `index` is
 its per-vendor ordinal as the vendor runtime numbers it (NVML index, HIP order
 of KFD GPU nodes), so a mixed box can carry nvidia 0 and amd 0.
@@ -8,7 +9,7 @@ of KFD GPU nodes), so a mixed box can carry nvidia 0 and amd 0.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 # Declared hardware for tests/CI (hw/spoof.py); read before any probe.
 SPOOF_VAR = "FLODL_TESTING_GPU_JSON"
@@ -25,8 +26,7 @@ MASK_APPLIED = "mask_applied"
 VENDOR_MISMATCH = "vendor_mismatch"
 
 
-@dataclass(frozen=True)
-class Device:
+class Device(NamedTuple):
     vendor: str          # nvidia | amd
     index: int           # per-vendor ordinal, the number a visibility mask uses
     name: str
@@ -44,8 +44,7 @@ class Device:
         return f"{self.vendor} {self.index} ({detail})"
 
 
-@dataclass(frozen=True)
-class Finding:
+class Finding(NamedTuple):
     kind: str
     message: str
 
@@ -53,14 +52,13 @@ class Finding:
         return {"kind": self.kind, "message": self.message}
 
 
-@dataclass(frozen=True)
-class Survey:
+class Survey(NamedTuple):
     devices: tuple[Device, ...] = ()
     findings: tuple[Finding, ...] = ()
     nvidia_driver: str | None = None   # display only, e.g. "570.124.06"
     driver_cuda: str | None = None     # highest CUDA the driver runs, "12.8"
     host_rocm: str | None = None       # /opt/rocm/.info/version, "7.1.0"
-    spoofed: bool = field(default=False, compare=False)
+    spoofed: bool = False
 
     def of(self, vendor: str) -> tuple[Device, ...]:
         return tuple(d for d in self.devices if d.vendor == vendor)
@@ -74,7 +72,7 @@ class Survey:
         dropped = [d for d in self.devices if d.vendor != vendor]
         notes = tuple(Finding(VENDOR_MISMATCH, f"{d.label} is not {vendor}; a {vendor} build cannot use it")
                       for d in dropped)
-        return replace(self, devices=self.of(vendor), findings=self.findings + notes)
+        return self._replace(devices=self.of(vendor), findings=self.findings + notes)
 
     def driver_json(self) -> dict:
         return {"nvidia": self.nvidia_driver, "cuda": self.driver_cuda, "rocm": self.host_rocm}

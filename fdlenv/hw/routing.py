@@ -18,7 +18,7 @@ DESIGN §3, the reference's rules as the floor, in this order:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..errors import Fail
 from .coverage import ARCHS, parse_cc, variant_covers
@@ -27,8 +27,7 @@ from .model import AMD, NVIDIA, Device, Survey
 CU128_DRIVER = (12, 8)
 
 
-@dataclass(frozen=True)
-class Route:
+class Route(NamedTuple):
     variant: str | None   # None: no variant can run here until the reason's fix is done
     reason: str
 

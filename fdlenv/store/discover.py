@@ -10,7 +10,7 @@ each `--mirror` over it.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from typing import NamedTuple
 from pathlib import Path
 
 from .. import mirrors as _mirrors
@@ -48,8 +48,9 @@ def find_lock(given: str | None, project_root: Path | None = None,
                          f"or put {LOCK_NAME} beside fdl.yml (make one with `fdlenv lock`)")
 
 
-@dataclass(frozen=True)
-class StoreSettings:
+class StoreSettings(NamedTuple):
+    """Home, mirrors and the loaded project (a NamedTuple: on the re-dial path, see variants)."""
+
     home: Home
     mirrors: dict[str, str]
     project: object | None    # fdlenv.config.Project, loaded once
@@ -61,9 +62,12 @@ class StoreSettings:
 
 
 def settings(home_flag: str | None, mirror_flags: list[str] | None) -> StoreSettings:
-    from ..config import load_project
+    from ..fdlfile import find_config
 
-    project = load_project()
+    project = None
+    if find_config() is not None:  # the config module's load is paid only with a project
+        from ..config import load_project
+        project = load_project()
     raw = home_flag or os.environ.get("FLODL_HOME") or (project.fdlenv.home if project else None)
     home = Home.resolve(raw)
     base = dict(project.fdlenv.mirrors) if project else {}

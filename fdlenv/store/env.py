@@ -8,14 +8,15 @@ An env directory is immutable once published and always has
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from typing import NamedTuple
 from pathlib import Path
 
 MANIFEST = ".fdlenv/manifest.json"
 
 
-@dataclass(frozen=True)
-class Env:
+class Env(NamedTuple):
+    """A realised env (a NamedTuple: it is on the re-dial path, see variants)."""
+
     variant: str
     key: str
     path: Path

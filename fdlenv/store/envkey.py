@@ -14,7 +14,10 @@ import json
 import os
 import sys
 
-from .lockfile import Record
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the Record dataclass stays off the re-dial path
+    from .lockfile import Record
 
 STORE_SCHEMA = 1
 

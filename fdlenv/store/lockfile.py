@@ -109,13 +109,6 @@ def _record(path: Path, i: int, e: dict) -> Record:
                   need("platform"), dict(e.get("dependencies") or {}))
 
 
-@dataclass(frozen=True)
-class LockView:
-    path: Path
-    variants: tuple[str, ...]   # variant categories present ((), for a single-variant lock)
-    platforms: tuple[str, ...]
-
-
 def read_variant(path: Path, variant: str, platform: str) -> list[Record]:
     """The records of `variant` for `platform`, sorted by (manager, name)."""
     doc = _load(path)
@@ -157,9 +150,3 @@ def _check_single(path: Path, entries: list[dict], variant: str) -> None:
     present = sorted({packs[e.get("name")] for e in entries if e.get("name") in packs})
     if present and variant not in present:
         raise Fail.permanent(f"--libtorch: variant {variant!r} is not in {path}; it has: " + ", ".join(present))
-
-
-def split_sibling(path: Path, variant: str) -> Path | None:
-    """`conda-lock.yml` -> `conda-lock.<variant>.yml` when `fdlenv lock --split` wrote one."""
-    p = path.with_name(f"{path.stem}.{variant}{path.suffix}")
-    return p if p.is_file() else None

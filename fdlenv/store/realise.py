@@ -22,7 +22,12 @@ from ..home import Home
 from . import fastpath, pointers
 from .env import MANIFEST, Env, libtorch_root
 from .envkey import this_platform
-from .lockfile import split_sibling
+
+
+def split_sibling(path: Path, variant: str) -> Path | None:
+    """`conda-lock.yml` -> `conda-lock.<variant>.yml` when `fdlenv lock --split` wrote one."""
+    p = path.with_name(f"{path.stem}.{variant}{path.suffix}")
+    return p if p.is_file() else None
 
 
 def choose_lock(lock: Path, variant: str) -> Path:

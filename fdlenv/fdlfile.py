@@ -1,0 +1,47 @@
+"""Finding the project's fdl.yml, without loading it.
+
+Split from `config` because finding costs a few stats while loading costs the
+config module's dataclasses: commands that only need fdlenv's own settings
+(`env realize` on a re-dial) skip the load entirely when there is no file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+CONFIG_NAMES = ("fdl.yaml", "fdl.yml", "fdl.json")
+# A file with any of these top-level keys configures a command, not a project.
+COMMAND_KEYS = ("entry", "compile", "docker", "run", "append")
+
+
+def read_mapping(path: Path) -> Any:
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".json":
+        return json.loads(text) if text.strip() else None
+    import yaml  # noqa: PLC0415 - pyyaml is cheap, but only needed with a project
+    return yaml.safe_load(text)
+
+
+def find_config(start: Path | str | None = None) -> Path | None:
+    """anchor-join §1.6: walk up from `start` for fdl.yaml / fdl.yml / fdl.json.
+
+    A file that parses as a mapping with a command key is skipped; a file that
+    does not parse is returned anyway so the loader reports it loudly.
+    """
+    d = Path(start if start is not None else os.getcwd()).absolute()
+    for cur in (d, *d.parents):
+        for name in CONFIG_NAMES:
+            p = cur / name
+            if not p.is_file():
+                continue
+            try:
+                data = read_mapping(p)
+            except Exception:  # noqa: BLE001 - unparseable: let the loader say why
+                return p
+            if isinstance(data, dict) and any(k in data for k in COMMAND_KEYS):
+                break  # command-level config: go up
+            return p
+    return None

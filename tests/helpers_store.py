@@ -65,6 +65,12 @@ def make_world(tmp: Path, variants=("cpu",), *, wheel: bool = False, nfiles: int
     return World(home, lock, envs, tmp)
 
 
+def bump_variant(world: World, variant: str = "cpu", payload: bytes = b"cpu-v2") -> None:
+    """A new build of the variant's package in the channel, and the lock re-solved onto it."""
+    make_channel(world.home.channel, [variant_pkg(variant, payload=payload, build_number=1)])
+    lock_envs(world.envs, world.lock, home=world.home)
+
+
 def fdlenv(*args: str, env: dict | None = None, check: bool = False, **kw) -> subprocess.CompletedProcess:
     """Run the CLI as a user would, in a child process."""
     res = subprocess.run([sys.executable, "-m", "fdlenv", *args], capture_output=True, text=True,

@@ -5,10 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from helpers_conda import make_channel
-from helpers_store import fdlenv, make_world, realise_json, variant_pkg, visible_envs
-
-from fdlenv.lock import lock_envs
+from helpers_store import bump_variant, fdlenv, make_world, realise_json, visible_envs
 
 
 def _home(w):
@@ -48,8 +45,7 @@ def test_verify_notices_a_deleted_file(tmp_path):
 def test_gc_keeps_rooted_envs_and_collects_the_rest(tmp_path):
     w = make_world(tmp_path)
     old = realise_json(w)
-    make_channel(w.home.channel, [variant_pkg("cpu", payload=b"cpu-v2", build_number=1)])
-    lock_envs(w.envs, w.lock, home=w.home)
+    bump_variant(w)
     new = realise_json(w)
     # a second lock file roots its own env
     other_lock = tmp_path / "other" / "conda-lock.yml"

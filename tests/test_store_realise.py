@@ -12,7 +12,7 @@ import textwrap
 import pytest
 from conda_lock.lockfile import parse_conda_lock_file
 from helpers_conda import Pkg, make_channel
-from helpers_store import fdlenv, make_world, realise_json, variant_pkg
+from helpers_store import bump_variant, fdlenv, make_world, realise_json
 
 from fdlenv.errors import Fail
 from fdlenv.lock import lock_envs
@@ -86,8 +86,7 @@ def test_variants_do_not_mix_and_each_gets_its_key(tmp_path):
 def test_changed_lock_gives_new_key_and_old_env_stays(tmp_path):
     w = make_world(tmp_path)
     old = realise_json(w)
-    make_channel(w.home.channel, [variant_pkg("cpu", payload=b"cpu-v2", build_number=1)])
-    lock_envs(w.envs, w.lock, home=w.home)
+    bump_variant(w)
     new = realise_json(w)
     assert new["key"] != old["key"] and new["created"]
     assert (w.home.envs / os.path.basename(old["path"]) / "libtorch/lib/libtorch.so").read_bytes() == b"cpu-lib"

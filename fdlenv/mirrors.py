@@ -9,12 +9,14 @@ channel URL prefix; the longest match wins.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from .errors import Fail
 
 ACCEPTED = "NAME=URL, e.g. conda-forge=https://mirror.example/conda-forge or flodl=file:///srv/flodl"
 
 
-def parse(pairs: list[str] | None, base: dict[str, str] | None = None) -> dict[str, str]:
+def parse(pairs: list[str] | tuple[str, ...] | None, base: dict[str, str] | None = None) -> dict[str, str]:
     """Flags over fdl.yml: later pairs override `base` entries of the same name."""
     out = dict(base or {})
     for pair in pairs or []:
@@ -53,3 +55,18 @@ def rewrite(url: str, mirrors: dict[str, str]) -> str:
     channel, subdir, filename = split_url(url)
     mapped = resolve_channel(channel, mirrors)
     return url if mapped == channel else f"{mapped}/{subdir}/{filename}"
+
+
+class ChannelMap(NamedTuple):
+    """Mirrors plus bare-name aliases (`flodl` -> the home's local channel).
+
+    An alias only ever names a bare channel name: a URL that happens to end in
+    `/flodl` is left alone unless a mirror maps it.
+    """
+
+    mirrors: dict
+    aliases: dict
+
+    def resolve(self, channel: str) -> str:
+        url = resolve_channel(channel, self.mirrors)
+        return self.aliases.get(url, url) if "://" not in url else url

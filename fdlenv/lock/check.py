@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ..home import Home
 from ..variants import VARIANTS
+from ..mirrors import ChannelMap
 from .envfile import EnvFile, channel_map, discover
 from .locking import split_path
 from .solve import channel_urls, declared_virtual_packages, solver_spec
@@ -69,7 +70,7 @@ def check_locks(envs_dir: Path, out: Path, *, variants: list[str] | None = None,
     return problems
 
 
-def _check_platform(env: EnvFile, platform: str, records: list, cmap: dict[str, str]) -> list[str]:
+def _check_platform(env: EnvFile, platform: str, records: list, cmap: ChannelMap) -> list[str]:
     import rattler
 
     conda = {p.name: p for p in records if p.manager == "conda"}

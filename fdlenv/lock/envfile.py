@@ -25,6 +25,7 @@ from pathlib import Path
 
 from ..errors import Fail
 from ..home import Home
+from ..mirrors import ChannelMap
 from ..variants import VARIANTS, parse_token
 
 ENV_FILE_FORMS = ("name: STR; channels: [alias or URL, ...]; platforms: [linux-64, ...]; "
@@ -54,9 +55,9 @@ class EnvFile:
     wheels: tuple[Wheel, ...]
 
 
-def channel_map(home: Home, mirrors: dict[str, str] | None) -> dict[str, str]:
-    """Mirror map with the default `flodl` -> the home's local channel."""
-    return {"flodl": home.channel.as_uri(), **(mirrors or {})}
+def channel_map(home: Home, mirrors: dict[str, str] | None) -> ChannelMap:
+    """The user's mirrors, and the bare alias `flodl` -> the home's local channel."""
+    return ChannelMap(dict(mirrors or {}), {"flodl": home.channel.as_uri()})
 
 
 def env_path(envs_dir: Path, variant: str) -> Path:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import Fail
-from ..mirrors import resolve_channel
+from ..mirrors import ChannelMap
 from ..variants import VARIANTS
 from .envfile import EnvFile
 
@@ -68,18 +68,18 @@ def declared_virtual_packages(variant: str, platform: str) -> list[tuple[str, st
     return sorted(out)
 
 
-def channel_urls(env: EnvFile, cmap: dict[str, str]) -> list[str]:
+def channel_urls(env: EnvFile, cmap: ChannelMap) -> list[str]:
     """The env's channels in priority order, aliases mapped (`conda-forge` stays a name)."""
-    return [resolve_channel(c, cmap) for c in env.channels]
+    return [cmap.resolve(c) for c in env.channels]
 
 
-def solver_spec(spec: str, cmap: dict[str, str]) -> str:
+def solver_spec(spec: str, cmap: ChannelMap) -> str:
     """`alias::name ver` -> `<channel URL>::name ver` so the pin follows the mirror map."""
     channel, sep, rest = spec.partition("::")
-    return f"{resolve_channel(channel.strip(), cmap)}::{rest.strip()}" if sep else spec
+    return f"{cmap.resolve(channel.strip())}::{rest.strip()}" if sep else spec
 
 
-def solve(env: EnvFile, platform: str, cmap: dict[str, str], cache_dir: Path) -> list[Entry]:
+def solve(env: EnvFile, platform: str, cmap: ChannelMap, cache_dir: Path) -> list[Entry]:
     """The conda entries and wheel entries of `env` on `platform`, sorted by name."""
     import rattler
     from rattler import BuildString, GenericVirtualPackage, PackageName, Version

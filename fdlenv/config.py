@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from types import MappingProxyType
+from typing import Any, Callable, Mapping, NamedTuple
 
 from . import variants
 from .errors import Fail
@@ -44,9 +44,9 @@ FDLENV_KEYS = ("lock", "mirrors", "home")
 
 
 # --------------------------------------------------------------------------- data
+# NamedTuples, not dataclasses: this module is on every re-dial (see variants).
 
-@dataclass(frozen=True)
-class SshConfig:
+class SshConfig(NamedTuple):
     """A tunnel hop. `target` is None only in a block that leaves it to --ssh."""
     target: str | None = None
     port: int | None = None
@@ -61,8 +61,7 @@ class SshConfig:
         return f"{user}{host}{port}"
 
 
-@dataclass(frozen=True)
-class SourceSpec:
+class SourceSpec(NamedTuple):
     """`join.source` / `--source*`: where the training tree comes from and how it builds."""
     from_: str
     cwd: str | None = None
@@ -70,8 +69,7 @@ class SourceSpec:
     bin: str | None = None
 
 
-@dataclass(frozen=True)
-class JoinBlock:
+class JoinBlock(NamedTuple):
     """The validated `join:` block; every field optional, as in flodl's WorkerJoin."""
     controller: str | None = None
     ssh: SshConfig | None = None
@@ -89,16 +87,14 @@ class JoinBlock:
     args: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class FdlenvBlock:
+class FdlenvBlock(NamedTuple):
     """The top-level `fdlenv:` block: fdlenv's own settings (paths already anchored)."""
     lock: str | None = None
-    mirrors: Mapping[str, str] = field(default_factory=dict)
+    mirrors: Mapping[str, str] = MappingProxyType({})
     home: str | None = None
 
 
-@dataclass(frozen=True)
-class Project:
+class Project(NamedTuple):
     path: Path                      # the base config file found by discovery
     root: Path                      # its directory (anchors relative fdlenv paths)
     join: JoinBlock | None
@@ -106,8 +102,7 @@ class Project:
     overlay: Path | None = None     # the FDL_ENV overlay merged over the base
 
 
-@dataclass
-class JoinFlags:
+class JoinFlags(NamedTuple):
     """The command line as parsed (None/False = not given). `tail` None = no `--`."""
     controller: str | None = None
     ssh: str | None = None
@@ -120,7 +115,7 @@ class JoinFlags:
     source_bin: str | None = None
     libtorch: str | None = None
     lock: str | None = None
-    mirrors: list[str] = field(default_factory=list)   # NAME=URL, repeatable
+    mirrors: tuple[str, ...] = ()   # NAME=URL, repeatable
     home: str | None = None
     host: str | None = None
     devices: str | None = None
@@ -132,8 +127,7 @@ class JoinFlags:
     tail: list[str] | None = None
 
 
-@dataclass(frozen=True)
-class JoinSettings:
+class JoinSettings(NamedTuple):
     """Effective settings after flags over block (anchor-join §1.3)."""
     host: str
     controller_host: str | None = None      # None only when resolved without a dial
@@ -145,7 +139,7 @@ class JoinSettings:
     source: SourceSpec | None = None
     libtorch: str | None = None             # canonical token or "auto"; None = keep active
     lock: str | None = None
-    mirrors: Mapping[str, str] = field(default_factory=dict)
+    mirrors: Mapping[str, str] = MappingProxyType({})
     home: str | None = None                 # --home > $FLODL_HOME > fdlenv.home; None = ~/.flodl
     devices: tuple[int, ...] | None = None  # None = all
     persist: bool = False
@@ -454,20 +448,13 @@ def parse_devices(s: str) -> tuple[int, ...] | None:
 
 
 def local_hostname(environ: Mapping[str, str] | None = None) -> str:
-    """anchor-join §2.6: FLODL_HOST_NAME, else `hostname`, else `unknown-host`."""
+    """anchor-join §2.6: FLODL_HOST_NAME, else the kernel's host name (what `hostname`
+    prints, without running it), else `unknown-host`."""
     env = os.environ if environ is None else environ
     v = (env.get("FLODL_HOST_NAME") or "").strip()
     if v:
         return v
-    try:
-        import subprocess  # noqa: PLC0415 - only when the kernel's name is unusable
-
-        out = subprocess.run(["hostname"], capture_output=True, text=True, timeout=5)
-        if out.returncode == 0 and out.stdout.strip():
-            return out.stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return "unknown-host"
+    return os.uname().nodename.strip() or "unknown-host"
 
 
 def has_strict_host_key_option(options: tuple[str, ...] | list[str]) -> bool:
@@ -502,7 +489,7 @@ def resolve(flags: JoinFlags, project: Project | None, *,
     if flags.ssh is not None:
         spec = parse_ssh_spec(flags.ssh)
         inherit = block.ssh or SshConfig()
-        ssh = replace(spec, identity_file=inherit.identity_file, options=inherit.options)
+        ssh = spec._replace(identity_file=inherit.identity_file, options=inherit.options)
     elif block.ssh is not None:
         if not block.ssh.target:
             raise Fail.permanent("join.ssh has no target: set join.ssh.target "
@@ -510,9 +497,9 @@ def resolve(flags: JoinFlags, project: Project | None, *,
         ssh = block.ssh
     if ssh is not None:
         if not has_strict_host_key_option(ssh.options):
-            ssh = replace(ssh, options=ssh.options + ("StrictHostKeyChecking=accept-new",))
+            ssh = ssh._replace(options=ssh.options + ("StrictHostKeyChecking=accept-new",))
         if flags.identity is not None:
-            ssh = replace(ssh, identity_file=flags.identity)
+            ssh = ssh._replace(identity_file=flags.identity)
 
     # 3. controller.
     chost = cport = None
@@ -632,4 +619,4 @@ def check_given_bin(settings: JoinSettings, cwd: Path | str | None = None) -> Jo
     if not p.is_file():
         raise Fail.permanent(f"training binary {settings.bin} is not a file (looked at {p}); "
                              "fix --bin / join.bin, or build it with --source")
-    return replace(settings, bin=str(p.absolute()))
+    return settings._replace(bin=str(p.absolute()))

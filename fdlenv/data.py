@@ -17,8 +17,8 @@ import contextlib
 import itertools
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from .errors import Fail
 
@@ -30,8 +30,9 @@ SSHFS_FORMS = ("sshfs://[user@]host[:port]/abs/path or sshfs://[user@]host:/abs/
 _probe_counter = itertools.count()
 
 
-@dataclass(frozen=True)
-class SshfsSource:
+class SshfsSource(NamedTuple):
+    """A parsed `sshfs://` data source (a NamedTuple: it is on the re-dial path, see variants)."""
+
     remote: str          # [user@]host:/abs/path, exactly what sshfs takes and /proc/mounts shows
     port: int | None
 
@@ -66,8 +67,9 @@ def parse_data_source(spec: str) -> SshfsSource:
     return SshfsSource(f"{user + '@' if user else ''}{host}:{path}", port)
 
 
-@dataclass(frozen=True)
-class Mount:
+class Mount(NamedTuple):
+    """One /proc/mounts entry (a NamedTuple: it is on the re-dial path, see variants)."""
+
     source: str
     mountpoint: str
     fstype: str

@@ -33,9 +33,9 @@ from __future__ import annotations
 import functools
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Callable, Mapping, NamedTuple
 
 from . import data, variants
 from .errors import Fail
@@ -53,12 +53,13 @@ if TYPE_CHECKING:
 PROC_MOUNTS = Path("/proc/mounts")
 
 
-@dataclass(frozen=True)
-class PrepareRequest:
-    """What preparation needs from the resolved settings (join's or prepare's)."""
+class PrepareRequest(NamedTuple):
+    """What preparation needs from the resolved settings (join's or prepare's).
+    A NamedTuple: it is on the re-dial path (see variants)."""
+
     libtorch: str | None = None            # canonical token or "auto"; None = carry the active one
     lock: str | None = None                # --lock, else fdl.yml's `fdlenv: lock:`
-    mirrors: Mapping[str, str] = field(default_factory=dict)
+    mirrors: Mapping[str, str] = MappingProxyType({})
     bin: str | None = None                 # a given binary (absolute), run as is
     source: SourceSpec | None = None
     devices: tuple[int, ...] | None = None  # offered ids; None = all
@@ -77,19 +78,27 @@ def request_from_settings(settings: JoinSettings, *, gpu_gate: bool = True) -> P
         project_root=settings.project_root, gpu_gate=gpu_gate)
 
 
-@dataclass
 class Prepared:
-    """What a dial needs: the variant, its env and child environment, the binary, the data root."""
-    variant: str | None                    # canonical variant; None = no libtorch settled
-    env: Env | None
-    bin: str | None = None                 # built artifact (source) or the given path
-    cwd: str | None = None                 # project dir inside the fetched tree; None = inherit
-    data_path: str | None = None           # absolute dataset root to ship; None = ship nothing
-    args: list[str] | None = None          # the run manifest's args when a manifest existed
-    run_id: str | None = None              # the run manifest's `run` nonce
-    notes: list[str] = field(default_factory=list)
-    environ: dict[str, str] = field(default_factory=dict)  # the complete child environment
-    seconds: dict[str, float] = field(default_factory=dict)
+    """What a dial needs: the variant, its env and child environment, the binary, the data root.
+    A plain class with slots (`prepare` fills it in step by step; no dataclass on the re-dial path)."""
+
+    __slots__ = ("variant", "env", "bin", "cwd", "data_path", "args", "run_id", "notes", "environ",
+                 "seconds")
+
+    def __init__(self, variant: str | None, env: Env | None, bin: str | None = None,
+                 cwd: str | None = None, data_path: str | None = None, args: list[str] | None = None,
+                 run_id: str | None = None, notes: list[str] | None = None,
+                 environ: dict[str, str] | None = None, seconds: dict[str, float] | None = None):
+        self.variant = variant             # canonical variant; None = no libtorch settled
+        self.env = env
+        self.bin = bin                     # built artifact (source) or the given path
+        self.cwd = cwd                     # project dir inside the fetched tree; None = inherit
+        self.data_path = data_path         # absolute dataset root to ship; None = ship nothing
+        self.args = args                   # the run manifest's args when a manifest existed
+        self.run_id = run_id               # the run manifest's `run` nonce
+        self.notes = [] if notes is None else notes
+        self.environ = {} if environ is None else environ   # the complete child environment
+        self.seconds = {} if seconds is None else seconds
 
     def to_json(self) -> dict:
         """DESIGN §7's shape (`fdlenv prepare --json`)."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -231,10 +233,11 @@ def test_devices_shapes(text, want):
     assert parse_devices(text) == want
 
 
-def test_hostname_default_order():
+def test_hostname_default_order(monkeypatch):
     assert local_hostname({"FLODL_HOST_NAME": "  named  "}) == "named"
-    got = local_hostname({"FLODL_HOST_NAME": "   "})
-    assert got and got != "named"
+    assert local_hostname({"FLODL_HOST_NAME": "   "}) == socket.gethostname()
+    monkeypatch.setattr(os, "uname", lambda: os.uname_result(("Linux", "", "r", "v", "m")))
+    assert local_hostname({}) == "unknown-host"
 
 
 def test_prepare_subset_needs_no_controller_and_no_binary():

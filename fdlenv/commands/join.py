@@ -92,7 +92,7 @@ def flags_from_args(args: argparse.Namespace) -> JoinFlags:
         controller=g("controller"), ssh=g("ssh"), identity=g("identity"), token=g("token"),
         bin=g("bin"), source=g("source"), source_cwd=g("source_cwd"),
         source_build=g("source_build"), source_bin=g("source_bin"), libtorch=g("libtorch"),
-        lock=g("lock"), mirrors=list(g("mirror") or []), home=g("home"), host=g("host"),
+        lock=g("lock"), mirrors=tuple(g("mirror") or ()), home=g("home"), host=g("host"),
         devices=g("devices"), persist=bool(g("persist", False)), data_path=g("data_path"),
         data_source=g("data_source"), gpu_ram_share=g("gpu_ram_share"),
         no_sig_probe=bool(g("no_sig_probe", False)), tail=g("tail"))

@@ -20,10 +20,9 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from .. import variants
 from ..errors import Fail
@@ -37,16 +36,18 @@ KEY_SCHEMA = 1
 META = ".fdlenv-build.json"
 
 
-@dataclass(frozen=True)
-class Recipe:
+class Recipe(NamedTuple):
+    """How to build the tree (a NamedTuple: it is on the re-dial path, see variants)."""
+
     build: str
     cwd: str           # relative to the tree; "" is the root
     bin: str           # relative to cwd
     default: bool      # the default recipe: needs cargo on PATH
 
 
-@dataclass(frozen=True)
-class Built:
+class Built(NamedTuple):
+    """The build's outcome (a NamedTuple: it is on the re-dial path, see variants)."""
+
     bin: Path          # the published artifact, builds/<key>/<name>
     cwd: Path          # <tree>/<cwd>, where the binary runs
     key: str
@@ -90,6 +91,8 @@ def _vendor(env) -> str:
 
 
 def _run_recipe(recipe: Recipe, project: Path, env, environ: dict) -> None:
+    import subprocess  # only when there is a build to run
+
     if recipe.default and not shutil.which("cargo", path=environ.get("PATH")):
         raise Fail.permanent("the default recipe `cargo build --release` needs cargo, which is not on "
                              "PATH; install Rust with rustup (https://rustup.rs) or name a recipe")

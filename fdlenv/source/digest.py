@@ -18,8 +18,8 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from ..errors import Fail
 from .state import State
@@ -31,16 +31,18 @@ _SKIP_ANY = frozenset({"target", ".git"})
 _SKIP_ROOT = frozenset({"libtorch", MANIFEST, SIDECAR})
 
 
-@dataclass(frozen=True)
-class TreeDigest:
+class TreeDigest(NamedTuple):
+    """A tree's digests and size (a NamedTuple: it is on the re-dial path, see variants)."""
+
     sha256: str    # reference-compatible: regular files only
     files: int
     bytes: int
     content: str   # sha256 + symlinks: the build key's input
 
 
-@dataclass(frozen=True)
-class Scan:
+class Scan(NamedTuple):
+    """What a scan saw, per file (a NamedTuple: it is on the re-dial path, see variants)."""
+
     hashes: dict[str, str]     # rel -> sha256, regular files
     sizes: dict[str, int]
     links: dict[str, str]      # rel -> link target

@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import fcntl
 import os
-import subprocess
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from ..errors import Fail
 from ..home import Home
@@ -38,15 +37,17 @@ _DWIM = ("{}", "refs/{}", "refs/tags/{}", "refs/heads/{}", "refs/remotes/{}", "r
 _GIT_ENV = {"GIT_TERMINAL_PROMPT": "0"}   # a credential prompt would wedge a systemd unit
 
 
-@dataclass(frozen=True)
-class SshOpts:
-    """The join's ssh block, as far as a source pull uses it (config.SshConfig fits too)."""
+class SshOpts(NamedTuple):
+    """The join's ssh block, as far as a source pull uses it (config.SshConfig fits too).
+    A NamedTuple: it is on the re-dial path (see variants)."""
+
     identity_file: str | None = None
     options: tuple[str, ...] = ()
 
 
-@dataclass
-class Fetched:
+class Fetched(NamedTuple):
+    """A fetched, digested tree (a NamedTuple: it is on the re-dial path, see variants)."""
+
     spec: Spec
     tree: Path
     scan: digest.Scan
@@ -118,6 +119,8 @@ def rsync_argv(spec: LocalSpec | RsyncSpec, dest: Path, ssh: SshOpts | None = No
 
 
 def _rsync(spec: LocalSpec | RsyncSpec, dest: Path, ssh: SshOpts | None) -> str:
+    import subprocess  # only when a copy runs: an unchanged local tree is only stat'ed
+
     local = isinstance(spec, LocalSpec)
     if local and not os.path.isdir(spec.path):
         raise Fail.permanent(f"--source: {spec.path} is not a directory on this box")
@@ -177,6 +180,8 @@ def _remote_commit(spec: GitSpec) -> str | None:
     """The commit the ref names now, when it can be told cheaply and unambiguously."""
     if spec.pinned_sha:
         return spec.ref
+    import subprocess
+
     try:
         proc = subprocess.run(["git", "ls-remote", "--", spec.url, spec.ref, spec.ref + "^{}"],
                               env=_git_env(), stdin=subprocess.DEVNULL,

@@ -10,8 +10,8 @@ the source's state under the file's stat tuple and a re-dial reads no YAML.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from ..errors import Fail
 from .digest import MANIFEST, RACY_NS
@@ -20,15 +20,17 @@ from .state import State
 _HEX = frozenset("0123456789abcdef")
 
 
-@dataclass(frozen=True)
-class Digest:
+class Digest(NamedTuple):
+    """The tree digest a manifest names (a NamedTuple: it is on the re-dial path, see variants)."""
+
     sha256: str
     files: int
     bytes: int
 
 
-@dataclass(frozen=True)
-class RunManifest:
+class RunManifest(NamedTuple):
+    """A validated `.fdl-run.yml` (a NamedTuple: it is on the re-dial path, see variants)."""
+
     bin: str
     cwd: str | None = None
     build: str | None = None
@@ -94,8 +96,10 @@ def parse(text: str, where: str = MANIFEST) -> RunManifest:
 
 def to_mapping(m: RunManifest) -> dict:
     """Plain JSON/YAML data for a manifest (unset fields left out)."""
-    data = {k: v for k, v in asdict(m).items() if v is not None}
+    data = {k: v for k, v in m._asdict().items() if v is not None}
     data["args"] = list(m.args)
+    if m.digest is not None:
+        data["digest"] = m.digest._asdict()
     return data
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..errors import Fail
 
@@ -30,8 +30,9 @@ _SHA = re.compile(r"[0-9a-f]{40}")
 _BAD_REF = re.compile(r"[\s~^:?*\[\\]|\.\.|@\{|//|^[-/.]|[/.]$|\.lock$|/\.")
 
 
-@dataclass(frozen=True)
-class LocalSpec:
+class LocalSpec(NamedTuple):
+    """`file:///abs` (a NamedTuple: it is on the re-dial path, see variants)."""
+
     raw: str
     path: str          # absolute, no trailing slash
 
@@ -40,8 +41,9 @@ class LocalSpec:
         return f"file://{self.path}"
 
 
-@dataclass(frozen=True)
-class RsyncSpec:
+class RsyncSpec(NamedTuple):
+    """`rsync://[user@]host[:port]:/abs` (a NamedTuple: it is on the re-dial path, see variants)."""
+
     raw: str
     host: str
     user: str | None
@@ -58,8 +60,9 @@ class RsyncSpec:
         return f"rsync://{self.remote}" + (f" port {self.port}" if self.port else "")
 
 
-@dataclass(frozen=True)
-class GitSpec:
+class GitSpec(NamedTuple):
+    """`git+<transport>://…#<ref>` (a NamedTuple: it is on the re-dial path, see variants)."""
+
     raw: str
     url: str           # what git fetches: https://…, ssh://…, file:///…
     ref: str

@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 
 SCHEMA = 1
 
 
-@dataclass
 class State:
-    path: Path
-    data: dict = field(default_factory=dict)
-    dirty: bool = False
+    """The loaded file and whether it changed since (a plain class: it is on the re-dial path)."""
+
+    __slots__ = ("path", "data", "dirty")
+
+    def __init__(self, path: Path, data: dict | None = None):
+        self.path = path
+        self.data = {} if data is None else data
+        self.dirty = False
 
     @classmethod
     def load(cls, path: Path) -> "State":

@@ -11,7 +11,6 @@ cannot know whether a recipe needed the toolkit.
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 CUDA_HEADERS = {
@@ -63,6 +62,8 @@ def install_hint(packages: list[str], os_release: dict[str, str] | None = None) 
 
 
 def _compiler_has(header: str, include_dirs: list[Path], environ: dict) -> bool:
+    import subprocess  # only after a failed build
+
     cmd = [environ.get("CXX") or "c++", "-E", "-x", "c++", "-"]
     cmd += [f"-I{d}" for d in include_dirs]
     try:

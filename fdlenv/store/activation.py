@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 from typing import Mapping
 
@@ -36,6 +35,8 @@ IGNORED = {"SHLVL", "_", "PWD", "OLDPWD"}
 
 
 def _capture(env: Env, base: Mapping[str, str]) -> dict:
+    import subprocess  # only on a capture: a re-dial reads the cached diff
+
     from rattler.shell import ActivationVariables, Shell, activate
 
     probe = dict(base)

@@ -25,7 +25,7 @@ gathered so far (`.notes`) so the caller prints them before the error.
 Re-dial cost: with nothing changed this is stats, at most one rsync or
 `git ls-remote`, and small JSON reads (the store's fast path, the cached
 activation, the build key). Imports stay inside the steps: no YAML of the
-lock, no rattler, conda-lock, filelock or gitpython on that path.
+lock, no rattler, conda-lock or gitpython on that path.
 """
 
 from __future__ import annotations

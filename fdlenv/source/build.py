@@ -3,7 +3,7 @@
 Build key = sha256 over (tree content digest, env key, recipe, cwd, bin).
 `builds/<key>/` is published by rename, so it either holds the artifact or
 does not exist; when it holds it the recipe is not run at all, and that check
-comes before any lock (locking imports filelock, 85 ms). Otherwise, under
+comes before any lock. Otherwise, under
 `locks/build-<key>.lock`, the check is repeated (a racing prepare may have
 published meanwhile), the recipe runs in the source tree itself (so cargo's
 `target/` keeps it incremental), and the artifact is copied out.
@@ -137,7 +137,7 @@ def build(home: Home, tree: Path, tree_content: str, env, environ: dict, recipe:
     published = home.builds / key / name
     if published.is_file():
         return Built(published, project, key, False)
-    from ..locking import exclusive  # filelock: only when there is work
+    from ..locking import exclusive
 
     home.ensure(home.builds)
     with exclusive(home.locks / f"build-{key}.lock", f"building {key[:16]}"):

@@ -31,8 +31,9 @@ from pathlib import Path
 from .. import __version__, variants
 from ..errors import Fail
 from ..home import Home
-from ..progress import Ticker, say
+from ..progress import during, say
 from .archives import Archive, evict_cache_entry, locate, verify
+from .install_worker import WorkerProcess
 from .env import MANIFEST, libtorch_root
 from .lockfile import Record
 
@@ -61,17 +62,20 @@ def _clear_debris(home: Home, key: str) -> None:
 
 
 def build(home: Home, variant: str, key: str, records: list[Record], final: Path,
-           lock: Path, digest: str, platform: str, mirrors: dict[str, str]) -> None:
+           lock: Path, digest: str, platform: str, mirrors: dict[str, str],
+           worker: WorkerProcess | None = None) -> None:
+    """Install `records` as `final`. `worker`: an install worker the caller started early."""
     home.ensure(home.envs, home.staging, home.cache)
     _clear_debris(home, key)
     t0 = time.monotonic()
     say(f"realising {variant} ({len(records)} packages) into {final}")
-    archives = [locate(home, r, mirrors) for r in records]
+    worker = worker or WorkerProcess()
     stage = home.staging / f"{key}-{os.getpid()}"
     try:
+        archives = [locate(home, r, mirrors) for r in records]
         with _cache_in_use(home):
-            _install(home, archives, stage, final, variant)
-        links = _link_report(stage)
+            _install(home, worker, archives, stage, final, variant)
+        links = _link_report(home, stage, records)
         if links["copied"]:
             say(f"warning: {len(links['copied'])} package(s) were copied, not hard-linked "
                 f"(is {home.pkgs} on another filesystem than {home.envs}?): "
@@ -93,11 +97,13 @@ def build(home: Home, variant: str, key: str, records: list[Record], final: Path
         os.rename(stage, final)
         _fsync_files(home.envs)
     except OSError as e:
+        worker.abandon()
         shutil.rmtree(stage, ignore_errors=True)
         if e.errno == errno.ENOSPC:
             raise _no_space(home) from None
         raise
     except BaseException:
+        worker.abandon()
         shutil.rmtree(stage, ignore_errors=True)
         raise
     say(f"realised {variant} in {time.monotonic() - t0:.1f}s")
@@ -109,10 +115,12 @@ def _no_space(home: Home) -> Fail:
                       f"({free // (1 << 20)} MiB free); staging was cleaned, free space there and retry")
 
 
-def _install(home: Home, archives: list[Archive], stage: Path, final: Path, variant: str) -> None:
+def _install(home: Home, worker: WorkerProcess, archives: list[Archive], stage: Path, final: Path,
+             variant: str) -> None:
     conda = [a for a in archives if a.record.manager == "conda"]
     wheels = [a for a in archives if a.record.manager == "pip"]
     python = next((a.record.version for a in conda if a.record.name == "python"), None)
+    marker, err = Path(str(stage) + ".ok"), Path(str(stage) + ".err")
     req = {
         "conda": [dict(a.record.to_json(), archive=str(a.path), filename=a.record.filename,
                        subdir=a.record.subdir, channel=a.record.url.rsplit("/", 2)[0]) for a in conda],
@@ -120,42 +128,26 @@ def _install(home: Home, archives: list[Archive], stage: Path, final: Path, vari
         # Wheels go to the env's python's site-packages; without one, this interpreter's X.Y.
         "python": ".".join(python.split(".")[:2]) if python else f"{sys.version_info[0]}.{sys.version_info[1]}",
         "staging": str(stage), "final": str(final), "cache": str(home.pkgs),
-        "marker": str(stage) + ".ok", "error": str(stage) + ".err",
+        "memo": str(home.cache / "verified"), "marker": str(marker), "error": str(err),
     }
-    req_path = Path(str(stage) + ".json")
-    req_path.write_text(json.dumps(req))
-    marker, err = Path(req["marker"]), Path(str(stage) + ".err")
-    proc = subprocess.Popen([sys.executable, "-m", "fdlenv.store.install_worker", str(req_path)],
-                            stdin=subprocess.DEVNULL)
     # Hash local archives while the worker extracts them.
     failures: list[Fail] = []
-    done = threading.Event()
 
     def hash_all():
-        try:
-            with ThreadPoolExecutor(max_workers=2) as pool:
-                for fut in [pool.submit(verify, home, a) for a in archives]:
-                    try:
-                        fut.result()
-                    except Fail as f:
-                        failures.append(f)
-        finally:
-            done.set()
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            for a, fut in [(a, pool.submit(verify, home, a)) for a in archives]:
+                try:
+                    fut.result()
+                except Fail as f:
+                    failures.append(f)
+                except OSError as e:  # unreadable: unverified is never published
+                    failures.append(Fail.permanent(f"cannot read archive {a.path} to verify it: {e}"))
 
     hasher = threading.Thread(target=hash_all, daemon=True)
     hasher.start()
-    ticker = Ticker(lambda: f"installing {len(archives)} packages for {variant} "
-                    f"({'verifying' if not done.is_set() else 'linking'})...", every=3.0)
-    try:
-        while proc.poll() is None:
-            try:
-                proc.wait(timeout=0.25)
-            except subprocess.TimeoutExpired:
-                ticker.tick()
+    with during(f"installing {len(archives)} package(s) for {variant}", every=3.0):
+        returncode = worker.run(req)
         hasher.join()
-    except BaseException:
-        proc.kill()
-        raise
     try:
         if failures:
             for a in archives:
@@ -164,7 +156,7 @@ def _install(home: Home, archives: list[Archive], stage: Path, final: Path, vari
             raise failures[0]
         if not marker.exists():
             if not err.exists():
-                raise Fail.retry(f"the install worker for {variant} died (exit {proc.returncode}); "
+                raise Fail.retry(f"the install worker for {variant} died (exit {returncode}); "
                                  "nothing was published, retry")
             e = json.loads(err.read_text())
             if e["kind"] == "enospc":
@@ -173,24 +165,53 @@ def _install(home: Home, archives: list[Archive], stage: Path, final: Path, vari
                 raise Fail.permanent(e["message"])
             raise Fail.permanent(f"installing {variant} failed: " + " / ".join(
                 line.strip() for line in e["message"].strip().splitlines()[-3:]))
+        # The bytes are verified now: their path check holds for that sha256 from here on.
+        (home.cache / "verified").mkdir(parents=True, exist_ok=True)
+        for sha in json.loads(marker.read_text())["paths_checked"]:
+            (home.cache / "verified" / f"{sha}.paths").touch()
     finally:
-        for p in (req_path, marker, err):
+        for p in (marker, err):
             p.unlink(missing_ok=True)
 
 
-def _link_report(stage: Path) -> dict:
-    """Sample one plain file per package: nlink == 1 means rattler fell back to copying."""
+def _link_report(home: Home, stage: Path, records: list[Record]) -> dict:
+    """One plain file per package: nlink == 1 means rattler fell back to copying.
+
+    The sample comes from the package's cache entry (a directory walk, no JSON:
+    a 20,000-file package's conda-meta costs more to parse than to link), skipping
+    files that are copied on purpose (prefix placeholders, no_link).
+    """
     linked, copied = 0, []
-    for meta in sorted((stage / "conda-meta").glob("*.json")):
-        rec = json.loads(meta.read_text())
-        for p in rec.get("paths_data", {}).get("paths", []):
-            if p.get("path_type") == "hardlink" and not p.get("prefix_placeholder") and not p.get("no_link"):
-                if (stage / p["_path"]).lstat().st_nlink > 1:
-                    linked += 1
-                else:
-                    copied.append(rec["name"])
-                break
+    for r in records:
+        if r.manager != "conda":
+            continue
+        entry = home.pkgs / r.filename.removesuffix(".conda").removesuffix(".tar.bz2")
+        skip = set()
+        for name in ("has_prefix", "no_link"):
+            with contextlib.suppress(OSError):
+                skip |= {ln.split()[-1] for ln in (entry / "info" / name).read_text().splitlines() if ln.strip()}
+        sample = _first_file(entry, skip)
+        if sample is None or not (stage / sample).is_file():
+            continue
+        if (stage / sample).lstat().st_nlink > 1:
+            linked += 1
+        else:
+            copied.append(r.name)
     return {"hardlinked": linked, "copied": copied}
+
+
+def _first_file(entry: Path, skip: set[str]) -> str | None:
+    for dirpath, dirnames, filenames in os.walk(entry):
+        rel_dir = os.path.relpath(dirpath, entry)
+        if rel_dir == "info":
+            dirnames[:] = []
+            continue
+        dirnames.sort()
+        for name in sorted(filenames):
+            rel = name if rel_dir == "." else f"{rel_dir}/{name}"
+            if rel not in skip and not os.path.islink(os.path.join(dirpath, name)):
+                return rel
+    return None
 
 
 def _write_arch(root: Path, variant: str, records: list[Record]) -> None:

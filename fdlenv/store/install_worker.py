@@ -1,23 +1,27 @@
 """The install worker: rattler.install (and pip wheels) in a child process.
 
-Run as `python -m fdlenv.store.install_worker REQUEST.json`. It lives in its
-own process because py-rattler 0.28 crashes at interpreter exit in up to 1 run
-in 10 after its async calls succeeded; the parent therefore judges success by
-the marker file this worker writes last, never by the exit code, and the
-worker leaves with os._exit right after flushing it. The child also keeps
-rattler's tokio threads out of the caller.
+Run as `python -m fdlenv.store.install_worker` with the request as JSON on
+stdin. The parent starts it before it has located the archives, so this
+process imports rattler while the parent works, then blocks on stdin. It
+lives in its own process because py-rattler 0.28 crashes at interpreter exit
+in up to 1 run in 10 after its async calls succeeded; the parent therefore
+judges success by the marker file this worker writes last, never by the exit
+code, and the worker leaves with os._exit right after flushing it. The child
+also keeps rattler's tokio threads out of the caller.
 
-Files are installed into the staging prefix but written as if they lived at
-the final env path (`alternative_target_prefix`), so prefix placeholders and
-script shebangs name the published location.
+Order: refuse packages whose paths escape the prefix (once per archive
+sha256, remembered in `cache/verified/<sha256>.paths`), then install into
+the staging prefix as if it lived at the final env path
+(`alternative_target_prefix`), so prefix placeholders and script shebangs
+name the published location.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import sys
+import subprocess
 import traceback
 from pathlib import Path
 
@@ -62,47 +66,80 @@ def _escapes(rel: str) -> bool:
     return os.path.isabs(rel) or os.path.normpath(rel).split(os.sep)[0] == ".."
 
 
-async def _check_paths(items: list[dict], cache: Path) -> None:
+class WorkerProcess:
+    """The parent's handle: started early, so the child imports rattler while the parent
+    reads the lock and locates archives; then one request, then the marker decides."""
+
+    def __init__(self):
+        self.proc = subprocess.Popen([sys.executable, "-m", "fdlenv.store.install_worker"],
+                                     stdin=subprocess.PIPE)
+
+    def abandon(self) -> None:
+        """Stop a worker that got no request (or is still running after a failure)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        if self.proc.stdin and not self.proc.stdin.closed:
+            self.proc.stdin.close()
+
+    def run(self, req: dict) -> int:
+        self.proc.stdin.write(json.dumps(req).encode())
+        self.proc.stdin.close()
+        return self.proc.wait()  # blocking: a polled wait would add up to 50 ms after the exit
+
+
+async def _check_paths(items: list[dict], memo: Path) -> list[str]:
+    """Refuse escaping paths; returns the sha256s checked (the parent remembers them once the
+    archive's bytes are verified, so a tampered archive never vouches for the real one)."""
     from rattler.package_streaming import PackageArchive
 
+    checked = []
     for it in items:
-        stem = it["filename"].removesuffix(".conda").removesuffix(".tar.bz2")
-        cached = cache / stem / "info" / "paths.json"
-        if cached.is_file():
-            paths = [p["_path"] for p in json.loads(cached.read_text())["paths"]]
-        else:
-            archive = await PackageArchive.from_path(it["archive"])
-            paths = [p.relative_path for p in (await archive.paths_json()).paths]
-        for rel in paths:
+        if (memo / f"{it['sha256']}.paths").exists():
+            continue
+        archive = await PackageArchive.from_path(it["archive"])
+        for rel in (p.relative_path for p in (await archive.paths_json()).paths):
             if _escapes(str(rel)):
                 raise PathEscape(f"package {it['name']} ({it['filename']}) has a path that escapes "
                                  f"the prefix: {rel!r}; refusing to install it")
+        checked.append(it["sha256"])
+    return checked
 
 
-def run(req: dict) -> None:
+async def _conda(req: dict) -> list[str]:
+    """Path check, then the install, in one event loop."""
     import rattler
 
     staging, final = Path(req["staging"]), Path(req["final"])
-    asyncio.run(_check_paths(req["conda"], Path(req["cache"])))
+    checked = await _check_paths(req["conda"], Path(req["memo"]))
     records = _conda_records(req["conda"])
     if records:
-        asyncio.run(rattler.install(
-            records, target_prefix=staging, cache_dir=Path(req["cache"]),
-            alternative_target_prefix=final, show_progress=False, execute_link_scripts=False,
-        ))
+        await rattler.install(records, target_prefix=staging, cache_dir=Path(req["cache"]),
+                              alternative_target_prefix=final, show_progress=False,
+                              execute_link_scripts=False)
     else:
         staging.mkdir(parents=True, exist_ok=True)
+    return checked
+
+
+def run(req: dict) -> list[str]:
+    import asyncio
+
+    checked = asyncio.run(_conda(req))
     if req["wheels"]:
-        _install_wheels(req["wheels"], staging, final, req["python"])
+        _install_wheels(req["wheels"], Path(req["staging"]), Path(req["final"]), req["python"])
+    return checked
 
 
 def main() -> None:
-    req_path = Path(sys.argv[1])
-    req = json.loads(req_path.read_text())
+    import rattler  # noqa: F401 - imported while the parent still prepares the request
+
+    req = json.loads(sys.stdin.read() or "null")
+    if req is None:  # the parent gave up before sending work
+        os._exit(0)
     marker = Path(req["marker"])
     try:
-        run(req)
-        marker.write_text("ok\n")
+        marker.write_text(json.dumps({"paths_checked": run(req)}))
     except BaseException as e:  # noqa: BLE001 - everything goes to the parent, classified
         text = str(e) or traceback.format_exc(limit=3)
         kind = ("escape" if isinstance(e, PathEscape)

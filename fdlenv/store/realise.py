@@ -2,7 +2,7 @@
 
 Order matters, cheapest first:
 1. Fast path: the lock's digest maps to an existing env -> done. No lock
-   taken, no YAML parsed, no conda-lock, rattler or filelock import: this is
+   taken, no YAML parsed, no conda-lock or rattler import: this is
    what every re-dial runs, so this module imports only what it needs here.
 2. Read the lock, compute the key; the env may exist already (another lock
    file with the same records).
@@ -55,20 +55,13 @@ def realise(home: Home, variant: str, lock: Path, mirrors: dict[str, str] | None
     digest = fastpath.lock_digest(lock)
     env = fastpath.lookup(home, digest, variant, platform)
     if env is None:
-        from ..locking import exclusive
-        from .envkey import env_dirname, env_key
-        from .install import build
-        from .lockfile import read_variant
+        from .install_worker import WorkerProcess
 
-        records = read_variant(lock, variant, platform)
-        key = env_key(records, platform)
-        final = home.envs / env_dirname(variant, key)
-        if not (final / MANIFEST).is_file():
-            with exclusive(home.locks / f"{key}.lock", f"realising {variant}"):
-                if not (final / MANIFEST).is_file():
-                    build(home, variant, key, records, final, lock, digest, platform, mirrors or {})
-                    env = Env(variant, key, final, libtorch_root(final), created=True)
-        env = env or Env(variant, key, final, libtorch_root(final))
+        worker = WorkerProcess()  # imports rattler in a child while this process reads the lock
+        try:
+            env = _slow_path(home, variant, lock, digest, platform, mirrors or {}, worker)
+        finally:
+            worker.abandon()
         fastpath.remember(home, digest, variant, platform, env)
     pointers.root(home, lock, env)
     if activate:
@@ -78,3 +71,19 @@ def realise(home: Home, variant: str, lock: Path, mirrors: dict[str, str] | None
     return env
 
 
+def _slow_path(home: Home, variant: str, lock: Path, digest: str, platform: str,
+               mirrors: dict[str, str], worker) -> Env:
+    from ..locking import exclusive
+    from .envkey import env_dirname, env_key
+    from .install import build
+    from .lockfile import read_variant
+
+    records = read_variant(lock, variant, platform)
+    key = env_key(records, platform)
+    final = home.envs / env_dirname(variant, key)
+    if not (final / MANIFEST).is_file():
+        with exclusive(home.locks / f"{key}.lock", f"realising {variant}"):
+            if not (final / MANIFEST).is_file():
+                build(home, variant, key, records, final, lock, digest, platform, mirrors, worker)
+                return Env(variant, key, final, libtorch_root(final), created=True)
+    return Env(variant, key, final, libtorch_root(final))

@@ -18,6 +18,10 @@ import sys
 from . import __version__
 from .errors import EXIT_PERMANENT, EXIT_TRANSIENT, Fail
 
+# True once main() runs as the program itself (console script, python -m): only then
+# may the store fork its install worker (see store/install_worker.py).
+OWNS_PROCESS = False
+
 # One module per command under fdlenv/commands; each defines add_parser(sub).
 COMMANDS = ("env", "run", "shell_hook", "detect", "lock", "pack", "walkthrough", "join", "recipe", "build", "prepare")
 
@@ -76,6 +80,8 @@ def split_tail(argv: list[str]) -> tuple[list[str], list[str] | None]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global OWNS_PROCESS
+    OWNS_PROCESS = argv is None  # run as the program, not called by a host process
     argv = list(sys.argv[1:] if argv is None else argv)
     head, tail = split_tail(argv)
     args = build_parser(_command_of(head)).parse_args(head)

@@ -111,6 +111,44 @@ def test_kill_9_at_random_moments_never_leaves_a_partial_env(tmp_path):
     assert not [p for p in w.home.pkgs.iterdir() if p.name.startswith(".") and p.is_dir()]
 
 
+def _children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(p) for p in f.read().split()]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def test_the_install_worker_dies_with_a_killed_parent(tmp_path):
+    w = make_world(tmp_path, nfiles=3000)
+    proc = subprocess.Popen([sys.executable, "-m", "fdlenv", "env", "realize", "--libtorch", "cpu",
+                             "--lock", str(w.lock), "--home", str(w.home.root)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while "installing" not in (line := proc.stderr.readline()) and time.monotonic() < deadline:
+        assert line, "the realise ended before installing"
+    workers = _children(proc.pid)
+    assert workers, "no install worker ran"
+    while not any(p.is_dir() for p in w.home.staging.iterdir()):  # the worker is installing
+        assert time.monotonic() < deadline, "the worker never started installing"
+        time.sleep(0.005)
+    proc.kill()                                      # the parent only, not its group
+    proc.wait()
+    deadline = time.monotonic() + 3
+    while any(_alive(p) for p in workers) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not any(_alive(p) for p in workers)
+    assert not list(w.home.staging.glob("*.ok"))    # it did not finish an install nobody publishes
+    res = _realise(w)
+    assert res.returncode == 0, res.stderr
+    assert not verify(w.home.envs / os.path.basename(json.loads(res.stdout)["path"]), full=True).problems
+
+
 def test_concurrent_realisations_build_each_env_once(tmp_path):
     w = make_world(tmp_path, variants=("cpu", "cu126"), nfiles=500)
     procs = [subprocess.Popen([sys.executable, "-m", "fdlenv", "env", "realize", "--libtorch", v,

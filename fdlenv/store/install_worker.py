@@ -1,27 +1,30 @@
 """The install worker: rattler.install (and pip wheels) in a child process.
 
-Run as `python -m fdlenv.store.install_worker` with the request as JSON on
-stdin. The parent starts it before it has located the archives, so this
-process imports rattler while the parent works, then blocks on stdin. It
-lives in its own process because py-rattler 0.28 crashes at interpreter exit
-in up to 1 run in 10 after its async calls succeeded; the parent therefore
-judges success by the marker file this worker writes last, never by the exit
-code, and the worker leaves with os._exit right after flushing it. The child
-also keeps rattler's tokio threads out of the caller.
+`WorkerProcess` starts the child before the parent has read the lock (a fork
+of the CLI, or `python -m fdlenv.store.install_worker FD` where threads make
+forking unsafe); the child imports rattler while the parent works, then reads
+one request as JSON from the pipe. It lives in its own process because
+py-rattler 0.28 crashes at interpreter exit in up to 1 run in 10 after its
+async calls succeeded; the parent therefore judges success by the marker file
+this worker writes last, never by the exit code, and the worker always leaves
+through os._exit. The child also keeps rattler's tokio threads out of the
+caller, and dies with its parent.
 
 Order: refuse packages whose paths escape the prefix (once per archive
-sha256, remembered in `cache/verified/<sha256>.paths`), then install into
-the staging prefix as if it lived at the final env path
-(`alternative_target_prefix`), so prefix placeholders and script shebangs
-name the published location.
+sha256, remembered in `cache/verified/<sha256>.paths` after the parent has
+verified the bytes), then install into the staging prefix as if it lived at
+the final env path (`alternative_target_prefix`), so prefix placeholders and
+script shebangs name the published location.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import sys
+import signal
 import subprocess
+import sys
 import traceback
 from pathlib import Path
 
@@ -66,26 +69,77 @@ def _escapes(rel: str) -> bool:
     return os.path.isabs(rel) or os.path.normpath(rel).split(os.sep)[0] == ".."
 
 
+def _fork_ok() -> bool:
+    import threading
+
+    cli = sys.modules.get("fdlenv.cli")
+    return bool(cli and cli.OWNS_PROCESS) and threading.active_count() == 1
+
+
 class WorkerProcess:
     """The parent's handle: started early, so the child imports rattler while the parent
-    reads the lock and locates archives; then one request, then the marker decides."""
+    reads the lock and locates archives; then one request on a pipe; the marker decides.
+
+    When the fdlenv CLI owns this process (`cli.OWNS_PROCESS`) and no other
+    thread runs, the child is a fork: it starts with the interpreter already up, which
+    saves a whole Python start-up on every realise. Anywhere else (a library caller, a
+    test runner with its own pipes, join's tunnel threads) a fork could inherit a held
+    lock or a foreign channel, so the child is a fresh interpreter instead.
+    """
 
     def __init__(self):
-        self.proc = subprocess.Popen([sys.executable, "-m", "fdlenv.store.install_worker"],
-                                     stdin=subprocess.PIPE)
+        read_fd, self._w = os.pipe()
+        self._proc = None
+        if _fork_ok():
+            sys.stdout.flush()
+            sys.stderr.flush()
+            self.pid = os.fork()
+            if self.pid == 0:
+                os.close(self._w)
+                _serve(read_fd)  # never returns
+        else:
+            self._proc = subprocess.Popen([sys.executable, "-m", "fdlenv.store.install_worker", str(read_fd)],
+                                          pass_fds=(read_fd,), stdin=subprocess.DEVNULL)
+            self.pid = self._proc.pid
+        os.close(read_fd)
+        self._status = None
+
+    def _wait(self) -> int:
+        if self._status is None:
+            self._status = self._proc.wait() if self._proc else os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+        return self._status
+
+    def _close_pipe(self) -> None:
+        if self._w is not None:
+            os.close(self._w)
+            self._w = None
 
     def abandon(self) -> None:
         """Stop a worker that got no request (or is still running after a failure)."""
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-        if self.proc.stdin and not self.proc.stdin.closed:
-            self.proc.stdin.close()
+        if self._status is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+        self._close_pipe()
+        self._wait()
 
     def run(self, req: dict) -> int:
-        self.proc.stdin.write(json.dumps(req).encode())
-        self.proc.stdin.close()
-        return self.proc.wait()  # blocking: a polled wait would add up to 50 ms after the exit
+        data = json.dumps(req).encode()
+        while data:
+            data = data[os.write(self._w, data):]
+        self._close_pipe()
+        return self._wait()  # blocking: a polled wait would add up to 50 ms after the exit
+
+
+def _die_with_parent() -> None:
+    """A worker must not outlive a parent killed by -9: it would write into staging that the
+    next run clears. Linux only (prctl PR_SET_PDEATHSIG); elsewhere this is a no-op."""
+    parent = os.getppid()
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 async def _check_paths(items: list[dict], memo: Path) -> list[str]:
@@ -131,25 +185,27 @@ def run(req: dict) -> list[str]:
     return checked
 
 
-def main() -> None:
-    import rattler  # noqa: F401 - imported while the parent still prepares the request
-
-    req = json.loads(sys.stdin.read() or "null")
-    if req is None:  # the parent gave up before sending work
-        os._exit(0)
-    marker = Path(req["marker"])
+def _serve(read_fd: int) -> None:
+    """The worker's body: one request from the pipe, then the marker (or the error file)."""
     try:
-        marker.write_text(json.dumps({"paths_checked": run(req)}))
-    except BaseException as e:  # noqa: BLE001 - everything goes to the parent, classified
-        text = str(e) or traceback.format_exc(limit=3)
-        kind = ("escape" if isinstance(e, PathEscape)
-                else "enospc" if "No space left on device" in text or "os error 28" in text
-                else "error")
-        Path(req["error"]).write_text(json.dumps({"kind": kind, "message": text}))
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+        _die_with_parent()
+        import rattler  # noqa: F401 - imported while the parent still prepares the request
+
+        with os.fdopen(read_fd, "rb") as f:
+            req = json.loads(f.read() or b"null")
+        if req is None:  # the parent gave up before sending work
+            os._exit(0)
+        try:
+            Path(req["marker"]).write_text(json.dumps({"paths_checked": run(req)}))
+        except BaseException as e:  # noqa: BLE001 - everything goes to the parent, classified
+            text = str(e) or traceback.format_exc(limit=3)
+            kind = ("escape" if isinstance(e, PathEscape)
+                    else "enospc" if "No space left on device" in text or "os error 28" in text
+                    else "error")
+            Path(req["error"]).write_text(json.dumps({"kind": kind, "message": text}))
+    finally:
+        os._exit(0)  # no flush: a forked child's buffers are copies of the parent's
 
 
 if __name__ == "__main__":
-    main()
+    _serve(int(sys.argv[1]))

@@ -94,13 +94,21 @@ def main() -> None:
                            stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         base = timed([sys.executable, "-c", "pass"], a.runs)
         rsync = timed(["rsync", "-a", "--delete", f"{tmp / 'src'}/", f"{tmp / 'copy'}/"], a.runs)
+        # The remote's answer on a git re-dial; the goal excludes network time to a remote.
+        remote = {"git+file://": timed(["git", "ls-remote", "--", f"file://{tmp / 'repo.git'}", "main",
+                                        "main^{}"], a.runs)}
         print(f"python -c pass                  {ms(base)}")
         print(f"rsync alone ({a.files} files)       {ms(rsync)}   (what a re-dial skips when nothing changed)")
         for name, spec in specs.items():
             t = timed([sys.executable, "-c", REDIAL, home, spec], a.runs)
             own = (t[0] - base[0], t[1] - base[1])
             print(f"re-dial {name:<12}        {ms(t)}")
-            print(f"  fdlenv's own (minus pass)     {ms(own)}   goal < 60 ms")
+            if name in remote:
+                print(f"  git ls-remote alone           {ms(remote[name])}")
+                own = (own[0] - remote[name][0], own[1] - remote[name][1])
+                print(f"  fdlenv's own (minus pass and the remote's answer) {ms(own)}   goal < 60 ms")
+            else:
+                print(f"  fdlenv's own (minus pass)     {ms(own)}   goal < 60 ms")
         real_store(tmp, specs["file://"], base, a.runs)
 
 

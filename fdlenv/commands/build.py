@@ -20,7 +20,7 @@ from ..progress import say
 
 EPILOG = """examples:
   fdlenv build --libtorch cpu --source file:///srv/mnist --source-bin target/release/mnist
-  fdlenv build --libtorch cu128 --source git+https://github.com/me/train#v1.2 --json
+  fdlenv build --libtorch cu128 --source git+https://git.example/me/train#v1.2 --json
   fdlenv build --libtorch auto --source rsync://flodl@ctrl:2222:/srv/train \\
       --identity ~/.ssh/flodl --source-cwd app --source-build 'cargo build --release --features "$FDL_GPU_FEATURE"'
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 
 import pytest
 from conda_lock.lockfile import parse_conda_lock_file
@@ -46,8 +47,12 @@ def test_walkthrough_end_to_end(tmp_path, capsys):
         pytest.skip(f"pip cannot obtain a torch wheel here: {e}")
     mtime = wheel.stat().st_mtime_ns
 
-    assert cli.main(["walkthrough", "--home", str(home.root), "--json"]) == 0
-    first = json.loads(capsys.readouterr().out)
+    # As the README runs it: its own process (the store may fork its worker there, after
+    # earlier steps already started rattler's runtime in that process).
+    res = subprocess.run([sys.executable, "-m", "fdlenv", "walkthrough", "--home", str(home.root), "--json"],
+                         capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stderr
+    first = json.loads(res.stdout)
 
     # The lock is conda-lock's, with the packed archive's real hashes.
     (entry,) = parse_conda_lock_file(home.root / "walkthrough" / "conda-lock.yml").package

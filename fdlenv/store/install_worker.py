@@ -70,21 +70,28 @@ def _escapes(rel: str) -> bool:
 
 
 def _fork_ok() -> bool:
-    import threading
-
+    """Fork only a process that is single-threaded at the OS level: native threads (an
+    earlier rattler call's tokio runtime, say) are invisible to `threading` and would be
+    missing in the child while their state says they run."""
     cli = sys.modules.get("fdlenv.cli")
-    return bool(cli and cli.OWNS_PROCESS) and threading.active_count() == 1
+    if not (cli and cli.OWNS_PROCESS):
+        return False
+    try:
+        return len(os.listdir("/proc/self/task")) == 1
+    except OSError:
+        return False
 
 
 class WorkerProcess:
     """The parent's handle: started early, so the child imports rattler while the parent
     reads the lock and locates archives; then one request on a pipe; the marker decides.
 
-    When the fdlenv CLI owns this process (`cli.OWNS_PROCESS`) and no other
-    thread runs, the child is a fork: it starts with the interpreter already up, which
-    saves a whole Python start-up on every realise. Anywhere else (a library caller, a
-    test runner with its own pipes, join's tunnel threads) a fork could inherit a held
-    lock or a foreign channel, so the child is a fresh interpreter instead.
+    When the fdlenv CLI owns this process (`cli.OWNS_PROCESS`) and no other thread runs
+    (counted by the kernel, not by `threading`), the child is a fork: it starts with the
+    interpreter already up, which saves a whole Python start-up on every realise.
+    Anywhere else (a library caller, a test runner with its own pipes, join's tunnel
+    threads, rattler's runtime from an earlier call) a fork could inherit a held lock, a
+    foreign channel or a runtime without its threads, so the child is a fresh interpreter.
     """
 
     def __init__(self):

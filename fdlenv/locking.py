@@ -57,3 +57,16 @@ def exclusive(path: Path, what: str, every: float = 3.0, poll: float = 0.1):
             with contextlib.suppress(OSError):
                 holder.unlink()
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def is_held(path: Path) -> bool:
+    """Whether some process holds `path` now (gc leaves what a running realise uses)."""
+    if not path.exists():
+        return False
+    with open(path, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return False

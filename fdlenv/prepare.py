@@ -145,17 +145,6 @@ def fetch_source(home: Home, spec: Spec, req: PrepareRequest,
 
 # --------------------------------------------------------------------- step 5
 
-def settle_variant(token: str | None, home: Home, survey: Callable[[], Survey]) -> str | None:
-    """The variant to prepare: the token, `auto` routed on this box, or the active one."""
-    if token is None:
-        from .store.pointers import active_variant
-        return active_variant(home)
-    if token == "auto":
-        from .hw.routing import choose
-        return choose(survey())
-    return variants.parse_token(token, allow_auto=False)
-
-
 def read_archs(libtorch_root: Path) -> str:
     """The `archs=` value of the variant's `.arch` file; "" when there is none."""
     try:
@@ -190,7 +179,7 @@ def arch_gate(env: Env, survey: Callable[[], Survey], offered: tuple[int, ...] |
 def environment(home: Home, req: PrepareRequest, survey: Callable[[], Survey],
                 source_root: Path | None, notes: list[str]) -> tuple[Env | None, dict[str, str]]:
     """The settled env (None when there is none) and the complete child environment."""
-    variant = settle_variant(req.libtorch, home, survey)
+    variant = variants.settle(req.libtorch, home, survey)
     if variant is None:
         notes.append("no libtorch settled (no --libtorch and none active): the binary runs without "
                      "LIBTORCH_PATH; set --libtorch or join.libtorch")

@@ -150,7 +150,7 @@ def run_walkthrough(home: Home) -> Walkthrough:
               f"pip downloads torch=={TORCH_WHEEL_VERSION} once; later runs reuse {work / 'wheels'}", obtain)
     steps.run("pack it as the conda package libtorch-cpu",
               "torch/lib, include and share become <env>/libtorch/ in a reproducible .conda, "
-              f"indexed into the local channel `flodl`", pack)
+              "indexed into the local channel `flodl`", pack)
     steps.run("lock an env naming that package",
               "py-rattler solves the env file for declared virtual packages and writes conda-lock v1", lock)
     steps.run("realise the locked env",

@@ -13,7 +13,7 @@ import time
 
 import pytest
 import yaml
-from helpers_conda import Pkg, make_channel, make_package, write_env
+from helpers_conda import Pkg, make_package, write_env
 from helpers_store import fdlenv, make_world, variant_pkg, visible_envs
 
 from fdlenv.lock import lock_envs

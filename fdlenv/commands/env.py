@@ -75,20 +75,12 @@ def lock_options(p, variant_required: bool) -> None:
 
 
 def resolve_variant(token: str | None, home) -> str:
-    """A --libtorch token -> canonical variant; `auto` routes through the GPU survey."""
+    """A --libtorch token -> canonical variant; without one, the active variant or a Fail."""
     from .. import variants
 
-    if token is None:
-        from ..store.pointers import active_variant
-        active = active_variant(home)
-        if active:
-            return active
+    name = variants.settle(token, home)
+    if name is None:
         raise Fail.permanent("--libtorch: no variant given and none active; accepted: " + variants.ACCEPTED)
-    name = variants.parse_token(token)
-    if name == "auto":
-        from ..hw.routing import choose
-        from ..hw.survey import survey
-        return choose(survey())
     return name
 
 

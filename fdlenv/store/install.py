@@ -20,7 +20,6 @@ import fcntl
 import json
 import os
 import shutil
-import subprocess
 import sys
 import threading
 import time

@@ -10,7 +10,6 @@ pointer and no running realise (a held key lock) still uses.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -19,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..home import Home
+from ..locking import is_held
 from . import pointers
 from .env import MANIFEST, read_manifest
 
@@ -164,25 +164,13 @@ class GcPlan:
                 "archives": [str(p) for p in self.archives], "bytes": self.bytes}
 
 
-def _lock_free(home: Home, key: str) -> bool:
-    lock = home.locks / f"{key}.lock"
-    if not lock.exists():
-        return True
-    with open(lock, "a") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            fcntl.flock(f, fcntl.LOCK_UN)
-            return True
-        except BlockingIOError:
-            return False
-
-
 def gc_plan(home: Home) -> GcPlan:
     live = pointers.live_targets(home)
     dead, kept = [], []
     for d in env_dirs(home):
         m = read_manifest(d)
-        (kept if Path(os.path.realpath(d)) in live or not _lock_free(home, m["key"]) else dead).append(d)
+        busy = is_held(home.locks / f"{m['key']}.lock")
+        (kept if Path(os.path.realpath(d)) in live or busy else dead).append(d)
     total = sum(_size(d) for d in dead)
     dead_inodes = {(st.st_dev, st.st_ino) for d in dead for st in _stats(d)}
     entries = []

@@ -7,7 +7,7 @@ Usage (library):
                       variants=["cpu"],          # default: every envs/<variant>.yml present
                       platforms=None,            # env file's `platforms:` > this > this machine's
                       mirrors={"conda-forge": "file:///srv/cf"},  # `flodl` -> home channel by default
-                      split=False,               # True: conda-lock.<variant>.yml per variant
+                      split=False,               # True: <variant>.conda-lock.yml per variant
                       home=Home(tmp))            # default Home.resolve() (FLODL_HOME)
     problems = check_locks(Path("envs"), Path("conda-lock.yml"), variants=["cpu"], home=Home(tmp))
     # [] when the lock still satisfies every spec; else one line per change
@@ -26,6 +26,7 @@ Imports of rattler and conda_lock happen inside the functions.
 """
 
 from .check import check_locks
-from .locking import lock_envs, split_path
+from ..lockpath import split_path
+from .locking import lock_envs
 
 __all__ = ["check_locks", "lock_envs", "split_path"]

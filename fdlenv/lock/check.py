@@ -20,10 +20,10 @@ from pathlib import Path
 from ..home import Home
 from ..variants import VARIANTS
 from ..mirrors import ChannelMap
-from .envfile import EnvFile, channel_map, discover
-from .locking import split_path
+from .envfile import EnvFile, _layer, channel_map, discover, with_layer
+from ..lockpath import split_path
 from .solve import channel_urls, declared_virtual_packages, solver_spec
-from .write import VARIANTS_KEY
+from .write import LAYERS_KEY, VARIANTS_KEY
 
 
 def covered_variants(lockfile) -> list[str]:
@@ -59,6 +59,8 @@ def check_locks(envs_dir: Path, out: Path, *, variants: list[str] | None = None,
         if lockfile is None:
             problems.append(f"{env.variant}: not locked in {out} nor {split_path(out, env.variant)}")
             continue
+        for layer in (lockfile.metadata.custom_metadata or {}).get(LAYERS_KEY, "").split():
+            env = with_layer(env, _layer(Path(envs_dir), layer))
         for platform in env.platforms or platforms or lockfile.metadata.platforms:
             records = [p for p in lockfile.package
                        if p.platform == platform and p.categories & {"main", env.variant}]
@@ -118,8 +120,43 @@ def _check_platform(env: EnvFile, platform: str, records: list, cmap: ChannelMap
             lines.append(f"pip wheel {name} is not locked")
         elif pip[name].hash.sha256 != wheel.sha256:
             lines.append(f"pip wheel {name} changed (lock sha256 {pip[name].hash.sha256}, file {wheel.sha256})")
-    lines += [f"pip {name} is locked but {env.path} no longer names it" for name in sorted(set(pip) - set(wanted))]
+    reached_pip = set(wanted) | _check_requirements(env, pip, lines)
+    lines += [f"pip {name} is locked but {env.path} no longer needs it" for name in sorted(set(pip) - reached_pip)]
     return lines
+
+
+def _check_requirements(env: EnvFile, pip: dict, lines: list[str]) -> set[str]:
+    """Requirement strings: each satisfied by a wheel of the named index, the closure intact.
+    Offline: what the index serves today is `fdlenv lock`'s business, not `--check`'s."""
+    from packaging.requirements import Requirement
+    from packaging.specifiers import SpecifierSet
+
+    from .. import pipindex
+
+    todo = []
+    for text in env.requirements:
+        req = Requirement(text)
+        name = pipindex.normalize(req.name)
+        if name not in pip:
+            lines.append(f"pip {text!r}: nothing named {name} is locked")
+        elif not req.specifier.contains(pip[name].version, prereleases=True):
+            lines.append(f"pip {text!r}: the lock has {name} {pip[name].version}, which does not satisfy it")
+        else:
+            todo.append(name)
+    seen = set(todo)
+    while todo:
+        entry = pip[todo.pop()]
+        if not pipindex.is_entry_url(entry.url) or pipindex.parse_entry_url(entry.url)[0] != env.pip_index:
+            lines.append(f"pip {entry.name} does not come from the index {env.pip_index} that {env.path} names")
+        for dep, constraint in entry.dependencies.items():
+            if dep not in pip:
+                lines.append(f"pip {entry.name} needs {dep}, which is not locked")
+            elif constraint and not SpecifierSet(constraint).contains(pip[dep].version, prereleases=True):
+                lines.append(f"pip {entry.name} needs {dep} {constraint}; the lock has {pip[dep].version}")
+            elif dep not in seen:
+                seen.add(dep)
+                todo.append(dep)
+    return seen
 
 
 def _satisfies(name: str, constraint: str, record) -> bool:

@@ -2,11 +2,13 @@
 
 The file name is the variant (`envs/cu128.yml` -> `cu128`); `name`,
 `channels`, `dependencies` and an optional `platforms` list follow conda's
-environment.yml. fdlenv's extension: a `pip:` sub-list of wheel *files*
-(a path relative to the env file, a `file://` URL or an http(s) URL of a
-`.whl`). Each is hashed from the real bytes when the env is read, so a pip
-lock entry is as real as a conda one; requirement strings (`numpy>=2`) are
-refused, because resolving them needs an index fdlenv does not use.
+environment.yml. fdlenv's extensions, in a `pip:` sub-list:
+- requirement strings (`torch ==2.10.0`), resolved by `fdlenv lock` through
+  the wheel index named by the top-level `pip-index:` (default `pypi`, the
+  index your pip uses; see `fdlenv.pipindex`) into the libtorch closure;
+- wheel *files* (a path relative to the env file, a `file://` URL or an
+  http(s) URL of a `.whl`), each hashed from its real bytes when the env is
+  read, so such a lock entry is as real as a conda one.
 
 Channel names resolve through the mirror map, whose default sends the alias
 `flodl` to the home's local channel (`fdlenv pack` fills it). Order matters:
@@ -28,8 +30,8 @@ from ..home import Home
 from ..mirrors import ChannelMap
 from ..variants import VARIANTS, parse_token
 
-ENV_FILE_FORMS = ("name: STR; channels: [alias or URL, ...]; platforms: [linux-64, ...]; "
-                  "dependencies: [match spec, ..., {pip: [wheel path or URL, ...]}]")
+ENV_FILE_FORMS = ("name: STR; channels: [alias or URL, ...]; platforms: [linux-64, ...]; pip-index: NAME; "
+                  "dependencies: [match spec, ..., {pip: [requirement or wheel path or URL, ...]}]")
 WHEEL_NAME = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)(-\d[^-]*)?-[^-]+-[^-]+-[^-]+\.whl$")
 
 
@@ -53,6 +55,8 @@ class EnvFile:
     specs: tuple[str, ...]          # conda match specs, as written
     platforms: tuple[str, ...]      # empty: not named by the file
     wheels: tuple[Wheel, ...]
+    requirements: tuple[str, ...] = ()  # pip requirement strings, resolved through pip_index
+    pip_index: str = "pypi"
 
 
 def channel_map(home: Home, mirrors: dict[str, str] | None) -> ChannelMap:
@@ -64,8 +68,42 @@ def env_path(envs_dir: Path, variant: str) -> Path:
     return envs_dir / f"{variant}.yml"
 
 
-def discover(envs_dir: Path, variants: list[str] | None = None) -> list[EnvFile]:
-    """The env files to lock: the named variants, else every `<variant>.yml` present."""
+def discover(envs_dir: Path, variants: list[str] | None = None, layers: list[str] | None = None) -> list[EnvFile]:
+    """The env files to lock: the named variants, else every `<variant>.yml` present, each with
+    the named layers (`envs/<layer>.yml`: channels and conda specs every variant gets) added."""
+    envs = _variant_files(envs_dir, variants)
+    for layer in layers or []:
+        envs = [with_layer(env, _layer(envs_dir, layer)) for env in envs]
+    return envs
+
+
+def _layer(envs_dir: Path, name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    import yaml
+
+    path = envs_dir / f"{name}.yml"
+    if not re.fullmatch(r"[a-z0-9][a-z0-9_-]*", name) or name in VARIANTS or not path.is_file():
+        raise Fail.permanent(f"--layer: no layer file {path}; accepted: the name of an env file without "
+                             "a variant's name (e.g. toolchain for envs/toolchain.yml)")
+    try:
+        doc = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise Fail.permanent(f"{path}: not YAML ({e}); accepted: channels: [...], dependencies: [...]") from None
+    deps = doc.get("dependencies") if isinstance(doc, dict) else None
+    if not isinstance(deps, list) or not all(isinstance(d, str) and d.strip() for d in deps):
+        raise Fail.permanent(f"{path}: dependencies: a layer holds conda match specs only; "
+                             "accepted: channels: [...], dependencies: [spec, ...]")
+    return tuple(_str_list(doc, "channels", path)), tuple(d.strip() for d in deps)
+
+
+def with_layer(env: EnvFile, layer: tuple[tuple[str, ...], tuple[str, ...]]) -> EnvFile:
+    from dataclasses import replace
+
+    channels, specs = layer
+    return replace(env, channels=env.channels + tuple(c for c in channels if c not in env.channels),
+                   specs=env.specs + tuple(s for s in specs if s not in env.specs))
+
+
+def _variant_files(envs_dir: Path, variants: list[str] | None) -> list[EnvFile]:
     if variants:
         names = [parse_token(v, allow_auto=False) for v in variants]
         missing = [str(env_path(envs_dir, v)) for v in names if not env_path(envs_dir, v).is_file()]
@@ -91,20 +129,47 @@ def load(path: Path) -> EnvFile:
     if not isinstance(doc, dict):
         raise Fail.permanent(f"{path}: not a mapping; accepted: {ENV_FILE_FORMS}")
     channels = _str_list(doc, "channels", path)
-    if not channels:
-        raise Fail.permanent(f"{path}: channels: at least one channel is needed")
     specs: list[str] = []
     wheels: list[Wheel] = []
+    requirements: list[str] = []
     for dep in doc.get("dependencies") or []:
         if isinstance(dep, str) and dep.strip():
             specs.append(dep.strip())
         elif isinstance(dep, dict) and set(dep) == {"pip"} and isinstance(dep["pip"], list):
-            wheels.extend(_wheel(str(w), path) for w in dep["pip"])
+            for w in dep["pip"]:
+                if str(w).strip().endswith(".whl"):
+                    wheels.append(_wheel(str(w).strip(), path))
+                else:
+                    requirements.append(_requirement(w, path))
         else:
             raise Fail.permanent(f"{path}: dependencies: bad entry {dep!r}; accepted: {ENV_FILE_FORMS}")
+    if specs and not channels:
+        raise Fail.permanent(f"{path}: channels: at least one channel is needed for conda specs")
+    if not (specs or wheels or requirements):
+        raise Fail.permanent(f"{path}: dependencies: nothing to lock; accepted: {ENV_FILE_FORMS}")
+    index = doc.get("pip-index", "pypi")
+    if not isinstance(index, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9._-]+)*", index):
+        raise Fail.permanent(f"{path}: pip-index: bad value {index!r}; accepted: an index name such as "
+                             "pypi or pytorch/cu126 (URLs come from --mirror NAME=URL)")
     return EnvFile(variant=variant, path=path, name=str(doc.get("name") or variant),
                    channels=tuple(channels), specs=tuple(specs),
-                   platforms=tuple(_str_list(doc, "platforms", path)), wheels=tuple(wheels))
+                   platforms=tuple(_str_list(doc, "platforms", path)), wheels=tuple(wheels),
+                   requirements=tuple(requirements), pip_index=index)
+
+
+def _requirement(entry, env_file: Path) -> str:
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    text = str(entry).strip()
+    try:
+        req = Requirement(text)
+    except InvalidRequirement as e:
+        raise Fail.permanent(f"{env_file}: pip: {text!r} is not a requirement ({e}); accepted: "
+                             "NAME SPECIFIER (e.g. torch ==2.10.0) or a path or URL of a .whl") from None
+    if req.url or req.extras or req.marker:
+        raise Fail.permanent(f"{env_file}: pip: {text!r}: URLs, extras and markers are not accepted; "
+                             "accepted: NAME SPECIFIER (e.g. torch ==2.10.0)")
+    return str(req)
 
 
 def _str_list(doc: dict, key: str, path: Path) -> list[str]:
@@ -125,8 +190,8 @@ def _wheel(entry: str, env_file: Path) -> Wheel:
     filename = urllib.parse.unquote(url.rpartition("/")[2])
     m = WHEEL_NAME.match(filename)
     if not m:
-        raise Fail.permanent(f"{env_file}: pip: {entry!r} is not a wheel file; accepted: a path or "
-                             "URL of a .whl (requirement strings need an index fdlenv does not use)")
+        raise Fail.permanent(f"{env_file}: pip: {entry!r} is not a wheel file name; accepted: a path or "
+                             "URL of a .whl, or a requirement (torch ==2.10.0)")
     sha, md5 = hashlib.sha256(), hashlib.md5()
     try:
         with urllib.request.urlopen(url) as f:

@@ -80,7 +80,17 @@ def solver_spec(spec: str, cmap: ChannelMap) -> str:
 
 
 def solve(env: EnvFile, platform: str, cmap: ChannelMap, cache_dir: Path) -> list[Entry]:
-    """The conda entries and wheel entries of `env` on `platform`, sorted by name."""
+    """The conda entries and wheel entries of `env` on `platform`, sorted by key."""
+    from .pipresolve import resolve
+
+    entries = _solve_conda(env, platform, cmap, cache_dir) if env.specs else []
+    entries += [Entry("pip", w.name, w.version, None, platform, w.url, w.md5, w.sha256, ())
+                for w in env.wheels]
+    entries += resolve(env, platform, cmap.mirrors)
+    return sorted(entries, key=lambda e: e.key)
+
+
+def _solve_conda(env: EnvFile, platform: str, cmap: ChannelMap, cache_dir: Path) -> list[Entry]:
     import rattler
     from rattler import BuildString, GenericVirtualPackage, PackageName, Version
     from rattler.exceptions import SolverError
@@ -100,10 +110,7 @@ def solve(env: EnvFile, platform: str, cmap: ChannelMap, cache_dir: Path) -> lis
         raise Fail.permanent(f"{env.path} ({platform}, variant {env.variant}): cannot solve:\n{e}") from None
     except Exception as e:
         raise Fail.retry(f"{env.path} ({platform}): cannot read the channels: {e}") from None
-    entries = [_conda_entry(r, platform) for r in records]
-    entries += [Entry("pip", w.name, w.version, None, platform, w.url, w.md5, w.sha256, ())
-                for w in env.wheels]
-    return sorted(entries, key=lambda e: e.key)
+    return [_conda_entry(r, platform) for r in records]
 
 
 def _conda_entry(record, platform: str) -> Entry:

@@ -30,6 +30,7 @@ from .envfile import EnvFile
 from .solve import Entry
 
 VARIANTS_KEY = "fdlenv.variants"
+LAYERS_KEY = "fdlenv.layers"
 
 
 @dataclass(frozen=True)
@@ -69,13 +70,14 @@ def content_hash(solved: list[Solved], platform: str) -> str:
             "channels": list(s.channel_urls),
             "virtual": s.virtual[platform],
             "wheels": [[w.name, w.sha256] for w in s.env.wheels],
+            "pip": [list(s.env.requirements), s.env.pip_index] if s.env.requirements else None,
         }
         for s in solved if platform in s.entries
     }
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
 
-def write_lock(solved: list[Solved], out: Path) -> Path:
+def write_lock(solved: list[Solved], out: Path, layers: list[str] | None = None) -> Path:
     """Write `solved` (free of conflicts) to `out`, replacing it atomically."""
     from conda_lock.lockfile import write_conda_lock_file
     from conda_lock.lockfile.v1.models import HashModel, LockMeta
@@ -94,17 +96,20 @@ def write_lock(solved: list[Solved], out: Path) -> Path:
         packages.append(LockedDependency(
             name=e.name, version=e.version, manager=e.manager, platform=platform,
             dependencies=dict(e.depends), url=e.url,
-            hash=HashModel(md5=e.md5, sha256=e.sha256), build=e.build,
+            hash=HashModel(md5=e.md5 or None, sha256=e.sha256), build=e.build,
             categories={"main"} if shared else variants))
+    # Channels as the solve used them (aliases resolved): a bare `flodl` would send other
+    # conda tools to a public channel of that name instead of the home's local one.
     channels: list[str] = []
     for s in solved:
-        channels += [c for c in s.env.channels if c not in channels]
+        channels += [c for c in s.channel_urls if c not in channels]
     meta = LockMeta(
         content_hash={p: content_hash(solved, p) for p in platforms},
         channels=channels,
         platforms=platforms,
         sources=[_relative(s.env.path, out) for s in solved],
-        custom_metadata={VARIANTS_KEY: " ".join(s.variant for s in solved)},
+        custom_metadata={VARIANTS_KEY: " ".join(s.variant for s in solved),
+                         **({LAYERS_KEY: " ".join(layers)} if layers else {})},
     )
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(f".{out.name}.{os.getpid()}.partial")

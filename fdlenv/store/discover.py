@@ -16,6 +16,7 @@ from pathlib import Path
 from .. import mirrors as _mirrors
 from ..errors import Fail
 from ..home import Home
+from ..lockpath import has_splits
 
 LOCK_NAME = "conda-lock.yml"
 
@@ -39,7 +40,7 @@ def find_lock(given: str | None, project_root: Path | None = None,
     if source_root is not None:
         candidates.append(source_root / LOCK_NAME)
     for c in candidates:
-        if c.is_file() or any(c.parent.glob(f"{c.stem}.*.yml")):
+        if c.is_file() or has_splits(c):
             return c
     shipped = shipped_lock()
     if shipped:

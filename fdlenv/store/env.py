@@ -29,9 +29,13 @@ class Env(NamedTuple):
 
 
 def libtorch_root(prefix: Path) -> Path:
-    """`fdlenv pack` puts PyTorch's tree under <prefix>/libtorch; fall back to the prefix."""
+    """`fdlenv pack` puts PyTorch's tree under <prefix>/libtorch; a wheel env has it at
+    <prefix>/lib/pythonX.Y/site-packages/torch; else the prefix itself."""
     inner = prefix / "libtorch"
-    return inner if (inner / "lib").is_dir() else prefix
+    if (inner / "lib").is_dir():
+        return inner
+    wheel = next(iter(sorted(prefix.glob("lib/python*/site-packages/torch/lib"))), None)
+    return wheel.parent if wheel else prefix
 
 
 def read_manifest(env_dir: Path) -> dict:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # the Record dataclass stays off the re-dial path
     from .lockfile import Record
 
-STORE_SCHEMA = 1
+STORE_SCHEMA = 2  # 2: wheels hard-linked from the package cache
 
 
 def env_key(records: list[Record], platform: str) -> str:

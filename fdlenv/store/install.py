@@ -32,6 +32,7 @@ from ..errors import Fail
 from ..home import Home
 from ..progress import during, say
 from .archives import Archive, evict_cache_entry, locate, verify
+from . import wheels
 from .install_worker import WorkerProcess
 from .env import MANIFEST, libtorch_root
 from .lockfile import Record
@@ -71,9 +72,10 @@ def build(home: Home, variant: str, key: str, records: list[Record], final: Path
     worker = worker or WorkerProcess()
     stage = home.staging / f"{key}-{os.getpid()}"
     try:
-        archives = [locate(home, r, mirrors) for r in records]
+        archives = [locate(home, r, mirrors) for r in records if r.manager == "conda"]
+        wheel_records = [r for r in records if r.manager == "pip"]
         with _cache_in_use(home):
-            _install(home, worker, archives, stage, final, variant)
+            _install(home, worker, archives, wheel_records, mirrors, stage, final, variant)
         links = _link_report(home, stage, records)
         if links["copied"]:
             say(f"warning: {len(links['copied'])} package(s) were copied, not hard-linked "
@@ -114,21 +116,29 @@ def _no_space(home: Home) -> Fail:
                       f"({free // (1 << 20)} MiB free); staging was cleaned, free space there and retry")
 
 
-def _install(home: Home, worker: WorkerProcess, archives: list[Archive], stage: Path, final: Path,
-             variant: str) -> None:
-    conda = [a for a in archives if a.record.manager == "conda"]
-    wheels = [a for a in archives if a.record.manager == "pip"]
-    python = next((a.record.version for a in conda if a.record.name == "python"), None)
+def _install(home: Home, worker: WorkerProcess, archives: list[Archive], wheel_records: list[Record],
+             mirrors: dict[str, str], stage: Path, final: Path, variant: str) -> None:
+    """Conda packages through the worker and wheels through `store.wheels`, side by side;
+    wheels are linked into the staging prefix once the worker has made it."""
     marker, err = Path(str(stage) + ".ok"), Path(str(stage) + ".err")
     req = {
         "conda": [dict(a.record.to_json(), archive=str(a.path), filename=a.record.filename,
-                       subdir=a.record.subdir, channel=a.record.url.rsplit("/", 2)[0]) for a in conda],
-        "wheels": [str(a.path) for a in wheels],
-        # Wheels go to the env's python's site-packages; without one, this interpreter's X.Y.
-        "python": ".".join(python.split(".")[:2]) if python else f"{sys.version_info[0]}.{sys.version_info[1]}",
+                       subdir=a.record.subdir, channel=a.record.url.rsplit("/", 2)[0]) for a in archives],
         "staging": str(stage), "final": str(final), "cache": str(home.pkgs),
         "memo": str(home.cache / "verified"), "marker": str(marker), "error": str(err),
     }
+    entries: dict[str, Path] = {}
+    wheel_failures: list[BaseException] = []
+
+    def fetch_wheels():
+        try:
+            entries.update(wheels.ensure(home, wheel_records, mirrors))
+        except BaseException as e:  # noqa: BLE001 - re-raised in this thread below
+            wheel_failures.append(e)
+
+    fetcher = threading.Thread(target=fetch_wheels, daemon=True)
+    if wheel_records:
+        fetcher.start()
     # Hash local archives while the worker extracts them.
     failures: list[Fail] = []
 
@@ -144,10 +154,15 @@ def _install(home: Home, worker: WorkerProcess, archives: list[Archive], stage: 
 
     hasher = threading.Thread(target=hash_all, daemon=True)
     hasher.start()
-    with during(f"installing {len(archives)} package(s) for {variant}", every=3.0):
+    with during(f"installing {len(archives)} package(s) for {variant}", every=3.0) if archives \
+            else contextlib.nullcontext():
         returncode = worker.run(req)
         hasher.join()
+    if wheel_records:
+        fetcher.join()
     try:
+        if wheel_failures:
+            raise wheel_failures[0]
         if failures:
             for a in archives:
                 if not a.fetched:
@@ -168,9 +183,26 @@ def _install(home: Home, worker: WorkerProcess, archives: list[Archive], stage: 
         (home.cache / "verified").mkdir(parents=True, exist_ok=True)
         for sha in json.loads(marker.read_text())["paths_checked"]:
             (home.cache / "verified" / f"{sha}.paths").touch()
+        if wheel_records:
+            pyver = _site_python(archives, wheel_records)
+            linked = sum(wheels.link(entries[r.sha256], stage, pyver) for r in wheel_records)
+            say(f"linked {linked} files of {len(wheel_records)} wheel(s) into lib/python{pyver}/site-packages")
     finally:
         for p in (marker, err):
             p.unlink(missing_ok=True)
+
+
+def _site_python(archives: list[Archive], wheel_records: list[Record]) -> str:
+    """One site-packages for every wheel: the env's python's X.Y, else the first CPython tag
+    the wheels carry (the lock's fixed target), else this interpreter's."""
+    python = next((a.record.version for a in archives if a.record.name == "python"), None)
+    if python:
+        return ".".join(python.split(".")[:2])
+    for r in wheel_records:
+        for tag in r.filename.removesuffix(".whl").split("-")[-3].split("."):
+            if tag.startswith("cp3") and tag[3:].isdigit():
+                return f"3.{tag[3:]}"
+    return f"{sys.version_info[0]}.{sys.version_info[1]}"
 
 
 def _link_report(home: Home, stage: Path, records: list[Record]) -> dict:
@@ -181,8 +213,15 @@ def _link_report(home: Home, stage: Path, records: list[Record]) -> dict:
     files that are copied on purpose (prefix placeholders, no_link).
     """
     linked, copied = 0, []
+    site = next(iter(stage.glob("lib/python*/site-packages")), None)
     for r in records:
-        if r.manager != "conda":
+        if r.manager == "pip":
+            sample = _first_file(wheels.entry_dir(home, r.sha256) / "site", set())
+            if sample and site and (site / sample).is_file():
+                if (site / sample).lstat().st_nlink > 1:
+                    linked += 1
+                else:
+                    copied.append(r.name)
             continue
         entry = home.pkgs / r.filename.removesuffix(".conda").removesuffix(".tar.bz2")
         skip = set()
@@ -214,15 +253,24 @@ def _first_file(entry: Path, skip: set[str]) -> str | None:
 
 
 def _write_arch(root: Path, variant: str, records: list[Record]) -> None:
-    """flodl's `.arch` facts, from what `fdlenv pack` recorded when it is there."""
+    """flodl's `.arch` facts, from what `fdlenv pack` recorded when it is there, else (a wheel
+    env) from the torch wheel and the variant's table; and `build-version` where the source
+    (a wheel) has none, as PyTorch's zips carry it (`2.10.0+cu128`)."""
+    from ..hw.coverage import ARCHS
+
     v = variants.get(variant)
     facts = {}
     with contextlib.suppress(OSError, ValueError):
         facts = json.loads((root / ".fdlenv-pack.json").read_text())
-    torch = facts.get("version") or next((r.version for r in records if r.name == v.package), "")
+    wheel = next((r.version for r in records if r.manager == "pip" and r.name == "torch"), None)
+    torch = facts.get("version") or next((r.version for r in records if r.name == v.package), "") \
+        or (wheel or "").split("+")[0]
+    archs = facts.get("archs") or ([] if facts or not wheel else list(ARCHS[variant]))
     lines = [f"cuda={facts.get('cuda') or v.cuda or 'none'}", f"torch={torch}",
-             f"archs={' '.join(facts.get('archs') or [])}", "source=locked", f"variant={variant}"]
+             f"archs={' '.join(archs)}", "source=locked", f"variant={variant}"]
     (root / ".arch").write_text("\n".join(lines) + "\n")
+    if wheel and not (root / "build-version").exists():
+        (root / "build-version").write_text(f"{torch}+{variant}\n")
 
 
 def _fsync_files(*paths: Path) -> None:

@@ -1,4 +1,4 @@
-"""The install worker: rattler.install (and pip wheels) in a child process.
+"""The install worker: rattler.install of conda packages in a child process.
 
 `WorkerProcess` starts the child before the parent has read the lock (a fork
 of the CLI, or `python -m fdlenv.store.install_worker FD` where threads make
@@ -42,23 +42,6 @@ def _conda_records(items: list[dict]):
         )
         out.append(RepoDataRecord(pr, it["filename"], Path(it["archive"]).as_uri(), it["channel"]))
     return out
-
-
-def _install_wheels(wheels: list[str], staging: Path, final: Path, pyver: str) -> None:
-    from installer import install
-    from installer.destinations import SchemeDictionaryDestination
-    from installer.sources import WheelFile
-
-    site = f"lib/python{pyver}/site-packages"
-    scheme = {
-        "purelib": str(staging / site), "platlib": str(staging / site),
-        "headers": str(staging / "include"), "scripts": str(staging / "bin"), "data": str(staging),
-    }
-    # Scripts run from the published env, so their shebang names the final prefix.
-    dest = SchemeDictionaryDestination(scheme, interpreter=str(final / "bin" / "python"), script_kind="posix")
-    for w in wheels:
-        with WheelFile.open(w) as src:
-            install(src, dest, additional_metadata={"INSTALLER": b"fdlenv\n"})
 
 
 class PathEscape(Exception):
@@ -186,10 +169,7 @@ async def _conda(req: dict) -> list[str]:
 def run(req: dict) -> list[str]:
     import asyncio
 
-    checked = asyncio.run(_conda(req))
-    if req["wheels"]:
-        _install_wheels(req["wheels"], Path(req["staging"]), Path(req["final"]), req["python"])
-    return checked
+    return asyncio.run(_conda(req))
 
 
 def _serve(read_fd: int) -> None:

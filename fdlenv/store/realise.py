@@ -17,17 +17,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import variants
+from ..lockpath import split_sibling
 from ..errors import Fail
 from ..home import Home
 from . import fastpath, pointers
 from .env import MANIFEST, Env, libtorch_root
 from .envkey import this_platform
-
-
-def split_sibling(path: Path, variant: str) -> Path | None:
-    """`conda-lock.yml` -> `conda-lock.<variant>.yml` when `fdlenv lock --split` wrote one."""
-    p = path.with_name(f"{path.stem}.{variant}{path.suffix}")
-    return p if p.is_file() else None
 
 
 def choose_lock(lock: Path, variant: str) -> Path:

@@ -1,0 +1,294 @@
+"""Wheels in the store: fetched in parallel, verified while streaming, extracted once, hard-linked.
+
+A locked wheel is content like a conda package. Order, per wheel:
+1. Its package-cache entry `pkgs/whl-<sha256>/` exists -> nothing to fetch.
+2. Find its bytes: a local file (read in place, hashed before extraction), an
+   http(s) URL, or an index entry (`pip+index://INDEX/PROJECT/FILE`, looked up
+   through the index's simple API, see `fdlenv.pipindex`).
+3. Download into `archives/.<sha256>.part` with sha256 computed while the bytes
+   stream; a part left by an interrupted run is resumed (HTTP Range) after its
+   bytes are re-hashed, else restarted. Only a matching file is renamed to
+   `archives/<sha256>.whl`. A per-wheel file lock keeps two realises from
+   writing one part.
+4. Extract into `pkgs/.whl-<sha256>.<pid>` (members split across threads:
+   zlib and file writes release the GIL), refusing members that escape, then
+   rename into place: a cache entry either does not exist or is complete. The
+   downloaded archive is then deleted (the entry is the content; keeping both
+   would double the disk a CUDA variant needs).
+Downloads run side by side and each wheel is extracted as soon as its bytes are
+verified, so the slowest download, not the sum, bounds a cold realise.
+
+Entry layout: `site/` (what goes to site-packages: the wheel root, `.data/purelib`
+and `.data/platlib`), `data/` (`.data/data`, relative to the env prefix),
+`include/` (`.data/headers`). Scripts and entry points are not installed: an
+env holds libtorch for C++ builds, not a Python environment.
+
+`link(entry, prefix, pyver)` hard-links an entry into an env: every wheel of
+an env shares one `lib/python<X.Y>/site-packages`, so `torch/lib/libtorch_cuda.so`
+finds `nvidia/<lib>/lib` through its RPATH.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import threading
+import time
+import urllib.parse
+import zipfile
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+from .. import pipindex
+from ..errors import Fail
+from ..home import Home
+from ..progress import say
+from .lockfile import Record
+
+CHUNK = 1 << 20
+DOWNLOADS = 6          # wheels fetched side by side
+
+
+def entry_dir(home: Home, sha256: str) -> Path:
+    return home.pkgs / f"whl-{sha256}"
+
+
+class Bytes:
+    """Byte-level progress of a batch of downloads: size, rate, ETA, every few seconds."""
+
+    def __init__(self, count: int, total: int, every: float = 3.0):
+        self.count, self.total, self.every = count, total, every
+        self.done = self.finished = self.extracted = 0
+        self._lock = threading.Lock()
+        self._start = self._last = time.monotonic()
+
+    def add(self, n: int) -> None:
+        with self._lock:
+            self.done += n
+            now = time.monotonic()
+            if now - self._last >= self.every:
+                self._last = now
+                say(self.line(now))
+
+    def line(self, now: float | None = None) -> str:
+        elapsed = max((now or time.monotonic()) - self._start, 1e-6)
+        rate = self.done / elapsed
+        size = f"{self.done / 1e9:.2f} of {self.total / 1e9:.2f} GB" if self.total else f"{self.done / 1e9:.2f} GB"
+        eta = f", ETA {(self.total - self.done) / rate:.0f} s" if self.total and rate > 0 and self.done < self.total else ""
+        return (f"wheels: {size} at {rate / 1e6:.0f} MB/s{eta}; "
+                f"{self.finished}/{self.count} downloaded, {self.extracted}/{self.count} extracted")
+
+
+def ensure(home: Home, records: list[Record], mirrors: dict[str, str]) -> dict[str, Path]:
+    """sha256 -> complete cache entry, for every wheel record (fetching what is missing)."""
+    out = {r.sha256: entry_dir(home, r.sha256) for r in records}
+    todo = [r for r in records if not out[r.sha256].is_dir()]
+    if not todo:
+        return out
+    home.ensure(home.pkgs, home.archives)
+    sources = _sources(todo, mirrors)
+    total = sum(size for _, size in sources.values() if size) if all(s for _, s in sources.values()) else 0
+    progress = Bytes(len(todo), total)
+    say(f"fetching {len(todo)} wheel(s)" + (f", {total / 1e9:.2f} GB" if total else ""))
+    cpus = os.cpu_count() or 2
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(DOWNLOADS, thread_name_prefix="fdlenv-dl") as dl, \
+            ThreadPoolExecutor(cpus, thread_name_prefix="fdlenv-x") as xp:
+        futures = [dl.submit(_fetch_and_extract, home, r, sources[r.sha256][0], progress, xp) for r in todo]
+        errors = []
+        for f in futures:
+            try:
+                f.result()
+            except (Fail, OSError) as e:
+                errors.append(e)
+    if errors:
+        raise errors[0]
+    say(f"wheels ready in {time.monotonic() - t0:.1f} s ({progress.done / 1e9:.2f} GB downloaded)")
+    return out
+
+
+def _sources(records: list[Record], mirrors: dict[str, str]) -> dict[str, tuple[str, int | None]]:
+    """sha256 -> (URL or local path, size when the index says it): index pages read once each."""
+    out = {}
+    for r in records:
+        if pipindex.is_entry_url(r.url):
+            index, project, filename = pipindex.parse_entry_url(r.url)
+            url, stated, size = pipindex.find_file(pipindex.base_url(index, mirrors), project, filename)
+            if stated and stated.lower() != r.sha256:
+                raise Fail.permanent(f"wheel {filename}: the index states sha256 {stated}, the lock {r.sha256}; "
+                                     "the index serves other bytes than were locked")
+            out[r.sha256] = (url, size)
+        else:
+            out[r.sha256] = (r.url, None)
+    return out
+
+
+def _fetch_and_extract(home: Home, r: Record, source: str, progress: Bytes, pool: ThreadPoolExecutor) -> None:
+    parsed = urllib.parse.urlparse(source)
+    if parsed.scheme in ("http", "https"):
+        path, downloaded = _download(home, r, source, progress), True
+    elif parsed.scheme in ("file", ""):
+        path, downloaded = Path(urllib.parse.unquote(parsed.path)), False
+        _verify_local(r, path)
+        progress.add(0)
+    else:
+        raise Fail.permanent(f"wheel URL {source!r}: unsupported scheme; accepted: file://, http://, https://")
+    with progress._lock:
+        progress.finished += 1
+    _extract(home, r, path, pool)
+    with progress._lock:
+        progress.extracted += 1
+    if downloaded:
+        path.unlink(missing_ok=True)
+
+
+def _verify_local(r: Record, path: Path) -> None:
+    from .archives import _digests, _mismatch
+
+    if not path.is_file():
+        raise Fail.permanent(f"wheel {r.filename} not found at {path}")
+    sha, md5 = _digests(path)
+    if (bad := _mismatch(r, str(path), sha, md5)):
+        raise bad
+
+
+def _download(home: Home, r: Record, url: str, progress: Bytes) -> Path:
+    """`archives/<sha256>.whl`, verified; resumes a part an interrupted run left."""
+    import urllib.error
+    import urllib.request
+
+    done = home.archives / f"{r.sha256}.whl"
+    part = home.archives / f".{r.sha256}.part"
+    with open(part, "ab+") as out:
+        fcntl.flock(out, fcntl.LOCK_EX)   # another realise fetching the same wheel finishes first
+        if done.is_file():
+            part.unlink(missing_ok=True)
+            return done
+        sha = hashlib.sha256()
+        out.seek(0)
+        while chunk := out.read(CHUNK):
+            sha.update(chunk)
+        have = out.tell()
+        headers = {"Range": f"bytes={have}-"} if have else {}
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=60) as resp:
+                if have and resp.status != 206:   # no resume on this server: start over
+                    out.seek(0)
+                    out.truncate()
+                    sha = hashlib.sha256()
+                else:
+                    progress.add(have)
+                while chunk := resp.read(CHUNK):
+                    sha.update(chunk)
+                    out.write(chunk)
+                    progress.add(len(chunk))
+            out.flush()
+            os.fsync(out.fileno())
+        except urllib.error.HTTPError as e:
+            if e.code == 416:   # the part is complete (or longer than the file): start over next time
+                out.truncate(0)
+            raise Fail.retry(f"download of {url} failed: {e}") from None
+        except OSError as e:
+            if getattr(e, "errno", None) == 28:
+                raise
+            raise Fail.retry(f"download of {url} failed (the part is kept and resumed next time): {e}") from None
+        if sha.hexdigest() != r.sha256:
+            out.truncate(0)
+            raise Fail.permanent(f"wheel {r.filename} from {url} does not match the lock: sha256 "
+                                 f"{sha.hexdigest()} != {r.sha256}; the index serves other bytes")
+        os.replace(part, done)
+    return done
+
+
+def _place(name: str, data_dir: str) -> str | None:
+    """A wheel member -> its path inside the cache entry (None: not installed)."""
+    if name.startswith(data_dir + "/"):
+        kind, _, rest = name[len(data_dir) + 1:].partition("/")
+        base = {"purelib": "site/", "platlib": "site/", "data": "data/", "headers": "include/"}.get(kind)
+        return base + rest if base and rest else None
+    return "site/" + name
+
+
+def _extract(home: Home, r: Record, path: Path, pool: ThreadPoolExecutor) -> None:
+    final = entry_dir(home, r.sha256)
+    if final.is_dir():
+        return
+    tmp = home.pkgs / f".whl-{r.sha256}.{os.getpid()}.{threading.get_ident()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        with zipfile.ZipFile(path) as zf:
+            members = [i for i in zf.infolist() if not i.is_dir()]
+        data_dir = next((m.filename.split("/", 1)[0] for m in members
+                         if m.filename.split("/", 1)[0].endswith(".data")), "\0")
+        planned = []
+        for m in members:
+            rel = _place(m.filename, data_dir)
+            if rel is None:
+                continue
+            if os.path.isabs(m.filename) or ".." in m.filename.split("/") or "\\" in m.filename:
+                raise Fail.permanent(f"wheel {r.filename} has a member that escapes its root: "
+                                     f"{m.filename!r}; refusing to install it")
+            planned.append((m, rel))
+        dirs = sorted({os.path.dirname(rel) for _, rel in planned})
+        for d in dirs:
+            os.makedirs(tmp / d, exist_ok=True)
+        groups = _balance(planned, max(1, min(os.cpu_count() or 2, len(planned) // 64 or 1)))
+        futures: list[Future] = [pool.submit(_extract_group, path, g, tmp) for g in groups]
+        for f in futures:
+            f.result()
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not final.is_dir():   # not another process that finished first
+                raise
+    except zipfile.BadZipFile as e:
+        raise Fail.permanent(f"wheel {r.filename} is not a valid zip ({e})") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _balance(planned: list, n: int) -> list[list]:
+    groups: list[list] = [[] for _ in range(n)]
+    sizes = [0] * n
+    for item in sorted(planned, key=lambda p: -p[0].file_size):
+        i = sizes.index(min(sizes))
+        groups[i].append(item)
+        sizes[i] += item[0].file_size + 4096
+    return [g for g in groups if g]
+
+
+def _extract_group(path: Path, group: list, root: Path) -> None:
+    with zipfile.ZipFile(path) as zf:
+        for m, rel in group:
+            dest = root / rel
+            with zf.open(m) as src, open(dest, "wb") as dst:
+                shutil.copyfileobj(src, dst, CHUNK)
+            mode = (m.external_attr >> 16) & 0o777
+            os.chmod(dest, 0o755 if mode & 0o111 else 0o644)
+
+
+def link(entry: Path, prefix: Path, pyver: str) -> int:
+    """Hard-link a cache entry into the env at `prefix`; returns the files linked."""
+    targets = {"site": prefix / "lib" / f"python{pyver}" / "site-packages",
+               "data": prefix, "include": prefix / "include"}
+    count = 0
+    for part, target in targets.items():
+        src_root = entry / part
+        if not src_root.is_dir():
+            continue
+        for dirpath, dirnames, filenames in os.walk(src_root):
+            rel = os.path.relpath(dirpath, src_root)
+            dest_dir = target if rel == "." else target / rel
+            os.makedirs(dest_dir, exist_ok=True)
+            for name in filenames:
+                dest = os.path.join(dest_dir, name)
+                src = os.path.join(dirpath, name)
+                try:
+                    os.link(src, dest)
+                except FileExistsError:   # the same file from two wheels (namespace __init__): last wins
+                    os.unlink(dest)
+                    os.link(src, dest)
+                count += 1
+    return count

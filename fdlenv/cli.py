@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from . import __version__
@@ -82,7 +83,20 @@ def split_tail(argv: list[str]) -> tuple[list[str], list[str] | None]:
 def main(argv: list[str] | None = None) -> int:
     global OWNS_PROCESS
     OWNS_PROCESS = argv is None  # run as the program, not called by a host process
-    argv = list(sys.argv[1:] if argv is None else argv)
+    rc = _main(list(sys.argv[1:] if argv is None else argv))
+    if OWNS_PROCESS and "rattler" in sys.modules:
+        # py-rattler 0.28 can crash at interpreter exit (134/139) after its calls succeeded
+        # (`lock`, `pack`): the exit code must stay 0/1/2, so leave without the teardown.
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(rc)
+    return rc
+
+
+def _main(argv: list[str]) -> int:
     head, tail = split_tail(argv)
     args = build_parser(_command_of(head)).parse_args(head)
     args.tail = tail

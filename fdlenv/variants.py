@@ -35,6 +35,21 @@ class Variant(NamedTuple):
         return f"precompiled/{self.flodl_dir}"
 
     @property
+    def wheel_index(self) -> str:
+        """The index name that serves this variant's torch wheel (see fdlenv.pipindex)."""
+        return "pypi" if self.name == "cu128" else f"pytorch/{self.name}"
+
+    def how_to_lock(self) -> str:
+        """What a user runs to add this variant to a lock (for errors about a missing variant)."""
+        if self.wheel_index == "pypi":
+            return (f"your pip's index serves it: add it with `fdlenv lock --variant {self.name}` "
+                    "(beside fdl.yml, or give --out)")
+        return (f"PyTorch's {self.name} wheel index serves it: add it with `fdlenv lock --variant {self.name} "
+                "--mirror pytorch=URL`, URL being the root of PyTorch's wheel index (its install page's "
+                "--index-url without the variant folder); air-gapped: `fdlenv pack libtorch --variant "
+                f"{self.name} --from <PyTorch's zip>` (docs/LOCK.md)")
+
+    @property
     def package(self) -> str:
         """The conda package `fdlenv pack` makes for this variant."""
         return f"libtorch-{self.name.replace('.', '')}"

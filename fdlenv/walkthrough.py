@@ -1,16 +1,19 @@
 """The walk-through: from a bare machine to a C++ program running on a locked libtorch.
 
-Six steps, each timed, each reusing what an earlier run left in the home:
-1. obtain a torch CPU wheel through pip (cached under the home);
-2. pack it as `libtorch-cpu` into the home's `flodl` channel (skipped when
-   that channel already holds the package packed from the same wheel bytes);
-3. lock a walk-through env file naming `flodl::libtorch-cpu ==<version>`
-   (no toolchain from conda: the host's g++ builds the example);
-4. realise the env through the store;
-5. build examples/agent inside its activation (a build keyed by sources +
-   env key is reused);
-6. run the binary through `fdlenv run --libtorch cpu --lock <lock>`.
-Nothing here needs a conda channel: the only package source is the wheel.
+Four steps, each timed, each reusing what an earlier run left in the home:
+1. find the lock shipped with fdlenv (the `cu128` variant: PyTorch's own
+   torch 2.10.0 wheel and its CUDA 12.8 runtime wheels, as the default pip
+   index serves them; `--libtorch`/`--lock` pick another);
+2. realise the env through the store: the wheels are looked up through the
+   index your pip uses, downloaded side by side (about 3.9 GB for cu128),
+   verified, extracted once into the package cache and hard-linked into one
+   site-packages (about 6 GB on disk);
+3. build examples/agent inside its activation with the host's g++ (a build
+   keyed by sources + env key is reused);
+4. run the binary through `fdlenv run`: it prints the product on the CPU, and
+   on `cuda:0` too where a driver and a GPU are visible.
+Nothing here needs a conda channel, conda or a local wheel: only an index
+that serves PyTorch's wheels (PyPI's does, for cu128).
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,14 +31,16 @@ from .errors import Fail
 from .home import Home
 from .progress import during, say
 
-# The torch release pip resolves to a local CPU wheel on the machines fdlenv
-# is developed and tested on (its find-links hold torch-2.13.0+cpu); bump it
-# with that wheel. Where pip cannot get it, the fallback asks for plain
-# `torch` from the index in $FDLENV_TORCH_INDEX (set it to PyTorch's CPU
-# wheel index), or from pip's configured index when unset.
-TORCH_WHEEL_VERSION = "2.13.0"
-TORCH_INDEX_ENV = "FDLENV_TORCH_INDEX"
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "agent"
+EXAMPLE_PARTS = ("main.cpp", "build.sh")
+
+
+def example_dir() -> Path:
+    """examples/agent: shipped in the package (fdlenv/data/agent), or the checkout's."""
+    pkg = Path(__file__).resolve().parent
+    for cand in (pkg / "data" / "agent", pkg.parent / "examples" / "agent"):
+        if (cand / "build.sh").is_file():
+            return cand
+    return pkg / "data" / "agent"
 
 
 @dataclass
@@ -49,12 +53,12 @@ class Step:
 @dataclass
 class Walkthrough:
     home: Path
+    variant: str = "cu128"
     steps: list[Step] = field(default_factory=list)
-    wheel: Path | None = None
-    package: Path | None = None
     lock: Path | None = None
     env: Path | None = None
     env_key: str = ""
+    libtorch_root: Path | None = None
     binary: Path | None = None
     output: str = ""
 
@@ -81,48 +85,25 @@ class _Steps:
         say(f"  done in {step.seconds:.1f} s: {detail}")
 
 
-def run_walkthrough(home: Home) -> Walkthrough:
-    from .pack.libtorch import pack_libtorch, packed_from, sha256_file
-
+def run_walkthrough(home: Home, variant: str = "cu128", lock: Path | None = None,
+                    mirrors: dict[str, str] | None = None) -> Walkthrough:
     work = home.root / "walkthrough"
-    result = Walkthrough(home=home.root)
-    steps = _Steps(result, 6)
+    result = Walkthrough(home=home.root, variant=variant)
+    steps = _Steps(result, 4)
 
-    def obtain() -> str:
-        result.wheel = obtain_wheel(work / "wheels")
-        return f"{result.wheel.name} ({result.wheel.stat().st_size / 1e6:.0f} MB)"
+    def find_lock() -> str:
+        from .store.discover import shipped_lock
 
-    def pack() -> str:
-        existing = packed_from(home.channel, "cpu", sha256_file(result.wheel))
-        if existing:
-            result.package = existing
-            return f"{existing.name} is already in {home.channel} (packed from these bytes)"
-        result.package = pack_libtorch("cpu", str(result.wheel), home.channel).path
-        return f"{result.package.name} in {home.channel}"
-
-    def lock() -> str:
-        import rattler
-
-        from .lock import lock_envs
-
-        # <name>-<version>-<build>.conda; conda versions hold no '-'
-        version = result.package.name.removeprefix("libtorch-cpu-").rsplit("-", 1)[0]
-        envs = work / "envs"
-        envs.mkdir(parents=True, exist_ok=True)
-        (envs / "cpu.yml").write_text(
-            "# Written by `fdlenv walkthrough`: libtorch from the home's channel,\n"
-            "# the host's g++ as the compiler (the channel has no toolchain).\n"
-            f"name: walkthrough-cpu\nchannels: [flodl]\nplatforms: [{rattler.Subdir.current()}]\n"
-            f"dependencies:\n  - flodl::libtorch-cpu =={version}\n")
-        (result.lock,) = lock_envs(envs, work / "conda-lock.yml", home=home)
-        return f"{result.lock} (libtorch-cpu {version})"
+        result.lock = lock or shipped_lock()
+        if result.lock is None:
+            raise Fail.permanent("walkthrough: this fdlenv has no shipped conda-lock.yml; give --lock FILE")
+        return f"{result.lock}"
 
     def realise_env() -> str:
         from .store.realise import realise
 
-        env = realise(home, "cpu", lock=result.lock)
-        result.env = env.path
-        result.env_key = env.key
+        env = realise(home, variant, lock=result.lock, mirrors=mirrors)
+        result.env, result.env_key, result.libtorch_root = env.path, env.key, env.libtorch_root
         return f"{env.path}" + ("" if env.created else " (already realised)")
 
     def build() -> str:
@@ -134,9 +115,9 @@ def run_walkthrough(home: Home) -> Walkthrough:
         return f"{result.binary}" + (" (reused: sources and env unchanged)" if reused else "")
 
     def run() -> str:
-        cmd = [sys.executable, "-m", "fdlenv", "run", "--libtorch", "cpu", "--lock", str(result.lock),
+        cmd = [sys.executable, "-m", "fdlenv", "run", "--libtorch", variant, "--lock", str(result.lock),
                "--home", str(home.root), "--", str(result.binary)]
-        say("  $ fdlenv run --libtorch cpu --lock " + f"{result.lock} -- {result.binary}")
+        say(f"  $ fdlenv run --libtorch {variant} -- {result.binary}")
         proc = subprocess.run(cmd, capture_output=True, text=True)
         result.output = proc.stdout
         if proc.returncode != 0:
@@ -146,18 +127,17 @@ def run_walkthrough(home: Home) -> Walkthrough:
             say(f"  | {line}")
         return proc.stdout.splitlines()[0] if proc.stdout else "(no output)"
 
-    steps.run("obtain a torch CPU wheel",
-              f"pip downloads torch=={TORCH_WHEEL_VERSION} once; later runs reuse {work / 'wheels'}", obtain)
-    steps.run("pack it as the conda package libtorch-cpu",
-              "torch/lib, include and share become <env>/libtorch/ in a reproducible .conda, "
-              "indexed into the local channel `flodl`", pack)
-    steps.run("lock an env naming that package",
-              "py-rattler solves the env file for declared virtual packages and writes conda-lock v1", lock)
-    steps.run("realise the locked env",
-              "the store fetches and hash-checks each archive, installs by hard links into a "
-              "staging dir and publishes the env by rename", realise_env)
+    steps.run("find the lock shipped with fdlenv",
+              f"conda-lock v1; variant {variant} is PyTorch's own wheels, recorded index-relative "
+              "with their sha256", find_lock)
+    steps.run(f"realise the locked {variant} env",
+              "wheels come through the index your pip uses, side by side, sha256-checked while they "
+              "stream, extracted once into the package cache and hard-linked into one site-packages; "
+              "the env is published by rename (first run: about 3.9 GB down, 6 GB on disk for cu128)",
+              realise_env)
     steps.run("build examples/agent inside the env",
-              "the host's g++ compiles main.cpp against $LIBTORCH_PATH with the env's activation", build)
+              "the host's g++ compiles main.cpp against $LIBTORCH_PATH (the torch wheel's own "
+              "lib/, include/) with the env's activation", build)
     steps.run("run it through `fdlenv run`",
               "fdlenv activates the env and execs the binary with no shell in between", run)
     say("what each step cost:")
@@ -167,48 +147,23 @@ def run_walkthrough(home: Home) -> Walkthrough:
     return result
 
 
-def obtain_wheel(cache: Path) -> Path:
-    """A torch wheel in `cache`: the cached one, else pip's pinned download, else the fallback."""
-    found = sorted(cache.glob("torch-*.whl"))
-    if found:
-        return found[-1]
-    cache.mkdir(parents=True, exist_ok=True)
-    attempts = [["torch==" + TORCH_WHEEL_VERSION]]
-    index = os.environ.get(TORCH_INDEX_ENV)
-    attempts.append(["torch"] + (["--index-url", index] if index else []))
-    errors = []
-    for extra in attempts:
-        with tempfile.TemporaryDirectory(dir=cache, prefix=".pip-") as tmp:
-            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-                   "-d", tmp, *extra]
-            with during("pip download " + " ".join(extra)):
-                proc = subprocess.run(cmd, capture_output=True, text=True)
-            wheels = sorted(Path(tmp).glob("torch-*.whl"))
-            if proc.returncode == 0 and wheels:
-                target = cache / wheels[0].name
-                os.replace(wheels[0], target)
-                return target
-            errors.append(f"{' '.join(extra)}: {(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
-    raise Fail.retry("walkthrough: pip could not obtain a torch wheel ("
-                     + "; ".join(errors) + f"); set {TORCH_INDEX_ENV} to a wheel index that has torch")
-
-
 def build_example(environ: dict[str, str], builds: Path, env_key: str) -> tuple[Path, bool]:
     """Compile examples/agent with its build.sh in `environ`; reuse a build of the same inputs."""
-    if not (EXAMPLE / "build.sh").is_file():
-        raise Fail.permanent(f"walkthrough: {EXAMPLE} is missing (run from a source checkout of fdlenv)")
+    example = example_dir()
+    if not (example / "build.sh").is_file():
+        raise Fail.permanent(f"walkthrough: {example} is missing (a broken install of fdlenv?)")
     if not shutil.which(environ.get("CXX") or "g++", path=environ.get("PATH")):
         raise Fail.permanent("walkthrough: no C++ compiler: install g++ (or set CXX)")
     h = hashlib.sha256(env_key.encode())
-    for name in ("main.cpp", "build.sh"):
-        h.update((EXAMPLE / name).read_bytes())
+    for name in EXAMPLE_PARTS:
+        h.update((example / name).read_bytes())
     binary = builds / h.hexdigest()[:16] / "agent"
     if binary.is_file():
         return binary, True
     binary.parent.mkdir(parents=True, exist_ok=True)
     partial = binary.with_name(f".agent.{os.getpid()}")
     with during("compiling examples/agent/main.cpp against libtorch (g++ takes a while on <torch/torch.h>)"):
-        proc = subprocess.run(["bash", str(EXAMPLE / "build.sh"), str(partial)], env=environ,
+        proc = subprocess.run(["bash", str(example / "build.sh"), str(partial)], env=environ,
                               capture_output=True, text=True)
     if proc.returncode != 0:
         partial.unlink(missing_ok=True)

@@ -86,26 +86,33 @@ def channel_url(channel: Path) -> str:
     return channel.resolve().as_uri()
 
 
-def make_wheel(directory: Path, name: str, version: str, files: dict[str, bytes | str] | None = None) -> Path:
-    """A minimal pure-Python wheel (`name-version-py3-none-any.whl`) with a valid RECORD."""
+def make_wheel(directory: Path, name: str, version: str, files: dict[str, bytes | str] | None = None, *,
+               tag: str = "py3-none-any", requires: tuple[str, ...] = (), top: str | None = None) -> Path:
+    """A minimal wheel with a valid RECORD: `files` live under `top/` (default: the
+    project's import name), `requires` become Requires-Dist lines, `tag` is its tag."""
     import base64
     import hashlib
     import zipfile
 
     directory.mkdir(parents=True, exist_ok=True)
     dist = f"{name.replace('-', '_')}-{version}"
-    members = {f"{name.replace('-', '_')}/{k}": _bytes(v)
-               for k, v in (files or {"__init__.py": f"VERSION = {version!r}\n"}).items()}
-    members[f"{dist}.dist-info/METADATA"] = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode()
-    members[f"{dist}.dist-info/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    top = top or name.replace("-", "_")
+    members = {f"{top}/{k}": _bytes(v) for k, v in (files or {"__init__.py": f"VERSION = {version!r}\n"}).items()}
+    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(f"Requires-Dist: {r}\n" for r in requires)
+    members[f"{dist}.dist-info/METADATA"] = meta.encode()
+    members[f"{dist}.dist-info/WHEEL"] = (f"Wheel-Version: 1.0\nGenerator: tests\n"
+                                          f"Root-Is-Purelib: {'true' if tag.endswith('-any') else 'false'}\nTag: {tag}\n").encode()
     record = "".join(
         f"{p},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},{len(d)}\n"
         for p, d in sorted(members.items()))
     members[f"{dist}.dist-info/RECORD"] = (record + f"{dist}.dist-info/RECORD,,\n").encode()
-    path = directory / f"{dist}-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w") as z:
+    path = directory / f"{dist}-{tag}.whl"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
         for p, d in sorted(members.items()):
-            z.writestr(zipfile.ZipInfo(p, date_time=(1980, 1, 1, 0, 0, 0)), d)
+            info = zipfile.ZipInfo(p, date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = (0o755 if p.endswith(".so") else 0o644) << 16
+            z.writestr(info, d)
     return path
 
 

@@ -1,29 +1,38 @@
-"""The shipped ./conda-lock.yml (when present): structure and the one-build invariant.
+"""The shipped ./conda-lock.yml: present, conda-lock's format, current with envs/, found by default.
 
-The file can only be regenerated where conda channels are reachable
-(docs/LOCK.md), so the test skips when the repository ships none.
+It is written by `fdlenv lock --variant cu128` against the default pip index
+(never by hand) and holds at least cu128: torch 2.10.0 and its CUDA 12.8
+runtime wheels, index-relative. `fdlenv lock --check` is offline, so CI runs it.
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 
-import pytest
 import yaml
 
+from fdlenv import pipindex
+from fdlenv.store.discover import shipped_lock
 from fdlenv.variants import VARIANTS
 
-SHIPPED = Path(__file__).resolve().parent.parent / "conda-lock.yml"
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED = ROOT / "conda-lock.yml"
 
-pytestmark = pytest.mark.skipif(not SHIPPED.is_file(), reason="no conda-lock.yml shipped (see docs/LOCK.md)")
 
-
-def test_shipped_lock_parses_with_conda_lock():
+def test_shipped_lock_parses_with_conda_lock_and_holds_cu128():
     from conda_lock.lockfile import parse_conda_lock_file
 
     lf = parse_conda_lock_file(SHIPPED)
-    assert lf.package and lf.metadata.platforms
+    cu128 = {p.name: p for p in lf.package if p.categories & {"main", "cu128"}}
+    assert cu128["torch"].version == "2.10.0" and cu128["torch"].manager == "pip"
+    assert {n for n in cu128 if n.startswith("nvidia-") and n.endswith("-cu12")} >= {
+        "nvidia-cuda-runtime-cu12", "nvidia-cublas-cu12", "nvidia-cudnn-cu12", "nvidia-nccl-cu12"}
+    for p in cu128.values():
+        index, project, filename = pipindex.parse_entry_url(p.url)
+        assert index == "pypi" and project == p.name and filename.endswith(".whl")
 
 
 def test_shipped_lock_structure_and_invariant():
@@ -38,10 +47,19 @@ def test_shipped_lock_structure_and_invariant():
         assert e["hash"].get("sha256"), e["name"]
         if e["manager"] == "conda":
             assert e["hash"].get("md5"), e["name"]
+        assert "://" not in e["url"].removeprefix(pipindex.SCHEME), "a lock entry names a host"
         categories.add(e.get("category", "main"))
         builds[(e["manager"], e["name"], e["platform"])].add((e["url"], str(e["hash"]["sha256"])))
     assert {k: v for k, v in builds.items() if len(v) > 1} == {}
     assert categories <= {"main", *VARIANTS}
-    for variant in categories - {"main"}:
-        names = {e["name"] for e in doc["package"] if e.get("category") in ("main", variant)}
-        assert VARIANTS[variant].package in names
+
+
+def test_shipped_lock_is_current_with_the_env_files():
+    res = subprocess.run([sys.executable, "-m", "fdlenv", "lock", "--check", "--variant", "cu128"],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+
+
+def test_the_shipped_lock_is_what_the_store_finds_by_default():
+    found = shipped_lock()
+    assert found is not None and found.read_bytes() == SHIPPED.read_bytes()

@@ -41,8 +41,8 @@ def test_refuses_naming_package_and_variants(setup):
 def test_split_writes_one_lock_per_variant(setup):
     home, envs, out = setup
     written = lock_envs(envs, out, split=True, home=home)
-    assert written == [out.with_name("conda-lock.cpu.yml"), out.with_name("conda-lock.cu128.yml")]
     assert written == [split_path(out, "cpu"), split_path(out, "cu128")]
+    assert [p.name for p in written] == ["cpu.conda-lock.yml", "cu128.conda-lock.yml"]
     versions = {}
     for variant, path in zip(("cpu", "cu128"), written):
         lf = parse_conda_lock_file(path)
@@ -60,5 +60,5 @@ def test_cli_refusal_exit_code_and_split(setup, capsys):
     assert cli.main(base) == 2
     assert "protobuf" in capsys.readouterr().err
     assert cli.main(base + ["--split", "--json"]) == 0
-    assert "conda-lock.cu128.yml" in capsys.readouterr().out
+    assert "cu128.conda-lock.yml" in capsys.readouterr().out
     assert cli.main(base + ["--check"]) == 0

@@ -145,7 +145,9 @@ def test_mirror_maps_the_flodl_alias(tmp_path, home):
 
 @pytest.mark.parametrize("body, field", [
     ("channels: []\ndependencies: [zlib]\n", "channels"),
-    ("channels: [flodl]\ndependencies: [{pip: [numpy>=2]}]\n", "pip"),
+    ("channels: [flodl]\ndependencies: [{pip: ['numpy >>= 2']}]\n", "pip"),
+    ("channels: [flodl]\ndependencies: [{pip: ['numpy[extra] ==2']}]\n", "pip"),
+    ("pip-index: 'https://x'\ndependencies: [{pip: ['numpy ==2']}]\n", "pip-index"),
     ("channels: [flodl]\ndependencies: [[zlib]]\n", "dependencies"),
     ("channels: [flodl]\ndependencies: ['zlib >>>= 1']\n", "dependencies"),
     (": [\n", "not YAML"),

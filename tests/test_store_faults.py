@@ -89,11 +89,17 @@ def test_kill_9_at_random_moments_never_leaves_a_partial_env(tmp_path):
     w = make_world(tmp_path, nfiles=3000)
     rng = random.Random(7)
     killed = 0
-    for _ in range(6):
+    for _ in range(3):
         proc = subprocess.Popen([sys.executable, "-m", "fdlenv", "env", "realize", "--libtorch", "cpu",
                                  "--lock", str(w.lock), "--home", str(w.home.root)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        time.sleep(rng.uniform(0.3, 1.5))
+        # The marker: the staging prefix exists, so the install is under way; then a random
+        # number of its files later (the env is published only by the final rename).
+        wanted = rng.randint(0, 2000)
+        while proc.poll() is None:
+            stages = list(w.home.staging.glob("*-*")) if w.home.staging.is_dir() else []
+            if stages and (wanted == 0 or sum(len(f) for _, _, f in os.walk(stages[0])) >= wanted):
+                break
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)     # the worker dies with it
             killed += 1

@@ -56,6 +56,8 @@ def add_parser(sub) -> None:
     v.add_argument("variant", nargs="?")
     v.add_argument("--full", action="store_true", help="re-hash file contents (sha256_in_prefix or sha256)")
     v.add_argument("--repair", action="store_true", help="rebuild envs that fail, from their manifest")
+    v.add_argument("--mirror", action="append", metavar="NAME=URL",
+                   help="channel or wheel-index mirror for what --repair fetches again (repeatable)")
     v.add_argument("--json", action="store_true")
     home_option(v)
     v.set_defaults(func=cmd_verify)
@@ -170,7 +172,8 @@ def cmd_verify(args) -> int:
         rep = verify(d, full=args.full)
         repaired = False
         if rep.problems and args.repair:
-            repair(home, d, rep)
+            from .. import mirrors
+            repair(home, d, rep, mirrors.parse(args.mirror))
             repaired = not verify(d, full=True).problems
         bad += bool(rep.problems) and not repaired
         reports.append(dict(rep.to_json(), repaired=repaired))

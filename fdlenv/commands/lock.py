@@ -11,11 +11,18 @@ from ..cli import home_option
 from ..progress import say
 
 EPILOG = """examples:
-  fdlenv lock                                   # every envs/<variant>.yml -> conda-lock.yml
-  fdlenv lock --variant cpu --variant cu128 --out locks/conda-lock.yml
-  fdlenv lock --split                           # conda-lock.<variant>.yml, one per variant
+  fdlenv lock --variant cu128                   # envs/cu128.yml -> conda-lock.yml (others kept)
+  fdlenv lock --variant cu126 --mirror pytorch=URL   # PyTorch's index root; -> cu126.conda-lock.yml
+  fdlenv lock --split                           # <variant>.conda-lock.yml, one per variant
+  fdlenv lock --layer toolchain                 # add envs/toolchain.yml (conda-forge) to each variant
   fdlenv lock --mirror conda-forge=file:///srv/mirror/conda-forge
   fdlenv lock --check                           # exit 0: still satisfied, 1: stale (says what)
+
+Wheel variants (`pip:` requirements in the env file) resolve through the index
+named by `pip-index:`: `pypi` is the index your pip is configured with,
+`pytorch/<variant>` is PyTorch's own, given as --mirror pytorch=URL. A variant
+that cannot share the lock with those already in it (another torch build)
+goes to its own <variant>.conda-lock.yml, which every reader finds.
 
 Channels: `flodl` is the home's local channel ($FLODL_HOME/channels/flodl,
 filled by `fdlenv pack libtorch`); --mirror NAME=URL maps any channel name.
@@ -29,7 +36,10 @@ def add_parser(sub) -> None:
     p = sub.add_parser("lock", help="solve envs/<variant>.yml into a conda-lock v1 file",
                        description=__doc__, epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--envs", metavar="DIR", default="envs", help="env files directory (default: envs)")
+    p.add_argument("--envs", metavar="DIR", default=None,
+                   help="env files directory (default: ./envs, else the env files shipped with fdlenv)")
+    p.add_argument("--layer", metavar="NAME", action="append",
+                   help="add envs/NAME.yml's conda specs to every variant (repeatable), e.g. toolchain")
     p.add_argument("--variant", metavar="V", action="append", help="lock only this variant (repeatable)")
     p.add_argument("--platform", metavar="P", action="append",
                    help="platform when an env file names none (repeatable), e.g. linux-64")
@@ -42,25 +52,33 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def run(args) -> int:
-    from .. import mirrors
-    from ..home import Home
-    from ..lock import check_locks, lock_envs
+def envs_dir(flag: str | None) -> Path:
+    if flag:
+        return Path(flag)
+    local = Path("envs")
+    if local.is_dir():
+        return local
+    return Path(__file__).resolve().parent.parent / "data" / "envs"
 
-    home = Home.resolve(args.home)
-    kwargs = dict(variants=args.variant, platforms=args.platform,
-                  mirrors=mirrors.parse(args.mirror), home=home)
+
+def run(args) -> int:
+    from ..lock import check_locks, lock_envs
+    from ..store.discover import settings
+
+    s = settings(args.home, args.mirror)
+    envs = envs_dir(args.envs)
+    kwargs = dict(variants=args.variant, platforms=args.platform, mirrors=s.mirrors, home=s.home)
     t0 = time.monotonic()
     if args.check:
-        problems = check_locks(Path(args.envs), Path(args.out), **kwargs)
+        problems = check_locks(envs, Path(args.out), **kwargs)
         for line in problems:
             say(f"stale: {line}")
         if not problems:
-            say(f"{args.out} satisfies every spec in {args.envs}")
+            say(f"{args.out} satisfies every spec in {envs}")
         if args.json:
             print(json.dumps({"stale": bool(problems), "problems": problems}))
         return 1 if problems else 0
-    written = lock_envs(Path(args.envs), Path(args.out), split=args.split, **kwargs)
+    written = lock_envs(envs, Path(args.out), split=args.split, layers=args.layer, **kwargs)
     seconds = round(time.monotonic() - t0, 3)
     for path in written:
         say(f"wrote {path}")

@@ -139,9 +139,9 @@ def _check_requirements(env: EnvFile, pip: dict, lines: list[str]) -> set[str]:
         name = pipindex.normalize(req.name)
         if name not in pip:
             lines.append(f"pip {text!r}: nothing named {name} is locked")
-        elif not req.specifier.contains(pip[name].version, prereleases=True):
-            lines.append(f"pip {text!r}: the lock has {name} {pip[name].version}, which does not satisfy it")
         else:
+            if not req.specifier.contains(pip[name].version, prereleases=True):
+                lines.append(f"pip {text!r}: the lock has {name} {pip[name].version}, which does not satisfy it")
             todo.append(name)
     seen = set(todo)
     while todo:

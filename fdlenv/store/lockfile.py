@@ -121,8 +121,8 @@ def read_variant(path: Path, variant: str, platform: str) -> list[Record]:
     lock_variants = sorted(c for c in cats if c in variants.VARIANTS)
     if lock_variants:
         if variant not in lock_variants:
-            raise Fail.permanent(f"--libtorch: variant {variant!r} is not in {path}; it has: "
-                                 + ", ".join(lock_variants))
+            raise Fail.permanent(f"--libtorch: variant {variant!r} is not in {path} (it has: "
+                                 + ", ".join(lock_variants) + "); " + variants.VARIANTS[variant].how_to_lock())
         wanted = {"main", variant}
     else:
         _check_single(path, entries, variant)
@@ -149,4 +149,5 @@ def _check_single(path: Path, entries: list[dict], variant: str) -> None:
     packs = {variants.VARIANTS[v].package: v for v in variants.VARIANTS}
     present = sorted({packs[e.get("name")] for e in entries if e.get("name") in packs})
     if present and variant not in present:
-        raise Fail.permanent(f"--libtorch: variant {variant!r} is not in {path}; it has: " + ", ".join(present))
+        raise Fail.permanent(f"--libtorch: variant {variant!r} is not in {path} (it has: " + ", ".join(present)
+                             + "); " + variants.VARIANTS[variant].how_to_lock())

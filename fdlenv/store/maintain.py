@@ -122,10 +122,44 @@ def verify(env_dir: Path, full: bool = False) -> Report:
     for name in sorted(set(want) | set(have)):
         if want.get(name) != have.get(name):
             rep.problems.append(Problem(f"conda-meta ({name})", "record set differs from the manifest", name))
+    wheels = [r for r in manifest["records"] if r["manager"] == "pip"]
+    if wheels:
+        _verify_wheels(env_dir, wheels, full, rep)
     return rep
 
 
-def repair(home: Home, env_dir: Path, report: Report) -> None:
+def _verify_wheels(env_dir: Path, wheels: list[dict], full: bool, rep: Report) -> None:
+    """Each wheel's files against its own RECORD (path, sha256, size), in the env's site-packages."""
+    import base64
+    import csv
+    import re
+
+    site = next(iter(sorted(env_dir.glob("lib/python*/site-packages"))), None)
+    infos = {}
+    for d in site.glob("*.dist-info") if site else []:
+        name, _, version = d.name.removesuffix(".dist-info").rpartition("-")
+        infos[(re.sub(r"[-_.]+", "-", name).lower(), version)] = d
+    for w in wheels:
+        dist = infos.get((w["name"], w["version"]))
+        if dist is None or not (dist / "RECORD").is_file():
+            rep.problems.append(Problem(f"{w['name']}-{w['version']}.dist-info", "missing", w["name"]))
+            continue
+        with open(dist / "RECORD", newline="") as f:
+            for row in csv.reader(f):
+                if len(row) < 3 or not row[1] or row[0].startswith("..") or ".data/" in row[0]:
+                    continue
+                path = site / row[0]
+                if not path.is_file():
+                    rep.problems.append(Problem(row[0], "missing", w["name"]))
+                elif row[2] and path.stat().st_size != int(row[2]):
+                    rep.problems.append(Problem(row[0], "size differs", w["name"]))
+                elif full and row[1].startswith("sha256="):
+                    digest = base64.urlsafe_b64encode(bytes.fromhex(_file_sha256(path))).rstrip(b"=").decode()
+                    if digest != row[1][7:]:
+                        rep.problems.append(Problem(row[0], "content differs", w["name"]))
+
+
+def repair(home: Home, env_dir: Path, report: Report, mirrors: dict[str, str] | None = None) -> None:
     """Rebuild `env_dir` from its manifest; bad packages are re-extracted from their archives."""
     from ..locking import exclusive
     from .archives import evict_cache_entry
@@ -144,7 +178,7 @@ def repair(home: Home, env_dir: Path, report: Report) -> None:
         os.rename(env_dir, trash)
         try:
             build(home, m["variant"], m["key"], records, env_dir, Path(m["lock"]["path"]),
-                   m["lock"]["sha256"], m["platform"], {})
+                   m["lock"]["sha256"], m["platform"], mirrors or {})
         except BaseException:
             if not env_dir.exists():
                 os.rename(trash, env_dir)  # keep the old env rather than none

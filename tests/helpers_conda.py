@@ -98,7 +98,11 @@ def make_wheel(directory: Path, name: str, version: str, files: dict[str, bytes 
     dist = f"{name.replace('-', '_')}-{version}"
     top = top or name.replace("-", "_")
     members = {f"{top}/{k}": _bytes(v) for k, v in (files or {"__init__.py": f"VERSION = {version!r}\n"}).items()}
-    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(f"Requires-Dist: {r}\n" for r in requires)
+    import re
+
+    extras = sorted({m for r in requires for m in re.findall(r'extra == "([^"]+)"', r)})
+    meta = (f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+            + "".join(f"Provides-Extra: {e}\n" for e in extras) + "".join(f"Requires-Dist: {r}\n" for r in requires))
     members[f"{dist}.dist-info/METADATA"] = meta.encode()
     members[f"{dist}.dist-info/WHEEL"] = (f"Wheel-Version: 1.0\nGenerator: tests\n"
                                           f"Root-Is-Purelib: {'true' if tag.endswith('-any') else 'false'}\nTag: {tag}\n").encode()

@@ -8,9 +8,11 @@ it exactly as it would on a remote index. The shape mirrors torch 2.10's:
   native runtime wheels, Python-only packages, a Python extension and an extra;
 - `nvidia-fake-cu12` / `nvidia-dep-cu12` (py3-none-manylinux): native libs
   under nvidia/<lib>/lib, the first requiring the second;
+- `cuda-meta-fake[rt]` (none-any, as torch 2.11's `cuda-toolkit[...]`): not
+  kept, but its `rt` extra requires the native `nvidia-rt-fake`, which is;
+  its `other` extra (not asked for) requires `nvidia-unused-fake`, which is not;
 - `sympy-fake` (none-any, requiring `mpmath-fake`) and `triton-fake`
-  (cp312-cp312, requiring the native `nvidia-hidden-cu12`): not libtorch,
-  so neither they nor what they require may enter the closure.
+  (cp312-cp312, a Python extension): not libtorch, not kept.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from helpers_conda import make_wheel, write_env
 
 TORCH_TAG = "cp312-cp312-manylinux_2_28_x86_64"
 NATIVE_TAG = "py3-none-manylinux2014_x86_64"
-CLOSURE = {"torch", "nvidia-fake-cu12", "nvidia-dep-cu12"}
+CLOSURE = {"torch", "nvidia-fake-cu12", "nvidia-dep-cu12", "nvidia-rt-fake"}
 
 
 def torch_files(label: str) -> dict:
@@ -36,6 +38,7 @@ def make_wheels(directory: Path, version: str = "2.10.0", label: str = "cu128") 
     return [
         make_wheel(directory, "torch", version, torch_files(label), tag=TORCH_TAG, requires=(
             'nvidia-fake-cu12==1.0; platform_system == "Linux"', "sympy-fake>=1", "triton-fake==3.0",
+            'cuda-meta-fake[rt]==1.0; platform_system == "Linux"',
             'optree-fake>=0.13; extra == "optree"', 'winonly-fake; sys_platform == "win32"')),
         make_wheel(directory, "nvidia-fake-cu12", "1.0", {"__init__.py": "", "fake/lib/libfake.so.12": "fake"},
                    tag=NATIVE_TAG, requires=("nvidia-dep-cu12>=2",), top="nvidia"),
@@ -43,8 +46,12 @@ def make_wheels(directory: Path, version: str = "2.10.0", label: str = "cu128") 
                    tag="py3-none-manylinux_2_17_x86_64", top="nvidia"),
         make_wheel(directory, "sympy-fake", "1.5", requires=("mpmath-fake",)),
         make_wheel(directory, "mpmath-fake", "1.0"),
-        make_wheel(directory, "triton-fake", "3.0", tag=TORCH_TAG, requires=("nvidia-hidden-cu12",)),
-        make_wheel(directory, "nvidia-hidden-cu12", "1.0", {"__init__.py": "", "hidden/lib/libh.so": "h"},
+        make_wheel(directory, "triton-fake", "3.0", tag=TORCH_TAG, requires=("mpmath-fake",)),
+        make_wheel(directory, "cuda-meta-fake", "1.0", requires=(
+            'nvidia-rt-fake==1.0; extra == "rt"', 'nvidia-unused-fake; extra == "other"')),
+        make_wheel(directory, "nvidia-rt-fake", "1.0", {"__init__.py": "", "rt/lib/librt.so.1": "rt"},
+                   tag=NATIVE_TAG, top="nvidia"),
+        make_wheel(directory, "nvidia-unused-fake", "1.0", {"__init__.py": "", "un/lib/libun.so": "un"},
                    tag=NATIVE_TAG, top="nvidia"),
     ]
 

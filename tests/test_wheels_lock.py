@@ -38,7 +38,7 @@ def test_the_lock_keeps_torch_and_its_native_runtime_wheels_only(tmp_path, index
         assert p.url == f"pip+index://pypi/{p.name}/{filename}"
         assert p.hash.sha256 == sha256(wheels[filename])
     deps = {p.name: p.dependencies for p in packages}
-    assert deps["torch"] == {"nvidia-fake-cu12": "==1.0"}
+    assert deps["torch"] == {"nvidia-fake-cu12": "==1.0", "nvidia-rt-fake": "==1.0"}   # through cuda-meta-fake[rt]
     assert deps["nvidia-fake-cu12"] == {"nvidia-dep-cu12": ">=2"}
     text = out.read_text()
     assert str(tmp_path) not in text and "file:" not in text   # index-relative: no location of the index

@@ -15,16 +15,19 @@ only the named index: its config files and `PIP_*` settings (find-links,
 extra indexes, constraints) are left out, so nothing local leaks into a lock.
 
 The libtorch closure, not the whole install: the requested projects, plus
-every wheel reachable from them through requirements (markers evaluated for
-the target) that ships platform code without a Python ABI
+every wheel reachable from them through requirements (markers and extras
+evaluated for the target) that ships platform code without a Python ABI
 (`py3-none-manylinux...`: `nvidia-cublas-cu12`, ...). Python packages
 (`sympy`, `jinja2`: `none-any`) and Python extensions (`triton`,
-`cuda-bindings`: `cp312-cp312`) are not libtorch and are neither kept nor
-followed.
+`cuda-bindings`: `cp312-cp312`) are not libtorch and are not kept; the walk
+goes through them, because a metapackage may carry the runtime (torch 2.11
+requires `cuda-toolkit[cublas,cudart,...]`, whose extras require the
+`nvidia-*` wheels). A kept wheel's dependencies are the kept wheels it reaches.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -114,27 +117,37 @@ def resolve(env: EnvFile, platform: str, mirrors: dict[str, str]) -> list[Entry]
         if not sha and (h := (info.get("archive_info") or {}).get("hash", "")).startswith("sha256="):
             sha = h.split("=", 1)[1]
         found[name] = (meta, info["url"].rsplit("/", 1)[-1].split("#")[0], sha)
-    marker_env = dict(target_environment(platform), extra="")
+    marker_env = target_environment(platform)
     entries: dict[str, Entry] = {}
-    todo = [pipindex.normalize(Requirement(r).name) for r in env.requirements]
+    depends: dict[str, dict[str, str]] = {}
+    # (project, extras asked of it, nearest kept ancestor): the walk goes through Python-only
+    # packages too (torch 2.11 names its CUDA runtime through `cuda-toolkit[cublas,...]`), but
+    # only native wheels are kept, each edge recorded on the nearest kept ancestor.
+    roots = [Requirement(r) for r in env.requirements]
+    todo = [(pipindex.normalize(r.name), frozenset(r.extras), None) for r in roots]
+    walked = set()
     while todo:
-        name = todo.pop()
-        if name in entries:
+        name, extras, owner = todo.pop()
+        if (name, extras, owner) in walked or name not in found:
             continue
+        walked.add((name, extras, owner))
         meta, filename, sha = found[name]
-        if not sha:
-            raise Fail.permanent(f"{env.path}: the index {env.pip_index} states no sha256 for {filename}; "
-                                 "fdlenv locks only hashed wheels")
-        depends = {}
+        kept = owner is None or is_native(filename)
+        if kept and name not in entries:
+            if not sha:
+                raise Fail.permanent(f"{env.path}: the index {env.pip_index} states no sha256 for {filename}; "
+                                     "fdlenv locks only hashed wheels")
+            entries[name] = Entry("pip", name, meta["version"], None, platform,
+                                  pipindex.entry_url(env.pip_index, name, filename), "", sha.lower(), ())
+            depends[name] = {}
         for raw in meta.get("requires_dist") or []:
             req = Requirement(raw)
-            if req.marker is not None and not req.marker.evaluate(marker_env):
+            if req.marker is not None and not any(req.marker.evaluate(dict(marker_env, extra=e))
+                                                  for e in {"", *extras}):
                 continue
             dep = pipindex.normalize(req.name)
             if dep in found and is_native(found[dep][1]):
-                depends[dep] = str(req.specifier)
-                todo.append(dep)
-        entries[name] = Entry("pip", name, meta["version"], None, platform,
-                              pipindex.entry_url(env.pip_index, name, filename), "", sha.lower(),
-                              tuple(sorted(depends.items())))
+                depends[name if kept else owner][dep] = str(req.specifier)
+            todo.append((dep, frozenset(req.extras), name if kept else owner))
+    entries = {n: dataclasses.replace(e, depends=tuple(sorted(depends[n].items()))) for n, e in entries.items()}
     return sorted(entries.values(), key=lambda e: e.key)

@@ -135,12 +135,12 @@ def _die_with_parent() -> None:
 async def _check_paths(items: list[dict], memo: Path) -> list[str]:
     """Refuse escaping paths; returns the sha256s checked (the parent remembers them once the
     archive's bytes are verified, so a tampered archive never vouches for the real one)."""
-    from rattler.package_streaming import PackageArchive
-
     checked = []
     for it in items:
         if (memo / f"{it['sha256']}.paths").exists():
             continue
+        from rattler.package_streaming import PackageArchive
+
         archive = await PackageArchive.from_path(it["archive"])
         for rel in (p.relative_path for p in (await archive.paths_json()).paths):
             if _escapes(str(rel)):
@@ -152,12 +152,12 @@ async def _check_paths(items: list[dict], memo: Path) -> list[str]:
 
 async def _conda(req: dict) -> list[str]:
     """Path check, then the install, in one event loop."""
-    import rattler
-
     staging, final = Path(req["staging"]), Path(req["final"])
     checked = await _check_paths(req["conda"], Path(req["memo"]))
-    records = _conda_records(req["conda"])
-    if records:
+    if req["conda"]:
+        import rattler
+
+        records = _conda_records(req["conda"])
         await rattler.install(records, target_prefix=staging, cache_dir=Path(req["cache"]),
                               alternative_target_prefix=final, show_progress=False,
                               execute_link_scripts=False)
@@ -176,7 +176,10 @@ def _serve(read_fd: int) -> None:
     """The worker's body: one request from the pipe, then the marker (or the error file)."""
     try:
         _die_with_parent()
-        import rattler  # noqa: F401 - imported while the parent still prepares the request
+        try:
+            import rattler  # noqa: F401 - imported while the parent still prepares the request
+        except ImportError:
+            pass   # a wheel-only env needs none; a conda one fails below, classified
 
         with os.fdopen(read_fd, "rb") as f:
             req = json.loads(f.read() or b"null")

@@ -146,7 +146,9 @@ def _verify_wheels(env_dir: Path, wheels: list[dict], full: bool, rep: Report) -
             continue
         with open(dist / "RECORD", newline="") as f:
             for row in csv.reader(f):
-                if len(row) < 3 or not row[1] or row[0].startswith("..") or ".data/" in row[0]:
+                # an installer's own files (INSTALLER, REQUESTED, ...) are not the wheel's
+                if len(row) < 3 or not row[1] or row[0].startswith("..") or ".data/" in row[0] \
+                        or row[0].rsplit("/", 1)[-1] in ("INSTALLER", "REQUESTED", "direct_url.json"):
                     continue
                 path = site / row[0]
                 if not path.is_file():

@@ -96,6 +96,8 @@ def ensure(home: Home, records: list[Record], mirrors: dict[str, str]) -> dict[s
     t0 = time.monotonic()
     with ThreadPoolExecutor(DOWNLOADS, thread_name_prefix="fdlenv-dl") as dl, \
             ThreadPoolExecutor(cpus, thread_name_prefix="fdlenv-x") as xp:
+        # Largest first: the biggest wheel's download + extraction is the critical path.
+        todo.sort(key=lambda r: -(sources[r.sha256][1] or 0))
         futures = [dl.submit(_fetch_and_extract, home, r, sources[r.sha256][0], progress, xp) for r in todo]
         errors = []
         for f in futures:

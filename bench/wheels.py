@@ -14,6 +14,9 @@
 
 fdlenv verifies every wheel's sha256 against the lock; uv, given bare URLs or files, verifies none,
 so the uv figures are a lower bound for an install with the same guarantees.
+Every timing runs until the data is on disk (`sync` before, untimed, and after, timed): fdlenv
+fsyncs its manifest before publishing (which, on ext4, waits for the payload too) and uv does not,
+so without it each side's write-back would land in the other's next measurement.
 Nothing is dropped from the page cache. Each env is ~6 GB: every rep's outputs are deleted once
 timed, and at most two envs' worth of data is on disk at once (plus the local index for `extract`).
 
@@ -66,10 +69,15 @@ def find_uv() -> str:
 
 
 def timed(cmd: list[str], cwd: Path | None = None) -> float:
-    """Seconds `cmd` took; on failure print its stderr's tail and exit 1 (no rerun)."""
+    """Seconds until `cmd` finished and what it wrote is on disk: a `sync` runs (untimed) before
+    and (timed) after, so neither side leaves its write-back to the next measurement, and an
+    installer that fsyncs (fdlenv publishes its manifest durably) is compared with one that
+    does not (uv) on the same terms. On failure print stderr's tail and exit 1 (no rerun)."""
+    subprocess.run(["sync"], check=True)
     with tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
         rc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=err, env=ENV, cwd=cwd).returncode
+        subprocess.run(["sync"], check=True)
         dt = time.perf_counter() - t0
         if rc != 0:
             err.seek(0)

@@ -63,3 +63,25 @@ def test_shipped_lock_is_current_with_the_env_files():
 def test_the_shipped_lock_is_what_the_store_finds_by_default():
     found = shipped_lock()
     assert found is not None and found.read_bytes() == SHIPPED.read_bytes()
+
+
+def test_a_regular_install_carries_the_lock_the_env_files_and_the_example(tmp_path):
+    """Not only a checkout: the wheel holds what the commands read at run time."""
+    wheel_dir = tmp_path / "dist"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheel_dir), str(ROOT)],
+                   check=True, capture_output=True)
+    (wheel,) = wheel_dir.glob("fdlenv-*.whl")
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target",
+                    str(target), str(wheel)], check=True, capture_output=True)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    probe = ("from fdlenv.store.discover import shipped_lock; from fdlenv.walkthrough import example_dir; "
+             "from fdlenv.commands.lock import envs_dir; "
+             "print(shipped_lock()); print(example_dir()); print(envs_dir(None))")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=empty, capture_output=True, text=True, check=True,
+                         env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"}).stdout.split()
+    lock, example, envs = map(Path, out)
+    assert lock.is_relative_to(target) and lock.read_bytes() == SHIPPED.read_bytes()
+    assert example.is_relative_to(target) and (example / "build.sh").is_file() and (example / "main.cpp").is_file()
+    assert envs.is_relative_to(target) and (envs / "cu128.yml").read_bytes() == (ROOT / "envs/cu128.yml").read_bytes()

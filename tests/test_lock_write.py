@@ -170,3 +170,45 @@ def test_unknown_variant_and_empty_envs_dir(tmp_path, home):
         lock_envs(tmp_path / "envs", tmp_path / "o.yml", variants=["cu999"], home=home)
     with pytest.raises(Fail, match="no env file"):
         lock_envs(tmp_path / "envs", tmp_path / "o.yml", variants=["cu128"], home=home)
+
+
+def test_the_local_channel_is_recorded_by_its_url_never_the_bare_alias(tmp_path, home):
+    out = tmp_path / "conda-lock.yml"
+    lock_envs(_envs(tmp_path), out, home=home)
+    channels = [c.url for c in parse_conda_lock_file(out).metadata.channels]
+    assert channels == [channel_url(home.channel)] and "flodl" != channels[0]
+
+
+def test_a_layer_adds_its_conda_specs_to_every_variant_and_check_keeps_it(tmp_path, home):
+    from fdlenv.lock import check_locks
+
+    envs = tmp_path / "envs"
+    write_env(envs, "cpu", ["flodl"], ["libtorch-cpu 2.10.0"])
+    write_env(envs, "cu126", ["flodl"], ["libtorch-cu126 >=2.10"])
+    (envs / "toolchain.yml").write_text("channels: [flodl]\ndependencies: [cmake]\n")
+    out = tmp_path / "conda-lock.yml"
+    lock_envs(envs, out, home=home, layers=["toolchain"])
+    lf = parse_conda_lock_file(out)
+    assert {p.name: p.categories for p in lf.package}["cmake"] == {"main"}
+    assert lf.metadata.custom_metadata["fdlenv.layers"] == "toolchain"
+    assert check_locks(envs, out, home=home) == []
+    (envs / "toolchain.yml").write_text("channels: [flodl]\ndependencies: [cmake, zlib 1.2.*]\n")
+    assert any("zlib" in p for p in check_locks(envs, out, home=home))
+
+
+def test_an_unknown_layer_is_refused_naming_the_flag(tmp_path, home):
+    with pytest.raises(Fail) as e:
+        lock_envs(_envs(tmp_path), tmp_path / "l.yml", home=home, layers=["nope"])
+    assert "--layer" in str(e.value) and not (tmp_path / "l.yml").exists()
+
+
+def test_lock_as_a_program_exits_0_every_time(tmp_path, home):
+    """py-rattler 0.28 may crash at interpreter exit after a successful solve (134/139)."""
+    import subprocess
+    import sys
+
+    envs = _envs(tmp_path)
+    for i in range(5):
+        res = subprocess.run([sys.executable, "-m", "fdlenv", "lock", "--envs", str(envs), "--out",
+                              str(tmp_path / f"l{i}.yml"), "--home", str(home.root)], capture_output=True, text=True)
+        assert res.returncode == 0, (res.returncode, res.stderr[-500:])

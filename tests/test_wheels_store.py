@@ -207,3 +207,78 @@ def test_verify_checks_wheel_files_against_their_record_and_repair_restores_them
                    "--full", "--repair", "--mirror", f"pypi={url}")
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
     assert lib.read_text() == "c10"
+
+
+def test_auto_on_a_spoofed_nvidia_box_with_a_cuda_12_8_driver_realises_cu128(world):
+    home, lock, url, _ = world
+    gpu = json.dumps({"devices": [{"vendor": "nvidia", "arch": "9.0", "vram_mb": 81000, "name": "H100"}],
+                      "driver_cuda": "12.8"})
+    res = fdlenv("env", "realize", "--libtorch", "auto", "--lock", str(lock), "--home", str(home.root),
+                 "--mirror", f"pypi={url}", "--json", env={"FLODL_TESTING_GPU_JSON": gpu})
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["variant"] == "cu128"
+
+
+def test_over_http_a_wheel_is_extracted_as_it_streams_and_bad_bytes_publish_nothing(world, tmp_path, http_index):
+    home, lock, _, _ = world
+    served = next((tmp_path / "simple" / "files").glob("torch-*.whl"))
+    good = served.read_bytes()
+    evil = make_wheels(tmp_path / "evil", label="EVIL")[0].read_bytes()
+    served.write_bytes(evil)          # the page's sha256 fragment still names the good bytes
+    page = tmp_path / "simple" / "torch" / "index.html"
+    page.write_text(page.read_text().split("#sha256=")[0] + '">x</a>\n')   # an index that states no hash
+    res = realise(home, lock, http_index)
+    assert res.returncode == 2 and "does not match the lock" in res.stderr
+    assert not list(home.pkgs.glob(".whl-*")) and not (home.envs.is_dir() and list(home.envs.iterdir()))
+    assert not list(home.archives.glob("*"))       # a stream keeps no part
+    served.write_bytes(good)
+    res = realise(home, lock, http_index)
+    assert res.returncode == 0, res.stderr
+    assert _RangeHandler.ranges == []              # streamed whole, never resumed
+    assert (Path(json.loads(res.stdout)["libtorch_root"]) / "lib/libtorch.so").read_text() == "libtorch cu128"
+
+
+def test_a_zip_the_stream_cannot_read_falls_back_to_a_whole_download(tmp_path):
+    """Stored members whose sizes come after the data (a zip written to a pipe) cannot be
+    streamed; the wheel is then fetched whole and extracted with zipfile."""
+    import io
+    import zipfile
+
+    class Pipe(io.RawIOBase):
+        def __init__(self):
+            self.data = bytearray()
+
+        def writable(self):
+            return True
+
+        def write(self, b):
+            self.data += b
+            return len(b)
+
+    wheels = make_wheels(tmp_path / "built")
+    torch = wheels[0]
+    with zipfile.ZipFile(torch) as src:
+        items = [(i, src.read(i)) for i in src.infolist()]
+    pipe = Pipe()
+    with zipfile.ZipFile(pipe, "w", zipfile.ZIP_STORED) as z:
+        for info, data in items:
+            z.writestr(zipfile.ZipInfo(info.filename, date_time=info.date_time), data)
+    torch.write_bytes(bytes(pipe.data))
+    make_index(tmp_path / "simple", wheels)
+    envs = tmp_path / "envs"
+    write_wheel_env(envs, "cu128")
+    lock = tmp_path / "conda-lock.yml"
+    home = Home(tmp_path / "home")
+    lock_envs(envs, lock, mirrors={"pypi": (tmp_path / "simple").as_uri()}, home=home)
+    handler = functools.partial(_RangeHandler, directory=str(tmp_path / "simple"))
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        res = realise(home, lock, f"http://127.0.0.1:{srv.server_address[1]}")
+    finally:
+        srv.shutdown()
+    assert res.returncode == 0, res.stderr
+    assert "fetching it whole" in res.stderr
+    root = Path(json.loads(res.stdout)["libtorch_root"])
+    assert (root / "lib/libtorch.so").read_text() == "libtorch cu128"
+    assert not list(home.archives.glob("*.whl"))

@@ -5,18 +5,20 @@ A locked wheel is content like a conda package. Order, per wheel:
 2. Find its bytes: a local file (read in place, hashed before extraction), an
    http(s) URL, or an index entry (`pip+index://INDEX/PROJECT/FILE`, looked up
    through the index's simple API, see `fdlenv.pipindex`).
-3. Download into `archives/.<sha256>.part` with sha256 computed while the bytes
-   stream; a part left by an interrupted run is resumed (HTTP Range) after its
-   bytes are re-hashed, else restarted. Only a matching file is renamed to
-   `archives/<sha256>.whl`. A per-wheel file lock keeps two realises from
-   writing one part.
-4. Extract into `pkgs/.whl-<sha256>.<pid>` (members split across threads:
-   zlib and file writes release the GIL), refusing members that escape, then
-   rename into place: a cache entry either does not exist or is complete. The
-   downloaded archive is then deleted (the entry is the content; keeping both
-   would double the disk a CUDA variant needs).
-Downloads run side by side and each wheel is extracted as soon as its bytes are
-verified, so the slowest download, not the sum, bounds a cold realise.
+3. Download with sha256 computed while the bytes stream and, at once, extract
+   them (`store.streamzip`: a zip read front to back) into
+   `pkgs/.whl-<sha256>.<pid>...`; the entry is renamed into place only when
+   the sha256 matches. An interrupted stream is restarted, never published.
+   A zip the stream reader cannot handle falls back to downloading into
+   `archives/.<sha256>.part` (resumed with HTTP Range after a re-hash when an
+   interrupted run left one), renamed to `archives/<sha256>.whl` on a match,
+   then extracted as in 4 and deleted.
+4. A local wheel is hashed, then extracted with `zipfile` (members split
+   across threads: zlib and file writes release the GIL) and renamed into
+   place. Escaping members are refused on every path.
+Steps 3-4 hold `locks/whl-<sha256>.lock`, so two realises that need one wheel
+fetch and extract it once. Downloads run side by side, largest first, so the
+slowest download, not the sum, bounds a cold realise.
 
 Entry layout: `site/` (what goes to site-packages: the wheel root, `.data/purelib`
 and `.data/platlib`), `data/` (`.data/data`, relative to the env prefix),
@@ -30,14 +32,17 @@ finds `nvidia/<lib>/lib` through its RPATH.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import os
+import re
 import shutil
 import threading
 import time
 import urllib.parse
 import zipfile
+import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -45,6 +50,7 @@ from .. import pipindex
 from ..errors import Fail
 from ..home import Home
 from ..progress import say
+from . import streamzip
 from .lockfile import Record
 
 CHUNK = 1 << 20
@@ -56,29 +62,42 @@ def entry_dir(home: Home, sha256: str) -> Path:
 
 
 class Bytes:
-    """Byte-level progress of a batch of downloads: size, rate, ETA, every few seconds."""
+    """Byte-level progress of a batch of wheels: size, rate, ETA and what is extracted, printed
+    every few seconds from its own thread (extraction goes on after the last byte arrives)."""
 
     def __init__(self, count: int, total: int, every: float = 3.0):
-        self.count, self.total, self.every = count, total, every
+        self.count, self.total = count, total
         self.done = self.finished = self.extracted = 0
         self._lock = threading.Lock()
-        self._start = self._last = time.monotonic()
+        self._start = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(every,), daemon=True)
 
-    def add(self, n: int) -> None:
+    def add(self, n: int = 0, *, finished: int = 0, extracted: int = 0) -> None:
         with self._lock:
             self.done += n
-            now = time.monotonic()
-            if now - self._last >= self.every:
-                self._last = now
-                say(self.line(now))
+            self.finished += finished
+            self.extracted += extracted
 
-    def line(self, now: float | None = None) -> str:
-        elapsed = max((now or time.monotonic()) - self._start, 1e-6)
+    def line(self) -> str:
+        elapsed = max(time.monotonic() - self._start, 1e-6)
         rate = self.done / elapsed
         size = f"{self.done / 1e9:.2f} of {self.total / 1e9:.2f} GB" if self.total else f"{self.done / 1e9:.2f} GB"
         eta = f", ETA {(self.total - self.done) / rate:.0f} s" if self.total and rate > 0 and self.done < self.total else ""
         return (f"wheels: {size} at {rate / 1e6:.0f} MB/s{eta}; "
                 f"{self.finished}/{self.count} downloaded, {self.extracted}/{self.count} extracted")
+
+    def _run(self, every: float) -> None:
+        while not self._stop.wait(every):
+            say(self.line())
+
+    def __enter__(self) -> "Bytes":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def ensure(home: Home, records: list[Record], mirrors: dict[str, str]) -> dict[str, Path]:
@@ -90,11 +109,11 @@ def ensure(home: Home, records: list[Record], mirrors: dict[str, str]) -> dict[s
     home.ensure(home.pkgs, home.archives)
     sources = _sources(todo, mirrors)
     total = sum(size for _, size in sources.values() if size) if all(s for _, s in sources.values()) else 0
-    progress = Bytes(len(todo), total)
     say(f"fetching {len(todo)} wheel(s)" + (f", {total / 1e9:.2f} GB" if total else ""))
     cpus = os.cpu_count() or 2
     t0 = time.monotonic()
-    with ThreadPoolExecutor(DOWNLOADS, thread_name_prefix="fdlenv-dl") as dl, \
+    with Bytes(len(todo), total) as progress, \
+            ThreadPoolExecutor(DOWNLOADS, thread_name_prefix="fdlenv-dl") as dl, \
             ThreadPoolExecutor(cpus, thread_name_prefix="fdlenv-x") as xp:
         # Largest first: the biggest wheel's download + extraction is the critical path.
         todo.sort(key=lambda r: -(sources[r.sha256][1] or 0))
@@ -112,38 +131,102 @@ def ensure(home: Home, records: list[Record], mirrors: dict[str, str]) -> dict[s
 
 
 def _sources(records: list[Record], mirrors: dict[str, str]) -> dict[str, tuple[str, int | None]]:
-    """sha256 -> (URL or local path, size when the index says it): index pages read once each."""
-    out = {}
-    for r in records:
+    """sha256 -> (URL or local path, size when the index says it); index pages read side by side."""
+    bases: dict[str, str] = {}
+
+    def one(r: Record) -> tuple[str, int | None]:
+        if not pipindex.is_entry_url(r.url):
+            return r.url, None
+        index, project, filename = pipindex.parse_entry_url(r.url)
+        url, stated, size = pipindex.find_file(bases[index], project, filename)
+        if stated and stated.lower() != r.sha256:
+            raise Fail.permanent(f"wheel {filename}: the index states sha256 {stated}, the lock {r.sha256}; "
+                                 "the index serves other bytes than were locked")
+        return url, size
+
+    for r in records:   # each index name resolved once (for `pypi`, that asks pip)
         if pipindex.is_entry_url(r.url):
-            index, project, filename = pipindex.parse_entry_url(r.url)
-            url, stated, size = pipindex.find_file(pipindex.base_url(index, mirrors), project, filename)
-            if stated and stated.lower() != r.sha256:
-                raise Fail.permanent(f"wheel {filename}: the index states sha256 {stated}, the lock {r.sha256}; "
-                                     "the index serves other bytes than were locked")
-            out[r.sha256] = (url, size)
-        else:
-            out[r.sha256] = (r.url, None)
-    return out
+            index = pipindex.parse_entry_url(r.url)[0]
+            if index not in bases:
+                bases[index] = pipindex.base_url(index, mirrors)
+    with ThreadPoolExecutor(DOWNLOADS, thread_name_prefix="fdlenv-idx") as pool:
+        return {r.sha256: found for r, found in zip(records, pool.map(one, records))}
 
 
 def _fetch_and_extract(home: Home, r: Record, source: str, progress: Bytes, pool: ThreadPoolExecutor) -> None:
+    """One wheel, under its own lock: two realises that need it fetch and extract it once."""
+    home.ensure(home.locks)
+    with open(home.locks / f"whl-{r.sha256}.lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        if entry_dir(home, r.sha256).is_dir():   # another process finished it while we waited
+            progress.add(finished=1, extracted=1)
+            return
+        _fetch_and_extract_held(home, r, source, progress, pool)
+
+
+def _fetch_and_extract_held(home: Home, r: Record, source: str, progress: Bytes, pool: ThreadPoolExecutor) -> None:
     parsed = urllib.parse.urlparse(source)
     if parsed.scheme in ("http", "https"):
+        resumable = (home.archives / f"{r.sha256}.whl").is_file() or (home.archives / f".{r.sha256}.part").is_file()
+        if not resumable:
+            try:
+                _stream(home, r, source, progress)
+                progress.add(finished=1, extracted=1)
+                return
+            except streamzip.Unsupported as e:
+                say(f"wheel {r.filename} cannot be extracted while it downloads ({e}): fetching it whole")
         path, downloaded = _download(home, r, source, progress), True
     elif parsed.scheme in ("file", ""):
         path, downloaded = Path(urllib.parse.unquote(parsed.path)), False
         _verify_local(r, path)
-        progress.add(0)
     else:
         raise Fail.permanent(f"wheel URL {source!r}: unsupported scheme; accepted: file://, http://, https://")
-    with progress._lock:
-        progress.finished += 1
+    progress.add(finished=1)
     _extract(home, r, path, pool)
-    with progress._lock:
-        progress.extracted += 1
+    progress.add(extracted=1)
     if downloaded:
         path.unlink(missing_ok=True)
+
+
+def _stream(home: Home, r: Record, url: str, progress: Bytes) -> None:
+    """Download, hash and extract in one pass; the entry is published only on a sha256 match.
+    An interruption restarts the wheel (nothing partial is kept or published)."""
+    import urllib.request
+
+    tmp = home.pkgs / f".whl-{r.sha256}.{os.getpid()}.{threading.get_ident()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    sha = hashlib.sha256()
+    unzip = streamzip.StreamUnzip(tmp, place)
+    try:
+        try:
+            with urllib.request.urlopen(url, timeout=60) as resp:
+                while chunk := resp.read(CHUNK):
+                    sha.update(chunk)
+                    unzip.feed(chunk)
+                    progress.add(len(chunk))
+        except streamzip.Escape as e:
+            raise Fail.permanent(f"wheel {r.filename} has a member that escapes its root: {e}; "
+                                 "refusing to install it") from None
+        except (OSError, zlib.error) as e:
+            if getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            raise Fail.retry(f"download of {url} failed: {e}") from None
+        if sha.hexdigest() != r.sha256:
+            raise Fail.permanent(f"wheel {r.filename} from {url} does not match the lock: sha256 "
+                                 f"{sha.hexdigest()} != {r.sha256}; the index serves other bytes")
+        unzip.finish()
+        _publish(tmp, entry_dir(home, r.sha256))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _publish(tmp: Path, final: Path) -> None:
+    try:
+        os.rename(tmp, final)
+    except OSError:
+        if not final.is_dir():   # not another process that finished first
+            raise
 
 
 def _verify_local(r: Record, path: Path) -> None:
@@ -163,11 +246,9 @@ def _download(home: Home, r: Record, url: str, progress: Bytes) -> Path:
 
     done = home.archives / f"{r.sha256}.whl"
     part = home.archives / f".{r.sha256}.part"
+    if done.is_file():   # verified (renamed only on a match) by a run killed before extracting it
+        return done
     with open(part, "ab+") as out:
-        fcntl.flock(out, fcntl.LOCK_EX)   # another realise fetching the same wheel finishes first
-        if done.is_file():
-            part.unlink(missing_ok=True)
-            return done
         sha = hashlib.sha256()
         out.seek(0)
         while chunk := out.read(CHUNK):
@@ -204,12 +285,16 @@ def _download(home: Home, r: Record, url: str, progress: Bytes) -> Path:
     return done
 
 
-def _place(name: str, data_dir: str) -> str | None:
+_DATA_DIR = re.compile(r"[^/]+-[^/]+\.data")
+
+
+def place(name: str) -> str | None:
     """A wheel member -> its path inside the cache entry (None: not installed)."""
-    if name.startswith(data_dir + "/"):
-        kind, _, rest = name[len(data_dir) + 1:].partition("/")
+    first, _, rest = name.partition("/")
+    if _DATA_DIR.fullmatch(first):
+        kind, _, sub = rest.partition("/")
         base = {"purelib": "site/", "platlib": "site/", "data": "data/", "headers": "include/"}.get(kind)
-        return base + rest if base and rest else None
+        return base + sub if base and sub else None
     return "site/" + name
 
 
@@ -222,11 +307,9 @@ def _extract(home: Home, r: Record, path: Path, pool: ThreadPoolExecutor) -> Non
     try:
         with zipfile.ZipFile(path) as zf:
             members = [i for i in zf.infolist() if not i.is_dir()]
-        data_dir = next((m.filename.split("/", 1)[0] for m in members
-                         if m.filename.split("/", 1)[0].endswith(".data")), "\0")
         planned = []
         for m in members:
-            rel = _place(m.filename, data_dir)
+            rel = place(m.filename)
             if rel is None:
                 continue
             if os.path.isabs(m.filename) or ".." in m.filename.split("/") or "\\" in m.filename:
@@ -240,11 +323,7 @@ def _extract(home: Home, r: Record, path: Path, pool: ThreadPoolExecutor) -> Non
         futures: list[Future] = [pool.submit(_extract_group, path, g, tmp) for g in groups]
         for f in futures:
             f.result()
-        try:
-            os.rename(tmp, final)
-        except OSError:
-            if not final.is_dir():   # not another process that finished first
-                raise
+        _publish(tmp, final)
     except zipfile.BadZipFile as e:
         raise Fail.permanent(f"wheel {r.filename} is not a valid zip ({e})") from None
     finally:

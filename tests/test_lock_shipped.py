@@ -7,6 +7,8 @@ runtime wheels, index-relative. `fdlenv lock --check` is offline, so CI runs it.
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from collections import defaultdict
@@ -85,3 +87,14 @@ def test_a_regular_install_carries_the_lock_the_env_files_and_the_example(tmp_pa
     assert lock.is_relative_to(target) and lock.read_bytes() == SHIPPED.read_bytes()
     assert example.is_relative_to(target) and (example / "build.sh").is_file() and (example / "main.cpp").is_file()
     assert envs.is_relative_to(target) and (envs / "cu128.yml").read_bytes() == (ROOT / "envs/cu128.yml").read_bytes()
+
+
+def test_auto_on_a_pascal_box_names_the_index_serving_cu126_and_the_command(tmp_path):
+    gpu = json.dumps([{"vendor": "nvidia", "arch": "6.1", "vram_mb": 11000, "name": "GTX 1080 Ti"}])
+    res = subprocess.run([sys.executable, "-m", "fdlenv", "env", "realize", "--libtorch", "auto",
+                          "--home", str(tmp_path / "home")], cwd=tmp_path, capture_output=True, text=True,
+                         env={**os.environ, "FLODL_TESTING_GPU_JSON": gpu})
+    assert res.returncode == 2 and res.stderr.count("error:") == 1, res.stderr
+    assert "cu126" in res.stderr and "fdlenv lock --variant cu126 --mirror pytorch=URL" in res.stderr
+    assert "no lock file found" not in res.stderr
+    assert not (tmp_path / "home" / "envs").exists()

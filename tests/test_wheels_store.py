@@ -24,9 +24,8 @@ from fdlenv.lock import lock_envs
 from fdlenv.lockpath import split_path
 
 
-@pytest.fixture
-def world(tmp_path):
-    wheels = make_wheels(tmp_path / "built")
+def locked_world(tmp_path, wheels):
+    """An index of `wheels`, a cu128 env file naming torch, and its lock: (home, lock, index URL, envs)."""
     url = make_index(tmp_path / "simple", wheels)
     envs = tmp_path / "envs"
     write_wheel_env(envs, "cu128")
@@ -34,6 +33,11 @@ def world(tmp_path):
     home = Home(tmp_path / "home")
     lock_envs(envs, lock, mirrors={"pypi": url}, home=home)
     return home, lock, url, envs
+
+
+@pytest.fixture
+def world(tmp_path):
+    return locked_world(tmp_path, make_wheels(tmp_path / "built"))
 
 
 def realise(home, lock, url, variant="cu128", *extra):
@@ -111,12 +115,7 @@ def test_a_wheel_with_a_member_escaping_its_root_is_refused(tmp_path):
     bad = wheels[1]   # nvidia-fake-cu12
     with zipfile.ZipFile(bad, "a") as z:
         z.writestr("../../escaped.txt", "gotcha")
-    url = make_index(tmp_path / "simple", wheels)
-    envs = tmp_path / "envs"
-    write_wheel_env(envs, "cu128")
-    lock = tmp_path / "conda-lock.yml"
-    home = Home(tmp_path / "home")
-    lock_envs(envs, lock, mirrors={"pypi": url}, home=home)
+    home, lock, url, _ = locked_world(tmp_path, wheels)
     res = realise(home, lock, url)
     assert res.returncode == 2 and "escapes" in res.stderr
     assert not list(tmp_path.rglob("escaped.txt"))
@@ -264,12 +263,7 @@ def test_a_zip_the_stream_cannot_read_falls_back_to_a_whole_download(tmp_path):
         for info, data in items:
             z.writestr(zipfile.ZipInfo(info.filename, date_time=info.date_time), data)
     torch.write_bytes(bytes(pipe.data))
-    make_index(tmp_path / "simple", wheels)
-    envs = tmp_path / "envs"
-    write_wheel_env(envs, "cu128")
-    lock = tmp_path / "conda-lock.yml"
-    home = Home(tmp_path / "home")
-    lock_envs(envs, lock, mirrors={"pypi": (tmp_path / "simple").as_uri()}, home=home)
+    home, lock, _, _ = locked_world(tmp_path, wheels)
     handler = functools.partial(_RangeHandler, directory=str(tmp_path / "simple"))
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=srv.serve_forever, daemon=True).start()

@@ -54,7 +54,7 @@ from . import streamzip
 from .lockfile import Record
 
 CHUNK = 1 << 20
-DOWNLOADS = 6          # wheels fetched side by side
+DOWNLOADS = 16         # wheels fetched side by side (one connection each, as uv does)
 
 
 def entry_dir(home: Home, sha256: str) -> Path:

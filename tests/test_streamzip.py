@@ -1,0 +1,98 @@
+"""store.streamzip: a zip read front to back, in chunks of any size, gives what zipfile gives.
+
+The zips are written by Python's zipfile in the shapes wheels come in (sizes in
+the local header), as a pipe forces (sizes in a data descriptor after the
+data) and with zip64 sizes; the oracle is zipfile's own reading of them.
+"""
+
+from __future__ import annotations
+
+import io
+import random
+import zipfile
+
+import pytest
+
+from fdlenv.store.streamzip import Escape, StreamUnzip, Unsupported
+
+
+class Pipe(io.RawIOBase):
+    """A non-seekable sink: zipfile then writes each member's sizes after its data."""
+
+    def __init__(self):
+        self.data = bytearray()
+
+    def writable(self):
+        return True
+
+    def write(self, b):
+        self.data += b
+        return len(b)
+
+
+def members(seed: int) -> dict[str, bytes]:
+    rng = random.Random(seed)
+    out = {f"pkg/d{i % 5}/f{i}.bin": (rng.randbytes(rng.randint(0, 4000)) if i % 3
+                                     else b"a" * rng.randint(0, 200_000)) for i in range(120)}
+    out["pkg/lib/libbig.so"] = rng.randbytes(1_500_000)
+    out["pkg/empty"] = b""
+    return out
+
+
+def write_zip(files: dict[str, bytes], sink, *, zip64: bool = False, stored_big: bool = True) -> bytes:
+    with zipfile.ZipFile(sink, "w") as z:
+        for name, data in files.items():
+            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_STORED if (stored_big and name.endswith(".so")) else zipfile.ZIP_DEFLATED
+            info.external_attr = (0o755 if name.endswith(".so") else 0o644) << 16
+            with z.open(info, "w", force_zip64=zip64) as f:
+                f.write(data)
+    return bytes(sink.getvalue() if isinstance(sink, io.BytesIO) else sink.data)
+
+
+def stream(data: bytes, root, seed: int) -> StreamUnzip:
+    rng = random.Random(seed)
+    unzip = StreamUnzip(root, lambda name: name)
+    i = 0
+    while i < len(data):
+        n = rng.choice((1, 7, 30, 4096, 65536, 1 << 20))
+        unzip.feed(data[i:i + n])
+        i += n
+    unzip.finish()
+    return unzip
+
+
+@pytest.mark.parametrize("shape", ["seekable", "pipe", "zip64"])
+def test_every_member_lands_with_zipfiles_bytes_and_modes(tmp_path, shape):
+    files = members(1)
+    data = (write_zip(files, io.BytesIO()) if shape == "seekable"
+            else write_zip(files, Pipe(), stored_big=False) if shape == "pipe"
+            else write_zip(files, io.BytesIO(), zip64=True))
+    with zipfile.ZipFile(io.BytesIO(data)) as z:
+        assert {n: z.read(n) for n in z.namelist()} == files     # the oracle agrees with the input
+    stream(data, tmp_path, seed=2)
+    for name, content in files.items():
+        assert (tmp_path / name).read_bytes() == content
+    assert (tmp_path / "pkg/lib/libbig.so").stat().st_mode & 0o777 == 0o755
+    assert (tmp_path / "pkg/d1/f1.bin").stat().st_mode & 0o777 == 0o644
+
+
+def test_a_stored_member_sized_only_after_its_data_is_unsupported(tmp_path):
+    data = write_zip({"pkg/lib/libbig.so": b"x" * 1000}, Pipe(), stored_big=True)
+    with pytest.raises(Unsupported):
+        stream(data, tmp_path, seed=3)
+
+
+def test_a_member_escaping_the_root_is_refused_before_it_is_written(tmp_path):
+    data = write_zip({"../../escaped.txt": b"gotcha", "ok.txt": b"ok"}, io.BytesIO())
+    with pytest.raises(Escape):
+        stream(data, tmp_path / "root", seed=4)
+    assert not list(tmp_path.rglob("escaped.txt"))
+
+
+def test_a_truncated_zip_never_finishes(tmp_path):
+    data = write_zip(members(5), io.BytesIO())
+    unzip = StreamUnzip(tmp_path, lambda name: name)
+    unzip.feed(data[: len(data) // 2])
+    with pytest.raises(Unsupported):
+        unzip.finish()

@@ -136,9 +136,12 @@ def find_file(base: str, project: str, filename: str) -> tuple[str, str | None, 
             raise Fail.permanent(f"wheel index {base}: no project {project!r} (its page {page} is missing)") from None
         raise Fail.retry(f"wheel index {base}: cannot read {page}: {e}") from None
     if JSON_TYPE in ctype:
-        for f in json.loads(body).get("files", []):
-            if f.get("filename") == filename:
-                return urllib.parse.urljoin(final, f["url"]), (f.get("hashes") or {}).get("sha256"), f.get("size")
+        try:
+            for f in json.loads(body).get("files", []):
+                if f.get("filename") == filename:
+                    return urllib.parse.urljoin(final, f["url"]), (f.get("hashes") or {}).get("sha256"), f.get("size")
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise Fail.permanent(f"wheel index {base}: {page} is not a PEP 691 project page ({e})") from None
     else:
         for href in _HREF.findall(body.decode("utf-8", "replace")):
             href = href.replace("&amp;", "&")

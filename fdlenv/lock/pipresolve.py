@@ -69,6 +69,12 @@ def target_environment(platform: str) -> dict[str, str]:
 
 
 def _pip_report(env: EnvFile, platform: str, index_url: str) -> dict:
+    host = os.uname().machine
+    if sys.platform != "linux" or host != _MANYLINUX[platform]:
+        # pip evaluates requirement markers (platform_machine == "x86_64") for the machine it
+        # runs on: resolving another's would silently drop its CUDA runtime wheels.
+        raise Fail.permanent(f"--platform: wheel variants for {platform} are locked on a Linux "
+                             f"{_MANYLINUX[platform]} host; this one is {sys.platform} {host}")
     pyver = PYTHON.replace(".", "")
     with tempfile.TemporaryDirectory(prefix="fdlenv-pip-") as tmp:
         report = Path(tmp) / "report.json"
@@ -106,6 +112,7 @@ def resolve(env: EnvFile, platform: str, mirrors: dict[str, str]) -> list[Entry]
 
     if not env.requirements:
         return []
+    platform_tags(platform)   # an unsupported platform fails before anything is asked of an index
     index_url = pipindex.base_url(env.pip_index, mirrors)
     report = _pip_report(env, platform, index_url)
     found = {}

@@ -43,7 +43,7 @@ import threading
 import time
 import urllib.parse
 import zipfile
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
 from .. import pipindex
@@ -71,6 +71,7 @@ class Bytes:
         self._lock = threading.Lock()
         self._start = time.monotonic()
         self._stop = threading.Event()
+        self.stopped = threading.Event()    # set when one wheel failed: the others give up
         self._thread = threading.Thread(target=self._run, args=(every,), daemon=True)
 
     def add(self, n: int = 0, *, finished: int = 0, extracted: int = 0) -> None:
@@ -124,14 +125,14 @@ def ensure(home: Home, records: list[Record], mirrors: dict[str, str]) -> dict[s
             ThreadPoolExecutor(cpus, thread_name_prefix="fdlenv-x") as xp:
         futures = [(big if r is first else dl).submit(_fetch_and_extract, home, r, sources[r.sha256][0],
                                                        progress, xp) for r in todo]
-        errors = []
-        for f in futures:
-            try:
-                f.result()
-            except (Fail, OSError) as e:
-                errors.append(e)
-    if errors:
-        raise errors[0]
+        wait(futures, return_when=FIRST_EXCEPTION)
+        failed = next((f.exception() for f in futures if f.done() and f.exception()), None)
+        if failed is not None:   # the env cannot be made: stop the other downloads now
+            progress.stopped.set()
+            for f in futures:
+                f.cancel()
+            wait(futures)
+            raise failed
     say(f"wheels ready in {time.monotonic() - t0:.1f} s ({progress.done / 1e9:.2f} GB downloaded)")
     return out
 
@@ -244,6 +245,8 @@ def _stream(home: Home, r: Record, chunks, where: str, progress: Bytes) -> None:
     try:
         try:
             for chunk in chunks:
+                if progress.stopped.is_set():
+                    raise Fail.retry(f"stopped fetching {r.filename}: another wheel failed")
                 sha.update(chunk)
                 unzip.feed(chunk)
                 progress.add(len(chunk))
@@ -307,6 +310,8 @@ def _download(home: Home, r: Record, url: str, progress: Bytes) -> Path:
                 else:
                     progress.add(have)
                 while chunk := resp.read(CHUNK):
+                    if progress.stopped.is_set():
+                        raise Fail.retry(f"stopped fetching {r.filename}: another wheel failed")
                     sha.update(chunk)
                     out.write(chunk)
                     progress.add(len(chunk))
@@ -317,7 +322,7 @@ def _download(home: Home, r: Record, url: str, progress: Bytes) -> Path:
                 out.truncate(0)
             raise Fail.retry(f"download of {url} failed: {e}") from None
         except OSError as e:
-            if getattr(e, "errno", None) == 28:
+            if getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT):
                 raise
             raise Fail.retry(f"download of {url} failed (the part is kept and resumed next time): {e}") from None
         if sha.hexdigest() != r.sha256:

@@ -9,14 +9,12 @@ A locked wheel is content like a conda package. Order, per wheel:
    them (`store.streamzip`: a zip read front to back) into
    `pkgs/.whl-<sha256>.<pid>...`; the entry is renamed into place only when
    the sha256 matches. An interrupted stream is restarted, never published.
-   A zip the stream reader cannot handle falls back to downloading into
-   `archives/.<sha256>.part` (resumed with HTTP Range after a re-hash when an
-   interrupted run left one), renamed to `archives/<sha256>.whl` on a match,
-   then extracted as in 4 and deleted.
-4. A local wheel is streamed the same way, read once. What the stream reader
-   cannot handle is hashed whole, then extracted with `zipfile` (members split
-   across threads: zlib and file writes release the GIL) and renamed into
-   place. Escaping members are refused on every path.
+   A zip the stream reader cannot handle, or a part an interrupted run left,
+   takes the whole-file path (`store.wheelfile`: a resumable download into
+   `archives/`, then `zipfile` extraction) and the archive is deleted after.
+4. A local wheel is streamed the same way, read once (the whole-file path
+   again for what the stream reader cannot handle). Escaping members are
+   refused on every path.
 Steps 3-4 hold `locks/whl-<sha256>.lock`, so two realises that need one wheel
 fetch and extract it once. Downloads run side by side, largest first, so the
 slowest download, not the sum, bounds a cold realise.
@@ -37,28 +35,22 @@ import errno
 import fcntl
 import hashlib
 import os
-import re
 import shutil
 import threading
 import time
 import urllib.parse
-import zipfile
-from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 
 from .. import pipindex
 from ..errors import Fail
 from ..home import Home
 from ..progress import say
-from . import streamzip
+from . import streamzip, wheelfile
+from .wheelfile import CHUNK, entry_dir
 from .lockfile import Record
 
-CHUNK = 1 << 20
 DOWNLOADS = 16         # wheels fetched side by side (one connection each, as uv does)
-
-
-def entry_dir(home: Home, sha256: str) -> Path:
-    return home.pkgs / f"whl-{sha256}"
 
 
 class Bytes:
@@ -200,9 +192,9 @@ def _fetch_and_extract_held(home: Home, r: Record, source: str, progress: Bytes,
                 return
             except streamzip.Unsupported as e:
                 say(f"wheel {r.filename} cannot be extracted while it downloads ({e}): fetching it whole")
-        path = _download(home, r, source, progress)
+        path = wheelfile.download(home, r, source, progress)
         progress.add(finished=1)
-        _extract(home, r, path, pool)
+        wheelfile.extract(home, r, path, pool)
         progress.add(extracted=1)
         path.unlink(missing_ok=True)
     elif parsed.scheme in ("file", ""):
@@ -212,9 +204,9 @@ def _fetch_and_extract_held(home: Home, r: Record, source: str, progress: Bytes,
         try:
             _stream(home, r, _file_chunks(path), str(path), progress)
         except streamzip.Unsupported:
-            _verify_local(r, path)
+            wheelfile.verify_local(r, path)
             progress.add(finished=1)
-            _extract(home, r, path, pool)
+            wheelfile.extract(home, r, path, pool)
             progress.add(extracted=1)
     else:
         raise Fail.permanent(f"wheel URL {source!r}: unsupported scheme; accepted: file://, http://, https://")
@@ -241,7 +233,7 @@ def _stream(home: Home, r: Record, chunks, where: str, progress: Bytes) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     sha = hashlib.sha256()
-    unzip = streamzip.StreamUnzip(tmp, place)
+    unzip = streamzip.StreamUnzip(tmp, wheelfile.place)
     try:
         try:
             for chunk in chunks:
@@ -263,139 +255,10 @@ def _stream(home: Home, r: Record, chunks, where: str, progress: Bytes) -> None:
                                  "serves other bytes")
         progress.add(finished=1)
         unzip.finish()
-        _publish(tmp, entry_dir(home, r.sha256))
+        wheelfile.publish(tmp, entry_dir(home, r.sha256))
         progress.add(extracted=1)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _publish(tmp: Path, final: Path) -> None:
-    try:
-        os.rename(tmp, final)
-    except OSError:
-        if not final.is_dir():   # not another process that finished first
-            raise
-
-
-def _verify_local(r: Record, path: Path) -> None:
-    from .archives import _digests, _mismatch
-
-    sha, md5 = _digests(path)
-    if (bad := _mismatch(r, str(path), sha, md5)):
-        raise bad
-
-
-def _download(home: Home, r: Record, url: str, progress: Bytes) -> Path:
-    """`archives/<sha256>.whl`, verified; resumes a part an interrupted run left."""
-    import urllib.error
-    import urllib.request
-
-    done = home.archives / f"{r.sha256}.whl"
-    part = home.archives / f".{r.sha256}.part"
-    if done.is_file():   # verified (renamed only on a match) by a run killed before extracting it
-        return done
-    with open(part, "ab+") as out:
-        sha = hashlib.sha256()
-        out.seek(0)
-        while chunk := out.read(CHUNK):
-            sha.update(chunk)
-        have = out.tell()
-        headers = {"Range": f"bytes={have}-"} if have else {}
-        try:
-            with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=60) as resp:
-                if have and resp.status != 206:   # no resume on this server: start over
-                    out.seek(0)
-                    out.truncate()
-                    sha = hashlib.sha256()
-                else:
-                    progress.add(have)
-                while chunk := resp.read(CHUNK):
-                    if progress.stopped.is_set():
-                        raise Fail.retry(f"stopped fetching {r.filename}: another wheel failed")
-                    sha.update(chunk)
-                    out.write(chunk)
-                    progress.add(len(chunk))
-            out.flush()
-            os.fsync(out.fileno())
-        except urllib.error.HTTPError as e:
-            if e.code == 416:   # the part is complete (or longer than the file): start over next time
-                out.truncate(0)
-            raise Fail.retry(f"download of {url} failed: {e}") from None
-        except OSError as e:
-            if getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT):
-                raise
-            raise Fail.retry(f"download of {url} failed (the part is kept and resumed next time): {e}") from None
-        if sha.hexdigest() != r.sha256:
-            out.truncate(0)
-            raise Fail.permanent(f"wheel {r.filename} from {url} does not match the lock: sha256 "
-                                 f"{sha.hexdigest()} != {r.sha256}; the index serves other bytes")
-        os.replace(part, done)
-    return done
-
-
-_DATA_DIR = re.compile(r"[^/]+-[^/]+\.data")
-
-
-def place(name: str) -> str | None:
-    """A wheel member -> its path inside the cache entry (None: not installed)."""
-    first, _, rest = name.partition("/")
-    if _DATA_DIR.fullmatch(first):
-        kind, _, sub = rest.partition("/")
-        base = {"purelib": "site/", "platlib": "site/", "data": "data/", "headers": "include/"}.get(kind)
-        return base + sub if base and sub else None
-    return "site/" + name
-
-
-def _extract(home: Home, r: Record, path: Path, pool: ThreadPoolExecutor) -> None:
-    final = entry_dir(home, r.sha256)
-    if final.is_dir():
-        return
-    tmp = home.pkgs / f".whl-{r.sha256}.{os.getpid()}.{threading.get_ident()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        with zipfile.ZipFile(path) as zf:
-            members = [i for i in zf.infolist() if not i.is_dir()]
-        planned = []
-        for m in members:
-            rel = place(m.filename)
-            if rel is None:
-                continue
-            if os.path.isabs(m.filename) or ".." in m.filename.split("/") or "\\" in m.filename:
-                raise Fail.permanent(f"wheel {r.filename} has a member that escapes its root: "
-                                     f"{m.filename!r}; refusing to install it")
-            planned.append((m, rel))
-        dirs = sorted({os.path.dirname(rel) for _, rel in planned})
-        for d in dirs:
-            os.makedirs(tmp / d, exist_ok=True)
-        groups = _balance(planned, max(1, min(os.cpu_count() or 2, len(planned) // 64 or 1)))
-        futures: list[Future] = [pool.submit(_extract_group, path, g, tmp) for g in groups]
-        for f in futures:
-            f.result()
-        _publish(tmp, final)
-    except zipfile.BadZipFile as e:
-        raise Fail.permanent(f"wheel {r.filename} is not a valid zip ({e})") from None
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _balance(planned: list, n: int) -> list[list]:
-    groups: list[list] = [[] for _ in range(n)]
-    sizes = [0] * n
-    for item in sorted(planned, key=lambda p: -p[0].file_size):
-        i = sizes.index(min(sizes))
-        groups[i].append(item)
-        sizes[i] += item[0].file_size + 4096
-    return [g for g in groups if g]
-
-
-def _extract_group(path: Path, group: list, root: Path) -> None:
-    with zipfile.ZipFile(path) as zf:
-        for m, rel in group:
-            dest = root / rel
-            with zf.open(m) as src, open(dest, "wb") as dst:
-                shutil.copyfileobj(src, dst, CHUNK)
-            mode = (m.external_attr >> 16) & 0o777
-            os.chmod(dest, 0o755 if mode & 0o111 else 0o644)
 
 
 def link(entry: Path, prefix: Path, pyver: str) -> int:

@@ -4,7 +4,8 @@ A lock records real package URLs; a fleet behind a firewall fetches the same
 bytes from its own mirror. Rewriting is safe because every archive is
 hash-checked against the lock after fetching. NAME is either a channel name
 (the last path component of a channel URL: `conda-forge`, `flodl`) or a full
-channel URL prefix; the longest match wins.
+channel URL prefix; the longest match wins. The same map names wheel indexes
+(`pypi`, `pytorch`), read by `fdlenv.pipindex`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from typing import NamedTuple
 
 from .errors import Fail
 
-ACCEPTED = "NAME=URL, e.g. conda-forge=https://mirror.example/conda-forge or flodl=file:///srv/flodl"
+ACCEPTED = ("NAME=URL, e.g. conda-forge=https://mirror.example/conda-forge, flodl=file:///srv/flodl, "
+            "pypi=https://mirror.example/simple or pytorch=https://mirror.example/whl")
 
 
 def parse(pairs: list[str] | tuple[str, ...] | None, base: dict[str, str] | None = None) -> dict[str, str]:

@@ -43,7 +43,7 @@ def add_parser(sub) -> None:
     p.add_argument("--lock", metavar="FILE",
                    help="conda-lock file (default: fdl.yml's fdlenv.lock, else conda-lock.yml beside fdl.yml, "
                         "at the tree's root, or shipped with fdlenv)")
-    p.add_argument("--mirror", action="append", metavar="NAME=URL", help="map a channel to a mirror")
+    p.add_argument("--mirror", action="append", metavar="NAME=URL", help="map a channel or wheel index (pypi, pytorch) to a mirror")
     p.add_argument("--source", required=True, metavar="SPEC",
                    help="file:///abs, rsync://[user@]host[:port]:/abs, git+https|ssh|file://…#<ref>")
     p.add_argument("--source-cwd", metavar="DIR", help="project dir inside the tree (default: its root)")

@@ -73,7 +73,7 @@ def lock_options(p, variant_required: bool) -> None:
     p.add_argument("--libtorch", metavar="VARIANT", required=variant_required,
                    help="cpu, cu126, cu128, rocm7.0, rocm7.1 (or auto)")
     p.add_argument("--lock", metavar="FILE", help="conda-lock v1 file (default: discovered)")
-    p.add_argument("--mirror", action="append", metavar="NAME=URL", help="map a channel to a mirror")
+    p.add_argument("--mirror", action="append", metavar="NAME=URL", help="map a channel or wheel index (pypi, pytorch) to a mirror")
 
 
 def resolve_variant(token: str | None, home) -> str:

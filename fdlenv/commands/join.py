@@ -56,7 +56,7 @@ def add_common_flags(p: argparse.ArgumentParser) -> None:
                    help="auto, cpu, cu126, cu128, rocm7.0, rocm7.1 (default: the box's active one)")
     p.add_argument("--lock", metavar="FILE", help="conda-lock file (default: discovered)")
     p.add_argument("--mirror", metavar="NAME=URL", action="append", default=[],
-                   help="channel mirror, repeatable")
+                   help="channel or wheel-index mirror (pypi=URL, pytorch=URL), repeatable")
     p.add_argument("--host", metavar="NAME", help="logical host name (default: hostname)")
     p.add_argument("--devices", metavar="0,1|all", help="device ids to offer (default: all)")
     p.add_argument("--data-path", metavar="P", help="dataset root (with --data-source: mountpoint)")

@@ -43,7 +43,7 @@ def add_parser(sub) -> None:
     p.add_argument("--variant", metavar="V", action="append", help="lock only this variant (repeatable)")
     p.add_argument("--platform", metavar="P", action="append",
                    help="platform when an env file names none (repeatable), e.g. linux-64")
-    p.add_argument("--mirror", metavar="NAME=URL", action="append", help="channel mirror (repeatable)")
+    p.add_argument("--mirror", metavar="NAME=URL", action="append", help="channel or wheel-index mirror (repeatable), e.g. pytorch=URL")
     p.add_argument("--out", metavar="FILE", default="conda-lock.yml", help="lock file (default: conda-lock.yml)")
     p.add_argument("--split", action="store_true", help="write <out-stem>.<variant>.yml per variant")
     p.add_argument("--check", action="store_true", help="exit 1 when the lock no longer satisfies the env files")

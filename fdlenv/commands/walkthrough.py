@@ -24,7 +24,7 @@ def add_parser(sub) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--libtorch", metavar="VARIANT", default="cu128", help="variant to realise (default cu128)")
     p.add_argument("--lock", metavar="FILE", default=None, help="lock file (default: the one shipped with fdlenv)")
-    p.add_argument("--mirror", metavar="NAME=URL", action="append", help="index or channel mirror (repeatable)")
+    p.add_argument("--mirror", metavar="NAME=URL", action="append", help="channel or wheel-index mirror (repeatable)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object on stdout")
     home_option(p)
     p.set_defaults(func=run)

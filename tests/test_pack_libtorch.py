@@ -180,3 +180,25 @@ def test_cli_pack_default_channel_is_the_home(tmp_path, capsys):
     result = json.loads(capsys.readouterr().out)
     assert result["package"] == "libtorch-rocm71"
     assert Path(result["path"]).parent == Home(home).channel / "linux-64"
+
+
+def test_a_chain_of_links_cannot_carry_a_write_outside_the_tree(tmp_path):
+    """`u2 -> u1/..` looks inside to a lexical check; on disk, after `u1 -> ..`, it is not."""
+    src = tmp_path / "chain.zip"
+    with zipfile.ZipFile(src, "w") as z:
+        def add(name, data, mode):
+            info = zipfile.ZipInfo(name, date_time=(2025, 1, 1, 0, 0, 0))
+            info.external_attr = mode << 16
+            z.writestr(info, data)
+        add("libtorch/build-version", "2.10.0+cpu\n", 0o100644)
+        add("libtorch/lib/libtorch.so", "x", 0o100755)
+        add("libtorch/lib/u1", "..", stat.S_IFLNK | 0o777)
+        for i in range(2, 6):   # each link climbs one more level: u5 reaches above tmp_path/ch
+            add(f"libtorch/lib/u{i}", f"u{i - 1}/..", stat.S_IFLNK | 0o777)
+        add("libtorch/lib/u5/escaped.txt", "gotcha", 0o100644)
+    channel = tmp_path / "ch"
+    with pytest.raises(Fail) as e:
+        pack_libtorch("cpu", str(src), channel)
+    assert e.value.exit_code == 2 and ("link" in str(e.value) or "escapes" in str(e.value))
+    assert not list(tmp_path.parent.rglob("escaped.txt")) and not list(tmp_path.rglob("escaped.txt"))
+    assert not list(channel.rglob("*.conda")) and not list(channel.glob(".pack-*"))

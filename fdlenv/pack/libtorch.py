@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
 import posixpath
 import re
 import stat
@@ -213,23 +214,47 @@ def _extract(zf: zipfile.ZipFile, kind: str, tree: Path) -> None:
     total = sum(i.file_size for i, _ in wanted)
     done = 0
     ticker = Ticker(lambda: f"unpacking: {done / 1e6:.0f} of {total / 1e6:.0f} MB")
+    tree.mkdir(parents=True, exist_ok=True)
+    real_tree = os.path.realpath(tree)
+    links = []
     for info, rel in wanted:
         if not rel or info.is_dir():
             continue
         dest = tree / rel
+        _inside_before_write(dest, real_tree, info.filename)
         dest.parent.mkdir(parents=True, exist_ok=True)
         if _is_symlink(info):
             dest.symlink_to(zf.read(info).decode())
+            links.append((dest, info.filename))
             continue
-        with zf.open(info) as src, open(dest, "wb") as out:
+        # O_NOFOLLOW | O_EXCL: never write through a link, never over what is there
+        fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with zf.open(info) as src, os.fdopen(fd, "wb") as out:
             while chunk := src.read(1 << 22):
                 out.write(chunk)
                 done += len(chunk)
                 ticker.tick()
         mode = info.external_attr >> 16
         dest.chmod(0o755 if mode & 0o111 else 0o644)
+    for link, name in links:   # a chain of links (u2 -> u1/.., u1 -> ..) resolves only now
+        target = os.path.realpath(link)
+        if not (target == real_tree or target.startswith(real_tree + os.sep)):
+            raise Fail.permanent(f"--from: member {name!r} is a link that resolves outside the archive's "
+                                 "tree; refusing to unpack it")
     if not (tree / "lib").is_dir():
         raise Fail.permanent("--from: the archive's libtorch has no lib/ directory")
+
+
+def _inside_before_write(dest: Path, real_tree: str, name: str) -> None:
+    """The real location of `dest`'s nearest existing ancestor must be inside the tree: links
+    unpacked earlier may point anywhere, and mkdir/open would follow them."""
+    parent = dest.parent
+    while not os.path.lexists(parent):
+        parent = parent.parent
+    real = os.path.realpath(parent)
+    if not (real == real_tree or real.startswith(real_tree + os.sep)) or os.path.islink(dest):
+        raise Fail.permanent(f"--from: member {name!r} would be written through a link, outside the "
+                             "archive's tree; refusing to unpack it")
 
 
 def _build_version(kind: str, filename: str, tree: Path) -> str:

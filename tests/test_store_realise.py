@@ -138,3 +138,22 @@ def test_extra_package_in_channel_does_not_change_key(tmp_path):
     make_channel(w.home.channel, [Pkg("unrelated", "1.0", files={"x": "y"})])
     lock_envs(w.envs, w.lock, home=w.home)
     assert realise_json(w)["key"] == first["key"]
+
+
+def test_flodls_own_precompiled_download_is_never_touched(tmp_path):
+    """A box where `fdl libtorch download` ran: precompiled/cpu is a real directory."""
+    w = make_world(tmp_path)
+    flodl = w.home.libtorch / "precompiled" / "cpu"
+    (flodl / "lib").mkdir(parents=True)
+    (flodl / "lib" / "libtorch.so").write_bytes(b"flodl's own")
+    (flodl / "build-version").write_text("2.10.0+cpu\n")
+    before = {p: p.read_bytes() for p in flodl.rglob("*") if p.is_file()}
+    for _ in range(2):
+        res = fdlenv("env", "realize", "--libtorch", "cpu", "--lock", str(w.lock), "--home", str(w.home.root), "--json")
+        assert res.returncode == 0, res.stderr
+        assert "flodl's own libtorch" in res.stderr
+    run = fdlenv("run", "--libtorch", "cpu", "--lock", str(w.lock), "--home", str(w.home.root), "--",
+                 "sh", "-c", 'cat "$LIBTORCH_PATH/lib/libtorch.so"')
+    assert run.returncode == 0 and run.stdout == "cpu-lib"      # the locked env, not flodl's copy
+    assert not flodl.is_symlink() and {p: p.read_bytes() for p in flodl.rglob("*") if p.is_file()} == before
+    assert [p.name for p in (w.home.libtorch / "precompiled").iterdir()] == ["cpu"]   # no temp debris

@@ -29,8 +29,11 @@ def _symlink(link: Path, target: Path) -> None:
     link.parent.mkdir(parents=True, exist_ok=True)
     tmp = link.with_name(f".{link.name}.{os.getpid()}")
     tmp.unlink(missing_ok=True)
-    os.symlink(target, tmp)
-    os.replace(tmp, link)
+    try:
+        os.symlink(target, tmp)
+        os.replace(tmp, link)
+    finally:
+        tmp.unlink(missing_ok=True)   # a temp name never outlives the call
 
 
 def _write_line(path: Path, text: str) -> None:
@@ -46,8 +49,16 @@ def _write_line(path: Path, text: str) -> None:
 
 
 def link_variant(home: Home, env: Env) -> None:
-    """libtorch/precompiled/<dir> -> the env's libtorch root."""
-    _symlink(home.libtorch / "precompiled" / variants.get(env.variant).flodl_dir, env.libtorch_root)
+    """libtorch/precompiled/<dir> -> the env's libtorch root. A real directory there is flodl's
+    own download (`fdl libtorch download`): it is never deleted, moved over or written into;
+    fdlenv then points nothing there (its env still serves `fdlenv run`, prepare and join)."""
+    link = home.libtorch / "precompiled" / variants.get(env.variant).flodl_dir
+    if os.path.lexists(link) and not link.is_symlink():
+        from ..progress import say
+
+        say(f"note: {link} is flodl's own libtorch (a real directory); fdlenv leaves it as it is")
+        return
+    _symlink(link, env.libtorch_root)
 
 
 def set_active(home: Home, env: Env) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import html
+import io
 from pathlib import Path
 
 from helpers_conda import make_wheel, write_env
@@ -85,3 +86,17 @@ def write_wheel_env(envs: Path, variant: str, requirement: str = "torch ==2.10.0
     path = write_env(envs, variant, [], [{"pip": [requirement]}])
     path.write_text(path.read_text() + f"pip-index: {index}\n")
     return path
+
+
+class Pipe(io.RawIOBase):
+    """A non-seekable sink: zipfile then writes each member's sizes after its data."""
+
+    def __init__(self):
+        self.data = bytearray()
+
+    def writable(self):
+        return True
+
+    def write(self, b):
+        self.data += b
+        return len(b)

@@ -12,22 +12,9 @@ import random
 import zipfile
 
 import pytest
+from helpers_wheels import Pipe
 
 from fdlenv.store.streamzip import Escape, StreamUnzip, Unsupported
-
-
-class Pipe(io.RawIOBase):
-    """A non-seekable sink: zipfile then writes each member's sizes after its data."""
-
-    def __init__(self):
-        self.data = bytearray()
-
-    def writable(self):
-        return True
-
-    def write(self, b):
-        self.data += b
-        return len(b)
 
 
 def members(seed: int) -> dict[str, bytes]:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from helpers_store import fdlenv
-from helpers_wheels import CLOSURE, make_index, make_wheels, sha256, write_wheel_env
+from helpers_wheels import CLOSURE, Pipe, make_index, make_wheels, sha256, write_wheel_env
 
 from fdlenv.home import Home
 from fdlenv.lock import lock_envs
@@ -240,19 +240,7 @@ def test_over_http_a_wheel_is_extracted_as_it_streams_and_bad_bytes_publish_noth
 def test_a_zip_the_stream_cannot_read_falls_back_to_a_whole_download(tmp_path):
     """Stored members whose sizes come after the data (a zip written to a pipe) cannot be
     streamed; the wheel is then fetched whole and extracted with zipfile."""
-    import io
     import zipfile
-
-    class Pipe(io.RawIOBase):
-        def __init__(self):
-            self.data = bytearray()
-
-        def writable(self):
-            return True
-
-        def write(self, b):
-            self.data += b
-            return len(b)
 
     wheels = make_wheels(tmp_path / "built")
     torch = wheels[0]

@@ -116,7 +116,7 @@ def _read(url: str) -> tuple[bytes, str, str]:
             page = os.path.join(path, "index.html")
             if os.path.isfile(page):
                 with open(page, "rb") as f:
-                    return f.read(), "text/html", urllib.parse.urljoin(url.rstrip("/") + "/", "index.html")
+                    return f.read(), "text/html", url.rstrip("/") + "/"
             links = "".join(f'<a href="{urllib.parse.quote(n)}">{n}</a>' for n in sorted(os.listdir(path)))
             return links.encode(), "text/html", url.rstrip("/") + "/"
         raise FileNotFoundError(path)

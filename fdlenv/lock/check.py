@@ -20,7 +20,7 @@ from pathlib import Path
 from ..home import Home
 from ..variants import VARIANTS
 from ..mirrors import ChannelMap
-from .envfile import EnvFile, _layer, channel_map, discover, with_layer
+from .envfile import EnvFile, channel_map, discover, load_layer, with_layer
 from ..lockpath import split_path
 from .solve import channel_urls, declared_virtual_packages, solver_spec
 from .write import LAYERS_KEY, VARIANTS_KEY
@@ -60,7 +60,7 @@ def check_locks(envs_dir: Path, out: Path, *, variants: list[str] | None = None,
             problems.append(f"{env.variant}: not locked in {out} nor {split_path(out, env.variant)}")
             continue
         for layer in (lockfile.metadata.custom_metadata or {}).get(LAYERS_KEY, "").split():
-            env = with_layer(env, _layer(Path(envs_dir), layer))
+            env = with_layer(env, load_layer(Path(envs_dir), layer))
         for platform in env.platforms or platforms or lockfile.metadata.platforms:
             records = [p for p in lockfile.package
                        if p.platform == platform and p.categories & {"main", env.variant}]

@@ -73,11 +73,11 @@ def discover(envs_dir: Path, variants: list[str] | None = None, layers: list[str
     the named layers (`envs/<layer>.yml`: channels and conda specs every variant gets) added."""
     envs = _variant_files(envs_dir, variants)
     for layer in layers or []:
-        envs = [with_layer(env, _layer(envs_dir, layer)) for env in envs]
+        envs = [with_layer(env, load_layer(envs_dir, layer)) for env in envs]
     return envs
 
 
-def _layer(envs_dir: Path, name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def load_layer(envs_dir: Path, name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     import yaml
 
     path = envs_dir / f"{name}.yml"

@@ -137,7 +137,9 @@ def _download(home: Home, r: Record, url: str, dest: Path) -> None:
 def evict_cache_entry(home: Home, r: Record) -> None:
     """Drop the package cache's extraction of `r` (it may hold bytes that failed verification)."""
     if r.manager == "pip":
-        shutil.rmtree(home.pkgs / f"whl-{r.sha256}", ignore_errors=True)
+        from .wheelfile import entry_dir
+
+        shutil.rmtree(entry_dir(home, r.sha256), ignore_errors=True)
         return
     stem = r.filename.removesuffix(".conda").removesuffix(".tar.bz2")
     shutil.rmtree(home.pkgs / stem, ignore_errors=True)

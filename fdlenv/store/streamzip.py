@@ -37,6 +37,11 @@ CENTRAL = b"PK\x01\x02"
 DESCRIPTOR = b"PK\x07\x08"
 
 
+def escapes(name: str) -> bool:
+    """A zip member name that would land outside the extraction root."""
+    return os.path.isabs(name) or ".." in name.split("/") or "\\" in name
+
+
 class Unsupported(Exception):
     """A zip this reader cannot stream; the caller extracts the whole file instead."""
 
@@ -119,7 +124,7 @@ class StreamUnzip:
             raise Unsupported(f"member {name!r}: method {method}{' with a data descriptor' if descriptor else ''}")
         out = None
         if not name.endswith("/"):
-            if os.path.isabs(name) or ".." in name.split("/") or "\\" in name:
+            if escapes(name):
                 raise Escape(name)
             rel = self.place(name)
             if rel is not None:

@@ -26,6 +26,7 @@ from pathlib import Path
 from ..errors import Fail
 from ..home import Home
 from .lockfile import Record
+from .streamzip import escapes
 
 CHUNK = 1 << 20
 
@@ -125,7 +126,7 @@ def extract(home: Home, r: Record, path: Path, pool: ThreadPoolExecutor) -> None
             rel = place(m.filename)
             if rel is None:
                 continue
-            if os.path.isabs(m.filename) or ".." in m.filename.split("/") or "\\" in m.filename:
+            if escapes(m.filename):
                 raise Fail.permanent(f"wheel {r.filename} has a member that escapes its root: "
                                      f"{m.filename!r}; refusing to install it")
             planned.append((m, rel))

@@ -193,9 +193,7 @@ def _fetch_and_extract_held(home: Home, r: Record, source: str, progress: Bytes,
             except streamzip.Unsupported as e:
                 say(f"wheel {r.filename} cannot be extracted while it downloads ({e}): fetching it whole")
         path = wheelfile.download(home, r, source, progress)
-        progress.add(finished=1)
-        wheelfile.extract(home, r, path, pool)
-        progress.add(extracted=1)
+        _extract_whole(home, r, path, pool, progress)
         path.unlink(missing_ok=True)
     elif parsed.scheme in ("file", ""):
         path = Path(urllib.parse.unquote(parsed.path))
@@ -205,11 +203,16 @@ def _fetch_and_extract_held(home: Home, r: Record, source: str, progress: Bytes,
             _stream(home, r, _file_chunks(path), str(path), progress)
         except streamzip.Unsupported:
             wheelfile.verify_local(r, path)
-            progress.add(finished=1)
-            wheelfile.extract(home, r, path, pool)
-            progress.add(extracted=1)
+            _extract_whole(home, r, path, pool, progress)
     else:
         raise Fail.permanent(f"wheel URL {source!r}: unsupported scheme; accepted: file://, http://, https://")
+
+
+def _extract_whole(home: Home, r: Record, path: Path, pool: ThreadPoolExecutor, progress: Bytes) -> None:
+    """The whole-file path for verified bytes at `path` (see store.wheelfile)."""
+    progress.add(finished=1)
+    wheelfile.extract(home, r, path, pool)
+    progress.add(extracted=1)
 
 
 def _http_chunks(url: str):

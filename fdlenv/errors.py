@@ -16,10 +16,12 @@ EXIT_PERMANENT = 2
 class Fail(Exception):
     """A failure the CLI prints as one `error:` line and maps to an exit code."""
 
-    def __init__(self, message: str, *, transient: bool = False):
+    def __init__(self, message: str, transient: bool = False, notes: tuple[str, ...] = ()):
         super().__init__(message)
         self.message = message
         self.transient = transient
+        # What the failing step had already found (prepare's notes): printed before the error.
+        self.notes = tuple(notes)
 
     @classmethod
     def permanent(cls, message: str) -> "Fail":
@@ -28,6 +30,10 @@ class Fail(Exception):
     @classmethod
     def retry(cls, message: str) -> "Fail":
         return cls(message, transient=True)
+
+    def with_notes(self, notes) -> "Fail":
+        """The same failure carrying `notes` (raise it `from` the original)."""
+        return Fail(self.message, self.transient, tuple(notes))
 
     @property
     def exit_code(self) -> int:

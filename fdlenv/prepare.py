@@ -299,7 +299,6 @@ def prepare(req: PrepareRequest, home: Home, *, survey: Callable[[], Survey] | N
                 out.args, out.run_id = list(m.args), m.run
         out.variant = out.env.variant if out.env else None
     except Fail as f:
-        f.notes = list(notes)
-        raise
+        raise f.with_notes(notes) from f
     seconds["total"] = clock() - start
     return out

@@ -123,9 +123,7 @@ def test_an_agent_that_cannot_be_spawned_is_permanent(tmp_path, capsys):
 def test_transient_one_shot_is_1_and_permanent_is_2_even_under_persist(tmp_path, capsys):
     def failing(kind):
         def prepare(s):
-            f = Fail.retry("mirror down") if kind == "t" else Fail.permanent("no GPU")
-            f.notes = ["note before the failure"]
-            raise f
+            raise Fail("mirror down" if kind == "t" else "no GPU", kind == "t", ("note before the failure",))
         return prepare
     notes = []
     assert L.run_join(settings(tmp_path), failing("t"), say=notes.append) == 1

@@ -7,6 +7,7 @@ import subprocess
 
 import pytest
 
+from fdlenv import hashing
 from fdlenv.errors import Fail
 from fdlenv.source import digest
 from fdlenv.source.state import State
@@ -50,8 +51,8 @@ def test_unchanged_files_are_not_reread_and_changed_ones_are(tmp_path, monkeypat
     first = digest.scan(tree, st).digest()
     assert len(st.get("files")) == len(FILES)
     reads = []
-    real = hashlib.file_digest
-    monkeypatch.setattr(hashlib, "file_digest", lambda f, n: reads.append(f.name) or real(f, n))
+    real = hashing.of_file
+    monkeypatch.setattr(hashing, "of_file", lambda path, **kw: reads.append(str(path)) or real(path, **kw))
     assert digest.scan(tree, st).digest() == first and reads == []
     p = tree / "src/main.rs"
     old = p.stat()

@@ -17,7 +17,7 @@ from helpers_store import bump_variant, fdlenv, make_world, realise_json
 from fdlenv.errors import Fail
 from fdlenv.lock import lock_envs
 from fdlenv.store.envkey import this_platform
-from fdlenv.store.lockfile import read_variant
+from fdlenv.store.records import read_variant
 from fdlenv.store.realise import realise
 
 

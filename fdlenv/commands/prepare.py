@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         out = prepare(request_from_settings(settings, gpu_gate=args.gpu_gate), Home.resolve(settings.home))
     except Fail as f:
-        for n in getattr(f, "notes", ()):
+        for n in f.notes:
             _note(n)
         raise
     for n in out.notes:

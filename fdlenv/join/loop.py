@@ -98,7 +98,7 @@ class Runner:
         try:
             prepared = self.prepare(s)
         except Fail as f:
-            for n in getattr(f, "notes", None) or []:
+            for n in f.notes:
                 self.say(n)
             raise
         for n in prepared.notes or []:

@@ -27,6 +27,6 @@ Imports of rattler and conda_lock happen inside the functions.
 
 from .check import check_locks
 from ..lockpath import split_path
-from .locking import lock_envs
+from .make import lock_envs
 
 __all__ = ["check_locks", "lock_envs", "split_path"]

@@ -18,13 +18,13 @@ returned in the variant table's order so every lock is written the same way.
 
 from __future__ import annotations
 
-import hashlib
 import re
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import hashing
 from ..errors import Fail
 from ..home import Home
 from ..mirrors import ChannelMap
@@ -192,13 +192,12 @@ def _wheel(entry: str, env_file: Path) -> Wheel:
     if not m:
         raise Fail.permanent(f"{env_file}: pip: {entry!r} is not a wheel file name; accepted: a path or "
                              "URL of a .whl, or a requirement (torch ==2.10.0)")
-    sha, md5 = hashlib.sha256(), hashlib.md5()
+    d = hashing.Digest(md5=True)
     try:
         with urllib.request.urlopen(url) as f:
-            while chunk := f.read(1 << 20):
-                sha.update(chunk)
-                md5.update(chunk)
+            while chunk := f.read(hashing.CHUNK):
+                d.update(chunk)
     except OSError as e:
         raise Fail.retry(f"{env_file}: pip: cannot read {url}: {e}") from None
     name = re.sub(r"[-_.]+", "-", m["name"]).lower()
-    return Wheel(name=name, version=m["version"], url=url, sha256=sha.hexdigest(), md5=md5.hexdigest())
+    return Wheel(name=name, version=m["version"], url=url, sha256=d.sha256, md5=d.md5)

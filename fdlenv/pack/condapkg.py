@@ -24,6 +24,8 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import hashing
+
 FIXED_MTIME = 0            # tar mtime of every member
 ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 ZSTD_LEVEL = 3             # fast; libtorch is mostly already-dense machine code
@@ -57,16 +59,6 @@ class PkgMeta:
     @property
     def stem(self) -> str:
         return f"{self.name}-{self.version}-{self.build}"
-
-
-def _sha256_file(path: Path) -> tuple[str, int]:
-    h = hashlib.sha256()
-    size = 0
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-            size += len(chunk)
-    return h.hexdigest(), size
 
 
 def _tarinfo(name: str, size: int = 0, mode: int = 0o644) -> tarfile.TarInfo:
@@ -112,7 +104,8 @@ def _paths_entry(f: PkgFile) -> dict:
     if f.symlink is not None:
         return {"_path": f.path, "path_type": "softlink", "size_in_bytes": 0}
     if f.source is not None:
-        digest, size = _sha256_file(f.source)
+        d = hashing.of_file(f.source)
+        digest, size = d.sha256, d.size
     else:
         data = f.data or b""
         digest, size = hashlib.sha256(data).hexdigest(), len(data)

@@ -22,7 +22,6 @@ re-index the channel. The package only appears in the channel by rename.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import os
 import posixpath
@@ -36,6 +35,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import hashing
 from ..errors import Fail
 from ..lock.solve import GLIBC_BASELINE
 from ..progress import Ticker, during, say
@@ -157,15 +157,14 @@ def _local(source: str, tmp: Path) -> Path:
 
 def sha256_file(path: Path) -> str:
     """sha256 of a (large) file, saying how far it got every few seconds."""
-    h = hashlib.sha256()
     total, done = path.stat().st_size, 0
     ticker = Ticker(lambda: f"hashing {path.name}: {done * 100 // max(total, 1)}%")
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            h.update(chunk)
-            done += len(chunk)
-            ticker.tick()
-    return h.hexdigest()
+
+    def tick(n: int) -> None:
+        nonlocal done
+        done = n
+        ticker.tick()
+    return hashing.of_file(path, chunk=1 << 22, tick=tick).sha256
 
 
 def _kind(zf: zipfile.ZipFile, filename: str, source: str) -> tuple[str, str]:

@@ -137,7 +137,7 @@ def build(home: Home, tree: Path, tree_content: str, env, environ: dict, recipe:
     published = home.builds / key / name
     if published.is_file():
         return Built(published, project, key, False)
-    from ..locking import exclusive
+    from ..filelocks import exclusive
 
     home.ensure(home.builds)
     with exclusive(home.locks / f"build-{key}.lock", f"building {key[:16]}"):

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
+from .. import hashing
 from ..errors import Fail
 from .state import State
 
@@ -87,8 +88,7 @@ def scan(tree: Path, state: State | None = None) -> Scan:
         if hit is not None and hit[:4] == key:
             sha = hit[4]
         else:
-            with open(os.path.join(tree, rel), "rb") as f:
-                sha = hashlib.file_digest(f, "sha256").hexdigest()
+            sha = hashing.of_file(os.path.join(tree, rel)).sha256
         if max(st.st_mtime_ns, st.st_ctime_ns) < now - RACY_NS:
             fresh[rel] = key + [sha]
         hashes[rel], sizes[rel] = sha, st.st_size

@@ -17,13 +17,13 @@ checkout, nothing is fetched.
 
 from __future__ import annotations
 
-import fcntl
 import os
 from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
 from ..errors import Fail
+from ..filelocks import exclusive
 from ..home import Home
 from ..progress import say
 from . import digest
@@ -62,18 +62,9 @@ def source_dir(home: Home, spec: Spec) -> Path:
 
 @contextmanager
 def claimed(home: Home, spec: Spec):
-    """Exclusive use of the spec's tree (fcntl: no import cost, freed if we die)."""
-    home.ensure(home.locks)
-    fd = os.open(home.locks / f"source-{spec_hash(spec)}.lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            say(f"waiting for another process using the source {spec.origin}")
-            fcntl.flock(fd, fcntl.LOCK_EX)
+    """Exclusive use of the spec's tree; a waiter is told which process holds it."""
+    with exclusive(home.locks / f"source-{spec_hash(spec)}.lock", f"source {spec.origin}"):
         yield
-    finally:
-        os.close(fd)
 
 
 def _rsh_word(arg: str) -> str:

@@ -16,7 +16,6 @@ re-hash.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import tempfile
@@ -26,8 +25,8 @@ from pathlib import Path
 
 from ..errors import Fail
 from ..home import Home
-from .. import mirrors as _mirrors
-from .lockfile import Record
+from .. import hashing, mirrors as _mirrors
+from .records import Record
 
 CHUNK = 1 << 20
 
@@ -50,16 +49,9 @@ def _stat_id(st: os.stat_result) -> str:
     return f"{st.st_dev} {st.st_ino} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns}"
 
 
-def _digests(path: Path) -> tuple[str, str]:
-    sha, md5 = hashlib.sha256(), hashlib.md5()
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK):
-            sha.update(chunk)
-            md5.update(chunk)
-    return sha.hexdigest(), md5.hexdigest()
-
-
-def _mismatch(r: Record, where: str, sha: str, md5: str) -> Fail | None:
+def mismatch(r: Record, where: str, d: hashing.Digest) -> Fail | None:
+    """The error for bytes whose digest `d` is not the record's (None: they match)."""
+    sha, md5 = d.sha256, d.md5
     if sha != r.sha256:
         return Fail.permanent(f"archive {r.filename} ({where}) does not match the lock: "
                               f"sha256 {sha} != {r.sha256}; it was tampered with or the lock is stale")
@@ -82,8 +74,7 @@ def verify(home: Home, a: Archive) -> None:
             return
     except OSError:
         pass
-    sha, md5 = _digests(a.path)
-    if (bad := _mismatch(a.record, str(a.path), sha, md5)):
+    if (bad := mismatch(a.record, str(a.path), hashing.of_file(a.path, md5=True))):
         raise bad
     memo.parent.mkdir(parents=True, exist_ok=True)
     tmp = memo.with_name(f".{memo.name}.{os.getpid()}")
@@ -114,17 +105,16 @@ def _download(home: Home, r: Record, url: str, dest: Path) -> None:
     import urllib.request
 
     home.ensure(home.archives)
-    sha, md5 = hashlib.sha256(), hashlib.md5()
+    d = hashing.Digest(md5=True)
     fd, tmp = tempfile.mkstemp(dir=home.archives, prefix=f".{r.sha256[:16]}-")
     try:
         with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=60) as resp:
             while chunk := resp.read(CHUNK):
-                sha.update(chunk)
-                md5.update(chunk)
+                d.update(chunk)
                 out.write(chunk)
             out.flush()
             os.fsync(out.fileno())
-        if (bad := _mismatch(r, url, sha.hexdigest(), md5.hexdigest())):
+        if (bad := mismatch(r, url, d)):
             raise bad
         os.replace(tmp, dest)
     except OSError as e:

@@ -17,7 +17,7 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the Record dataclass stays off the re-dial path
-    from .lockfile import Record
+    from .records import Record
 
 STORE_SCHEMA = 2  # 2: wheels hard-linked from the package cache
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import json
 import os
 import shutil
@@ -27,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .. import __version__, variants
+from .. import __version__, filelocks, variants
 from ..errors import Fail
 from ..home import Home
 from ..progress import during, say
@@ -35,24 +34,20 @@ from .archives import Archive, evict_cache_entry, locate, verify
 from . import wheels
 from .install_worker import WorkerProcess
 from .env import MANIFEST, libtorch_root
-from .lockfile import Record
+from .records import Record
 
 
-@contextlib.contextmanager
 def _cache_in_use(home: Home):
     """Shared hold on the package cache; cleanup of its temp dirs needs it exclusively."""
     home.ensure(home.locks, home.pkgs)
-    with open(home.locks / "pkgs.lock", "a") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            # Nobody installs right now: what hidden dirs remain are debris of killed runs.
-            for p in home.pkgs.iterdir():
-                if p.name.startswith(".") and p.is_dir():
-                    shutil.rmtree(p, ignore_errors=True)
-            fcntl.flock(f, fcntl.LOCK_SH)
-        except BlockingIOError:
-            fcntl.flock(f, fcntl.LOCK_SH)
-        yield
+
+    def clear_debris() -> None:
+        # Nobody installs right now: what hidden dirs remain are debris of killed runs.
+        for p in home.pkgs.iterdir():
+            if p.name.startswith(".") and p.is_dir():
+                shutil.rmtree(p, ignore_errors=True)
+
+    return filelocks.shared(home.locks / "pkgs.lock", "installing", first=clear_debris)
 
 
 def _clear_debris(home: Home, key: str) -> None:

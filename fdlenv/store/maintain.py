@@ -10,15 +10,15 @@ pointer and no running realise (a held key lock) still uses.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import hashing
 from ..home import Home
-from ..locking import is_held
+from ..filelocks import held
 from . import pointers
 from .env import MANIFEST, read_manifest
 
@@ -87,14 +87,6 @@ class Report:
                 "problems": [p.__dict__ for p in self.problems]}
 
 
-def _file_sha256(p: Path) -> str:
-    h = hashlib.sha256()
-    with open(p, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def verify(env_dir: Path, full: bool = False) -> Report:
     """Record set vs manifest, every file present with its size; `full` re-hashes contents."""
     rep = Report(env_dir)
@@ -117,7 +109,7 @@ def verify(env_dir: Path, full: bool = False) -> Report:
             if p.get("size_in_bytes") is not None and not p.get("prefix_placeholder") \
                     and path.stat().st_size != p["size_in_bytes"]:
                 rep.problems.append(Problem(p["_path"], "size differs", rec["name"]))
-            elif full and expected and _file_sha256(path) != expected:
+            elif full and expected and hashing.of_file(path).sha256 != expected:
                 rep.problems.append(Problem(p["_path"], "content differs", rec["name"]))
     for name in sorted(set(want) | set(have)):
         if want.get(name) != have.get(name):
@@ -156,16 +148,16 @@ def _verify_wheels(env_dir: Path, wheels: list[dict], full: bool, rep: Report) -
                 elif row[2] and path.stat().st_size != int(row[2]):
                     rep.problems.append(Problem(row[0], "size differs", w["name"]))
                 elif full and row[1].startswith("sha256="):
-                    digest = base64.urlsafe_b64encode(bytes.fromhex(_file_sha256(path))).rstrip(b"=").decode()
+                    digest = base64.urlsafe_b64encode(bytes.fromhex(hashing.of_file(path).sha256)).rstrip(b"=").decode()
                     if digest != row[1][7:]:
                         rep.problems.append(Problem(row[0], "content differs", w["name"]))
 
 
 def repair(home: Home, env_dir: Path, report: Report, mirrors: dict[str, str] | None = None) -> None:
     """Rebuild `env_dir` from its manifest; bad packages are re-extracted from their archives."""
-    from ..locking import exclusive
+    from ..filelocks import exclusive
     from .archives import evict_cache_entry
-    from .lockfile import Record
+    from .records import Record
     from .install import build
 
     m = read_manifest(env_dir)
@@ -205,7 +197,7 @@ def gc_plan(home: Home) -> GcPlan:
     dead, kept = [], []
     for d in env_dirs(home):
         m = read_manifest(d)
-        busy = is_held(home.locks / f"{m['key']}.lock")
+        busy = held(home.locks / f"{m['key']}.lock")
         (kept if Path(os.path.realpath(d)) in live or busy else dead).append(d)
     total = sum(_size(d) for d in dead)
     dead_inodes = {(st.st_dev, st.st_ino) for d in dead for st in _stats(d)}

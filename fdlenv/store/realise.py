@@ -68,10 +68,10 @@ def realise(home: Home, variant: str, lock: Path, mirrors: dict[str, str] | None
 
 def _slow_path(home: Home, variant: str, lock: Path, digest: str, platform: str,
                mirrors: dict[str, str], worker) -> Env:
-    from ..locking import exclusive
+    from ..filelocks import exclusive
     from .envkey import env_dirname, env_key
     from .install import build
-    from .lockfile import read_variant
+    from .records import read_variant
 
     records = read_variant(lock, variant, platform)
     key = env_key(records, platform)

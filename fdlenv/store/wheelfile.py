@@ -14,7 +14,6 @@ layout for both paths; members that escape are refused on both.
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 import re
 import shutil
@@ -24,8 +23,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from ..errors import Fail
+from .. import hashing
 from ..home import Home
-from .lockfile import Record
+from .records import Record
 from .streamzip import escapes
 
 CHUNK = 1 << 20
@@ -44,10 +44,9 @@ def publish(tmp: Path, final: Path) -> None:
 
 
 def verify_local(r: Record, path: Path) -> None:
-    from .archives import _digests, _mismatch
+    from .archives import mismatch
 
-    sha, md5 = _digests(path)
-    if (bad := _mismatch(r, str(path), sha, md5)):
+    if (bad := mismatch(r, str(path), hashing.of_file(path, md5=True))):
         raise bad
 
 
@@ -61,7 +60,7 @@ def download(home: Home, r: Record, url: str, progress) -> Path:
     if done.is_file():   # verified (renamed only on a match) by a run killed before extracting it
         return done
     with open(part, "ab+") as out:
-        sha = hashlib.sha256()
+        sha = hashing.Digest()
         out.seek(0)
         while chunk := out.read(CHUNK):
             sha.update(chunk)
@@ -72,7 +71,7 @@ def download(home: Home, r: Record, url: str, progress) -> Path:
                 if have and resp.status != 206:   # no resume on this server: start over
                     out.seek(0)
                     out.truncate()
-                    sha = hashlib.sha256()
+                    sha = hashing.Digest()
                 else:
                     progress.add(have)
                 while chunk := resp.read(CHUNK):
@@ -91,10 +90,10 @@ def download(home: Home, r: Record, url: str, progress) -> Path:
             if getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT):
                 raise
             raise Fail.retry(f"download of {url} failed (the part is kept and resumed next time): {e}") from None
-        if sha.hexdigest() != r.sha256:
+        if sha.sha256 != r.sha256:
             out.truncate(0)
             raise Fail.permanent(f"wheel {r.filename} from {url} does not match the lock: sha256 "
-                                 f"{sha.hexdigest()} != {r.sha256}; the index serves other bytes")
+                                 f"{sha.sha256} != {r.sha256}; the index serves other bytes")
         os.replace(part, done)
     return done
 

@@ -32,8 +32,6 @@ finds `nvidia/<lib>/lib` through its RPATH.
 from __future__ import annotations
 
 import errno
-import fcntl
-import hashlib
 import os
 import shutil
 import threading
@@ -42,13 +40,13 @@ import urllib.parse
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 
-from .. import pipindex
+from .. import filelocks, hashing, pipindex
 from ..errors import Fail
 from ..home import Home
 from ..progress import say
 from . import streamzip, wheelfile
 from .wheelfile import CHUNK, entry_dir
-from .lockfile import Record
+from .records import Record
 
 DOWNLOADS = 16         # wheels fetched side by side (one connection each, as uv does)
 
@@ -173,9 +171,7 @@ def _local_size(url: str) -> int | None:
 
 def _fetch_and_extract(home: Home, r: Record, source: str, progress: Bytes, pool: ThreadPoolExecutor) -> None:
     """One wheel, under its own lock: two realises that need it fetch and extract it once."""
-    home.ensure(home.locks)
-    with open(home.locks / f"whl-{r.sha256}.lock", "a") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)
+    with filelocks.exclusive(home.locks / f"whl-{r.sha256}.lock", f"fetching {r.filename}"):
         if entry_dir(home, r.sha256).is_dir():   # another process finished it while we waited
             progress.add(finished=1, extracted=1)
             return
@@ -235,7 +231,7 @@ def _stream(home: Home, r: Record, chunks, where: str, progress: Bytes) -> None:
     tmp = home.pkgs / f".whl-{r.sha256}.{os.getpid()}.{threading.get_ident()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    sha = hashlib.sha256()
+    sha = hashing.Digest()
     unzip = streamzip.StreamUnzip(tmp, wheelfile.place)
     try:
         try:
@@ -252,9 +248,9 @@ def _stream(home: Home, r: Record, chunks, where: str, progress: Bytes) -> None:
             if getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT):
                 raise
             raise Fail.retry(f"reading {where} failed: {e}") from None
-        if sha.hexdigest() != r.sha256:
+        if sha.sha256 != r.sha256:
             raise Fail.permanent(f"wheel {r.filename} ({where}) does not match the lock: sha256 "
-                                 f"{sha.hexdigest()} != {r.sha256}; it was tampered with or the index "
+                                 f"{sha.sha256} != {r.sha256}; it was tampered with or the index "
                                  "serves other bytes")
         progress.add(finished=1)
         unzip.finish()

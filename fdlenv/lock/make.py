@@ -80,7 +80,7 @@ def _carried(out: Path, envs_dir: Path, relocked: set[str]) -> list[Solved]:
     """The variants `out` already covers, other than `relocked`, as they stand in the file."""
     import yaml
 
-    from ..store.lockfile import read_variant
+    from ..store.records import read_variant
 
     if not out.is_file():
         return []

@@ -1,0 +1,109 @@
+"""File locks that tell you who you are waiting for: the one lock module.
+
+Locks live in `locks/`, never inside what they protect, so deleting an env or
+a build never deletes a held lock. An exclusive holder writes pid, host and
+start time beside the lock (`<name>.holder`); a waiter prints "waiting for
+pid N on host H" every few seconds, which answers the commonest question
+about a stuck fleet node.
+
+Three ways to hold a lock:
+- `exclusive(path, what)`: one holder (a realise of one key, a build, a source tree);
+- `shared(path, what, first=None)`: many holders, kept out only by an exclusive
+  one (installs sharing the package cache); `first` runs only when the lock could
+  be had exclusively without waiting (cleanup that must see nobody else), then
+  the hold becomes shared;
+- `held(path)`: whether anybody holds it now (gc leaves what is in use).
+
+Each is a plain `fcntl.flock`: released by the kernel when its holder dies,
+even by kill -9, and free to import. The `filelock` package does the same on
+Linux but pulls in asyncio (~80 ms) on the path that starts an install, so
+fdlenv does not depend on it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+from .progress import Ticker, say
+
+
+def holder(path: Path) -> str:
+    """Who holds `path` exclusively, as a waiter names it."""
+    try:
+        h = json.loads(path.with_name(path.name + ".holder").read_text())
+        since = time.strftime("%H:%M:%S", time.localtime(h.get("since", 0)))
+        return f"pid {h.get('pid')} on host {h.get('host')} (since {since})"
+    except (OSError, ValueError, AttributeError):
+        return "another process"
+
+
+def _wait(f, mode: int, path: Path, what: str, every: float, poll: float) -> None:
+    """Take `mode` on the open file `f`, naming the holder while waiting."""
+    ticker = None
+    while True:
+        try:
+            fcntl.flock(f, mode | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if ticker is None:
+                say(f"{what}: waiting for {holder(path)}")
+                ticker = Ticker(lambda: f"{what}: waiting for {holder(path)}", every=every)
+            ticker.tick()
+            time.sleep(poll)
+
+
+def _open(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return open(path, "a")
+
+
+@contextlib.contextmanager
+def exclusive(path: Path, what: str, every: float = 3.0, poll: float = 0.1):
+    """Hold `path` alone for the block; `what` names the work in the waiting lines."""
+    with _open(path) as f:
+        _wait(f, fcntl.LOCK_EX, path, what, every, poll)
+        note = path.with_name(path.name + ".holder")
+        try:
+            note.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}))
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                note.unlink()
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def shared(path: Path, what: str, first=None, every: float = 3.0, poll: float = 0.1):
+    """Hold `path` beside other sharers; `first()` runs when nobody else holds it at all."""
+    with _open(path) as f:
+        try:
+            if first is not None:
+                try:
+                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    pass
+                else:
+                    first()
+            _wait(f, fcntl.LOCK_SH, path, what, every, poll)
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def held(path: Path) -> bool:
+    """Whether some process holds `path` now, shared or exclusively."""
+    if not path.exists():
+        return False
+    with open(path, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return False

@@ -1,0 +1,55 @@
+"""sha256 (and md5 where a lock entry carries one): the one hashing helper.
+
+Every byte fdlenv trusts is hashed while it passes (a download, a local
+archive, a wheel streamed into the cache, a source file), so the helper is a
+`Digest` fed chunk by chunk, plus `of_file` for a whole file and `of_text` for
+the identity of a canonical string (env keys, build keys, spec hashes).
+`hashlib.file_digest` is not used: it needs Python 3.11.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+CHUNK = 1 << 20
+
+
+class Digest:
+    """sha256 of the bytes fed so far, md5 too when asked, and their count."""
+
+    __slots__ = ("_sha", "_md5", "size")
+
+    def __init__(self, md5: bool = False):
+        self._sha = hashlib.sha256()
+        self._md5 = hashlib.md5() if md5 else None
+        self.size = 0
+
+    def update(self, chunk: bytes) -> None:
+        self._sha.update(chunk)
+        if self._md5 is not None:
+            self._md5.update(chunk)
+        self.size += len(chunk)
+
+    @property
+    def sha256(self) -> str:
+        return self._sha.hexdigest()
+
+    @property
+    def md5(self) -> str:
+        return self._md5.hexdigest() if self._md5 is not None else ""
+
+
+def of_file(path, md5: bool = False, chunk: int = CHUNK, tick=None) -> Digest:
+    """Hash a whole file; `tick(done_bytes)` is called after each chunk (progress)."""
+    d = Digest(md5)
+    with open(path, "rb") as f:
+        while data := f.read(chunk):
+            d.update(data)
+            if tick is not None:
+                tick(d.size)
+    return d
+
+
+def of_text(text: str) -> str:
+    """sha256 hex of a canonical string (UTF-8)."""
+    return hashlib.sha256(text.encode()).hexdigest()

@@ -20,7 +20,7 @@ from . import __version__
 from .errors import EXIT_PERMANENT, EXIT_TRANSIENT, Fail
 
 # True once main() runs as the program itself (console script, python -m): only then
-# may the store fork its install worker (see store/install_worker.py).
+# may the store fork its install worker; commands read it as `args.owns_process`.
 OWNS_PROCESS = False
 
 # One module per command under fdlenv/commands; each defines add_parser(sub).
@@ -40,12 +40,6 @@ class Parser(argparse.ArgumentParser):
         self.print_usage(sys.stderr)
         print(f"error: {self.prog}: {message}", file=sys.stderr)
         sys.exit(EXIT_PERMANENT)
-
-
-def home_option(parser: argparse.ArgumentParser) -> None:
-    """--home on a subcommand; FLODL_HOME and ~/.flodl otherwise."""
-    parser.add_argument("--home", metavar="DIR", default=None,
-                        help="fdlenv home (default $FLODL_HOME, else ~/.flodl)")
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -100,6 +94,7 @@ def _main(argv: list[str]) -> int:
     head, tail = split_tail(argv)
     args = build_parser(_command_of(head)).parse_args(head)
     args.tail = tail
+    args.owns_process = OWNS_PROCESS   # only then may the store fork its install worker
     try:
         return int(args.func(args) or 0)
     except Fail as f:

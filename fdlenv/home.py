@@ -2,25 +2,21 @@
 
 All of it lives on one filesystem under one root, so that the package cache
 can hard-link into every environment and every publish is a same-filesystem
-rename. Resolution: `--home` > `$FLODL_HOME` > `~/.flodl`.
+rename. `Home` is a plain value; which root a command uses is settled by
+`fdlenv.settings` (`--home` > `$FLODL_HOME` > fdl.yml's `fdlenv: home:` > `~/.flodl`).
 """
 
 from __future__ import annotations
 
-import os
 from typing import NamedTuple
 from pathlib import Path
 
 
 class Home(NamedTuple):
-    """The home root and its parts (a NamedTuple: it is on the re-dial path, see variants)."""
+    """The home root and its parts (a NamedTuple: it is on the re-dial path, see variants).
+    `Home(path)` takes the root as given; `settings.resolve` makes it absolute."""
 
     root: Path
-
-    @classmethod
-    def resolve(cls, flag: str | None = None) -> "Home":
-        raw = flag or os.environ.get("FLODL_HOME") or str(Path.home() / ".flodl")
-        return cls(Path(raw).expanduser().absolute())
 
     pkgs = property(lambda self: self.root / "pkgs")
     archives = property(lambda self: self.root / "archives")

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Callable, Mapping, NamedTuple
 from . import data, variants
 from .errors import Fail
 from .home import Home
+from .settle import settle
 from .store.env import Env
 
 if TYPE_CHECKING:
@@ -177,9 +178,10 @@ def arch_gate(env: Env, survey: Callable[[], Survey], offered: tuple[int, ...] |
 
 
 def environment(home: Home, req: PrepareRequest, survey: Callable[[], Survey],
-                source_root: Path | None, notes: list[str]) -> tuple[Env | None, dict[str, str]]:
+                source_root: Path | None, notes: list[str],
+                fork: bool = False) -> tuple[Env | None, dict[str, str]]:
     """The settled env (None when there is none) and the complete child environment."""
-    variant = variants.settle(req.libtorch, home, survey)
+    variant = settle(req.libtorch, home, survey)
     if variant is None:
         notes.append("no libtorch settled (no --libtorch and none active): the binary runs without "
                      "LIBTORCH_PATH; set --libtorch or join.libtorch")
@@ -192,11 +194,11 @@ def environment(home: Home, req: PrepareRequest, survey: Callable[[], Survey],
                          "env: the binary runs without LIBTORCH_PATH; set --libtorch to realise one")
             return None, dict(os.environ)
     else:
-        from .store.discover import find_lock
+        from .lockpath import find_lock
         from .store.realise import realise
         project_root = Path(req.project_root) if req.project_root else None
         lock = find_lock(req.lock, project_root, source_root)
-        env = realise(home, variant, lock, dict(req.mirrors), activate=True)
+        env = realise(home, variant, lock, dict(req.mirrors), activate=True, fork=fork)
         notes.append(f"libtorch: {variants.get(variant).flodl_label} at {env.libtorch_root}"
                      + (" (realised)" if env.created else ""))
     arch_gate(env, survey, req.devices)
@@ -252,9 +254,10 @@ def _default_survey() -> Survey:
 def prepare(req: PrepareRequest, home: Home, *, survey: Callable[[], Survey] | None = None,
             proc_mounts: Path = PROC_MOUNTS, user_home: str | None = None,
             stage: Path | None = None, cwd: Path | None = None,
-            clock: Callable[[], float] = time.monotonic) -> Prepared:
+            clock: Callable[[], float] = time.monotonic, fork: bool = False) -> Prepared:
     """Run the steps in order. `survey`, `proc_mounts`, `user_home` ($HOME), `stage`
-    (the temp dir) and `cwd` (anchors a relative data_path) are injectable for tests."""
+    (the temp dir) and `cwd` (anchors a relative data_path) are injectable for tests;
+    `fork`: the caller owns the process (the install worker may fork it)."""
     notes: list[str] = []
     seconds: dict[str, float] = {}
     surveyed = functools.cache(survey or _default_survey)   # one survey, only when needed
@@ -280,7 +283,7 @@ def prepare(req: PrepareRequest, home: Home, *, survey: Callable[[], Survey] | N
         out = Prepared(variant=None, env=None, bin=req.bin, notes=notes, seconds=seconds,
                        data_path=str(root) if root is not None else None)
         if req.source is None:
-            out.env, out.environ = environment(home, req, surveyed, None, notes)
+            out.env, out.environ = environment(home, req, surveyed, None, notes, fork)
             lap("env")
         else:
             from .source.fetch import claimed
@@ -290,7 +293,7 @@ def prepare(req: PrepareRequest, home: Home, *, survey: Callable[[], Survey] | N
             with claimed(home, spec):
                 fetched, m, recipe = fetch_source(home, spec, req, notes)
                 lap("source")
-                out.env, out.environ = environment(home, req, surveyed, fetched.tree, notes)
+                out.env, out.environ = environment(home, req, surveyed, fetched.tree, notes, fork)
                 lap("env")
                 built = build_source(home, fetched, m, recipe, out.env, out.environ, notes)
                 lap("build")

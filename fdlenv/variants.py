@@ -92,19 +92,3 @@ def parse_token(token: str, *, allow_auto: bool = True) -> str:
 
 def get(name: str) -> Variant:
     return VARIANTS[parse_token(name, allow_auto=False)]
-
-
-def settle(token: str | None, home, survey=None) -> str | None:
-    """A `--libtorch` token -> canonical variant: `auto` routes on this box's GPUs
-    (`survey`: a callable returning the Survey, default the real one), no token carries
-    the box's active variant (None when nothing is active)."""
-    if token is None:
-        from .store.pointers import active_variant
-        return active_variant(home)
-    name = parse_token(token)
-    if name != "auto":
-        return name
-    from .hw.routing import choose
-    if survey is None:
-        from .hw.survey import survey
-    return choose(survey())

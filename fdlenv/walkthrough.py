@@ -86,13 +86,13 @@ class _Steps:
 
 
 def run_walkthrough(home: Home, variant: str = "cu128", lock: Path | None = None,
-                    mirrors: dict[str, str] | None = None) -> Walkthrough:
+                    mirrors: dict[str, str] | None = None, fork: bool = False) -> Walkthrough:
     work = home.root / "walkthrough"
     result = Walkthrough(home=home.root, variant=variant)
     steps = _Steps(result, 4)
 
     def find_lock() -> str:
-        from .store.discover import shipped_lock
+        from .lockpath import shipped_lock
 
         result.lock = lock or shipped_lock()
         if result.lock is None:
@@ -102,7 +102,7 @@ def run_walkthrough(home: Home, variant: str = "cu128", lock: Path | None = None
     def realise_env() -> str:
         from .store.realise import realise
 
-        env = realise(home, variant, lock=result.lock, mirrors=mirrors)
+        env = realise(home, variant, lock=result.lock, mirrors=mirrors, fork=fork)
         result.env, result.env_key, result.libtorch_root = env.path, env.key, env.libtorch_root
         return f"{env.path}" + ("" if env.created else " (already realised)")
 

@@ -57,7 +57,7 @@ def test_every_flag_parses_into_the_settings(captured, tmp_path):
     assert (s.persist, s.data_path, s.data_source, s.gpu_ram_share, s.sig_probe, s.home) == \
         (True, "/d", "sshfs://x:/y", 2.5, False, "/hh")
     assert s.args == ("--epochs", "1")
-    assert captured["prepare"] is J.real_prepare
+    assert captured["prepare"].func is J.real_prepare
 
 
 def test_the_join_block_and_overlay_are_read_from_the_cwd(captured, tmp_path, monkeypatch,

@@ -14,7 +14,7 @@ import json
 import time
 from pathlib import Path
 
-from ..cli import home_option
+from ..flags import home_option
 from ..home import Home
 from ..progress import say
 
@@ -58,26 +58,25 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _environment(home: Home, variant: str, lock: Path, mirrors: dict):
+def _environment(home: Home, variant: str, lock: Path, mirrors: dict, fork: bool):
     """The realised env and its complete child environment (the store, imported here)."""
     from ..store.activation import child_environ
     from ..store.realise import realise
 
-    env = realise(home, variant, lock, mirrors)
+    env = realise(home, variant, lock, mirrors, fork=fork)
     return env, child_environ(home, env)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..source import build, digest, fetch, manifest
     from ..source.spec import parse
-    from ..store.discover import settings
-    from .env import resolve_variant
+    from ..flags import owns_process, settings_of, variant_of
 
     t0 = time.monotonic()
-    st = settings(args.home, args.mirror)
+    st = settings_of(args)
     home = st.home
     spec = parse(args.source)
-    variant = resolve_variant(args.libtorch, home)
+    variant = variant_of(args.libtorch, home)
     seconds = {}
     with fetch.claimed(home, spec):
         got = fetch.fetch(home, spec, fetch.SshOpts(args.identity, tuple(args.ssh_option)))
@@ -90,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
                 digest.verify(got.tree, m.digest.sha256, got.scan)
         recipe = build.resolve(m, args.source_cwd, args.source_build, args.source_bin)
         seconds["fetch"] = time.monotonic() - t0
-        env, environ = _environment(home, variant, st.lock(args.lock, got.tree), st.mirrors)
+        env, environ = _environment(home, variant, st.lock(got.tree), st.mirrors, owns_process(args))
         seconds["env"] = time.monotonic() - t0 - seconds["fetch"]
         built = build.build(home, got.tree, got.digest.content, env, environ, recipe)
     seconds["build"] = time.monotonic() - t0 - seconds["fetch"] - seconds["env"]

@@ -20,7 +20,7 @@ EPILOG = """examples:
 
 
 def add_parser(sub) -> None:
-    from ..cli import home_option
+    from ..flags import home_option, mirror_option, store_options
 
     p = sub.add_parser("env", help="realise, inspect, verify and collect locked environments",
                        description="Locked, content-addressed libtorch environments under $FLODL_HOME/envs.",
@@ -30,7 +30,7 @@ def add_parser(sub) -> None:
 
     r = s.add_parser("realize", aliases=["realise"], help="make sure a variant's env exists (atomic, verified)",
                      epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    lock_options(r, variant_required=True)
+    store_options(r, variant_required=True)
     r.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     home_option(r)
     r.set_defaults(func=cmd_realize)
@@ -47,8 +47,8 @@ def add_parser(sub) -> None:
 
     u = s.add_parser("use", help="make a variant flodl's active libtorch (realising it when a lock is given)")
     u.add_argument("variant")
-    u.add_argument("--lock", metavar="FILE")
-    u.add_argument("--mirror", action="append", metavar="NAME=URL")
+    u.add_argument("--lock", metavar="FILE", help="realise the variant from this lock first")
+    mirror_option(u)
     home_option(u)
     u.set_defaults(func=cmd_use)
 
@@ -56,8 +56,7 @@ def add_parser(sub) -> None:
     v.add_argument("variant", nargs="?")
     v.add_argument("--full", action="store_true", help="re-hash file contents (sha256_in_prefix or sha256)")
     v.add_argument("--repair", action="store_true", help="rebuild envs that fail, from their manifest")
-    v.add_argument("--mirror", action="append", metavar="NAME=URL",
-                   help="channel or wheel-index mirror for what --repair fetches again (repeatable)")
+    mirror_option(v, "channel or wheel-index mirror for what --repair fetches again (repeatable)")
     v.add_argument("--json", action="store_true")
     home_option(v)
     v.set_defaults(func=cmd_verify)
@@ -69,34 +68,9 @@ def add_parser(sub) -> None:
     g.set_defaults(func=cmd_gc)
 
 
-def lock_options(p, variant_required: bool) -> None:
-    p.add_argument("--libtorch", metavar="VARIANT", required=variant_required,
-                   help="cpu, cu126, cu128, rocm7.0, rocm7.1 (or auto)")
-    p.add_argument("--lock", metavar="FILE", help="conda-lock v1 file (default: discovered)")
-    p.add_argument("--mirror", action="append", metavar="NAME=URL", help="map a channel or wheel index (pypi, pytorch) to a mirror")
-
-
-def resolve_variant(token: str | None, home) -> str:
-    """A --libtorch token -> canonical variant; without one, the active variant or a Fail."""
-    from .. import variants
-
-    name = variants.settle(token, home)
-    if name is None:
-        raise Fail.permanent("--libtorch: no variant given and none active; accepted: " + variants.ACCEPTED)
-    return name
-
-
-def realise_from_args(args, *, activate: bool = False, source_root=None):
-    """Shared by env realize, run, shell-hook: settings -> variant -> realised Env."""
-    from ..store.discover import settings
-    from ..store.realise import realise
-
-    st = settings(args.home, args.mirror)
-    variant = resolve_variant(args.libtorch, st.home)
-    return st, realise(st.home, variant, st.lock(args.lock, source_root), st.mirrors, activate=activate)
-
-
 def cmd_realize(args) -> int:
+    from ..flags import realise_from_args
+
     t0 = time.monotonic()
     _st, env = realise_from_args(args, activate=True)
     out = dict(env.to_json(), seconds=round(time.monotonic() - t0, 4))
@@ -108,8 +82,8 @@ def cmd_realize(args) -> int:
 
 
 def _home(args):
-    from ..store.discover import settings
-    return settings(args.home, None).home
+    from ..flags import settings_of
+    return settings_of(args).home
 
 
 def cmd_list(args) -> int:
@@ -149,6 +123,8 @@ def cmd_use(args) -> int:
     name = variants.parse_token(args.variant, allow_auto=False)
     env = None if args.lock else pointed_env(home, name)
     if env is None:
+        from ..flags import realise_from_args
+
         args.libtorch = name
         _st, env = realise_from_args(args, activate=True)
     else:
@@ -172,8 +148,8 @@ def cmd_verify(args) -> int:
         rep = verify(d, full=args.full)
         repaired = False
         if rep.problems and args.repair:
-            from .. import mirrors
-            repair(home, d, rep, mirrors.parse(args.mirror))
+            from ..flags import settings_of
+            repair(home, d, rep, settings_of(args).mirrors)
             repaired = not verify(d, full=True).problems
         bad += bool(rep.problems) and not repaired
         reports.append(dict(rep.to_json(), repaired=repaired))

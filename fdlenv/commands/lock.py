@@ -7,7 +7,7 @@ import json
 import time
 from pathlib import Path
 
-from ..cli import home_option
+from ..flags import home_option, mirror_option
 from ..progress import say
 
 EPILOG = """examples:
@@ -43,7 +43,7 @@ def add_parser(sub) -> None:
     p.add_argument("--variant", metavar="V", action="append", help="lock only this variant (repeatable)")
     p.add_argument("--platform", metavar="P", action="append",
                    help="platform when an env file names none (repeatable), e.g. linux-64")
-    p.add_argument("--mirror", metavar="NAME=URL", action="append", help="channel or wheel-index mirror (repeatable), e.g. pytorch=URL")
+    mirror_option(p, "channel or wheel-index mirror (repeatable), e.g. pytorch=URL")
     p.add_argument("--out", metavar="FILE", default="conda-lock.yml", help="lock file (default: conda-lock.yml)")
     p.add_argument("--split", action="store_true", help="write <out-stem>.<variant>.yml per variant")
     p.add_argument("--check", action="store_true", help="exit 1 when the lock no longer satisfies the env files")
@@ -63,9 +63,9 @@ def envs_dir(flag: str | None) -> Path:
 
 def run(args) -> int:
     from ..lock import check_locks, lock_envs
-    from ..store.discover import settings
+    from ..settings import resolve
 
-    s = settings(args.home, args.mirror)
+    s = resolve(args.home, args.mirror)
     envs = envs_dir(args.envs)
     kwargs = dict(variants=args.variant, platforms=args.platform, mirrors=s.mirrors, home=s.home)
     t0 = time.monotonic()

@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 import json
 
-from ..cli import home_option
+from ..flags import home_option
 
 EPILOG = """examples:
   fdlenv pack libtorch --variant cu128 --from libtorch-shared-with-deps-2.10.0+cu128.zip
@@ -45,10 +45,10 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from pathlib import Path
 
-    from ..home import Home
     from ..pack.libtorch import pack_libtorch
+    from ..settings import resolve
 
-    channel = Path(args.channel) if args.channel else Home.resolve(args.home).channel
+    channel = Path(args.channel) if args.channel else resolve(args.home).home.channel
     packed = pack_libtorch(args.variant, args.source, channel, version=args.version)
     if args.json:
         print(json.dumps({k: str(v) if isinstance(v, Path) else v

@@ -14,7 +14,7 @@ import json
 
 from ..errors import Fail
 from ..progress import note
-from .join import add_common_flags, flags_from_args
+from ..flags import add_join_flags, join_flags, owns_process
 
 EPILOG = """examples:
   # bake a ROCm 7.1 image on a CPU-only builder: realise the env, build the binary
@@ -39,7 +39,7 @@ def add_parser(sub) -> None:
         description="Run join's preparation steps in order: GPU gate (with --gpu-gate), dataset "
                     "root, node-local dirs, source fetch, locked libtorch env (+ arch gate), build.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_flags(p)
+    add_join_flags(p)
     p.add_argument("--gpu-gate", action="store_true",
                    help="require at least one usable GPU (join always does; off for baking hosts)")
     p.add_argument("--json", action="store_true", help="print Prepared as one JSON object on stdout")
@@ -58,9 +58,10 @@ def run(args: argparse.Namespace) -> int:
     if args.tail is not None:
         raise Fail.permanent("fdlenv prepare takes no arguments after `--` (they are the "
                              "training binary's, given to fdlenv join)")
-    settings = check_given_bin(resolve_prepare(flags_from_args(args), load_project()))
+    settings = check_given_bin(resolve_prepare(join_flags(args), load_project()))
     try:
-        out = prepare(request_from_settings(settings, gpu_gate=args.gpu_gate), Home.resolve(settings.home))
+        out = prepare(request_from_settings(settings, gpu_gate=args.gpu_gate), Home(settings.home),
+                      fork=owns_process(args))
     except Fail as f:
         for n in f.notes:
             _note(n)

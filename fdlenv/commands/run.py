@@ -14,19 +14,18 @@ EPILOG = """examples:
 
 
 def add_parser(sub) -> None:
-    from ..cli import home_option
-    from .env import lock_options
+    from ..flags import home_option, store_options
 
     p = sub.add_parser("run", help="run a command inside a variant's activated env",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    lock_options(p, variant_required=False)
+    store_options(p, variant_required=False)
     home_option(p)
     p.set_defaults(func=cmd_run)
 
 
 def cmd_run(args) -> int:
     from ..store.activation import child_environ
-    from .env import realise_from_args
+    from ..flags import realise_from_args
 
     if not args.tail:
         raise Fail.permanent("run: no command; usage: fdlenv run [--libtorch V] -- CMD [ARGS...]")

@@ -18,12 +18,11 @@ EPILOG = """examples:
 
 
 def add_parser(sub) -> None:
-    from ..cli import home_option
-    from .env import lock_options
+    from ..flags import home_option, store_options
 
     p = sub.add_parser("shell-hook", help="print the activation of a variant's env for a shell",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    lock_options(p, variant_required=False)
+    store_options(p, variant_required=False)
     p.add_argument("--json", action="store_true", help="print {variant, key, path, env: {VAR: value}, unset: [...]}")
     home_option(p)
     p.set_defaults(func=cmd_shell_hook)
@@ -31,7 +30,7 @@ def add_parser(sub) -> None:
 
 def cmd_shell_hook(args) -> int:
     from ..store.activation import child_environ
-    from .env import realise_from_args
+    from ..flags import realise_from_args
 
     st, env = realise_from_args(args)
     base = dict(os.environ)

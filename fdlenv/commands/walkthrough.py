@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..cli import home_option
+from ..flags import home_option, mirror_option
 
 EPILOG = """examples:
   fdlenv walkthrough                      # in $FLODL_HOME (default ~/.flodl)
@@ -24,7 +24,7 @@ def add_parser(sub) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--libtorch", metavar="VARIANT", default="cu128", help="variant to realise (default cu128)")
     p.add_argument("--lock", metavar="FILE", default=None, help="lock file (default: the one shipped with fdlenv)")
-    p.add_argument("--mirror", metavar="NAME=URL", action="append", help="channel or wheel-index mirror (repeatable)")
+    mirror_option(p)
     p.add_argument("--json", action="store_true", help="print the result as one JSON object on stdout")
     home_option(p)
     p.set_defaults(func=run)
@@ -33,13 +33,15 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from pathlib import Path
 
-    from ..store.discover import settings
+    from ..flags import owns_process
+    from ..settings import resolve
     from ..variants import parse_token
     from ..walkthrough import run_walkthrough
 
     variant = parse_token(args.libtorch, allow_auto=False)
-    s = settings(args.home, args.mirror)
-    result = run_walkthrough(s.home, variant, Path(args.lock).absolute() if args.lock else None, s.mirrors)
+    s = resolve(args.home, args.mirror)   # the lock: --lock, else the shipped one (not fdl.yml's)
+    result = run_walkthrough(s.home, variant, Path(args.lock).absolute() if args.lock else None, s.mirrors,
+                             fork=owns_process(args))
     if args.json:
         print(json.dumps(result.to_json()))
     return 0

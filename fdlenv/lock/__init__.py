@@ -8,7 +8,7 @@ Usage (library):
                       platforms=None,            # env file's `platforms:` > this > this machine's
                       mirrors={"conda-forge": "file:///srv/cf"},  # `flodl` -> home channel by default
                       split=False,               # True: <variant>.conda-lock.yml per variant
-                      home=Home(tmp))            # default Home.resolve() (FLODL_HOME)
+                      home=Home(tmp))            # the local `flodl` channel and caches
     problems = check_locks(Path("envs"), Path("conda-lock.yml"), variants=["cpu"], home=Home(tmp))
     # [] when the lock still satisfies every spec; else one line per change
 

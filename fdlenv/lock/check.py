@@ -39,11 +39,10 @@ def covered_variants(lockfile) -> list[str]:
 
 def check_locks(envs_dir: Path, out: Path, *, variants: list[str] | None = None,
                 platforms: list[str] | None = None, mirrors: dict[str, str] | None = None,
-                home: Home | None = None) -> list[str]:
+                home: Home) -> list[str]:
     """Problems that make the lock at `out` (or its `--split` files) stale; [] when none."""
     from conda_lock.lockfile import parse_conda_lock_file
 
-    home = home or Home.resolve()
     cmap = channel_map(home, mirrors)
     out = Path(out)
     parsed: dict[Path, object] = {}

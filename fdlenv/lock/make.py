@@ -40,9 +40,9 @@ def env_platforms(env: EnvFile, platforms: list[str] | None) -> tuple[str, ...]:
 
 def lock_envs(envs_dir: Path, out: Path, *, variants: list[str] | None = None,
               platforms: list[str] | None = None, mirrors: dict[str, str] | None = None,
-              split: bool = False, home: Home | None = None, layers: list[str] | None = None) -> list[Path]:
-    """Solve `envs_dir/<variant>.yml` for each variant and write conda-lock v1; returns the files."""
-    home = home or Home.resolve()
+              split: bool = False, home: Home, layers: list[str] | None = None) -> list[Path]:
+    """Solve `envs_dir/<variant>.yml` for each variant and write conda-lock v1; returns the files.
+    `home` holds the local channel (`flodl`) and rattler's caches."""
     cmap = channel_map(home, mirrors)
     envs = discover(Path(envs_dir), variants, layers)
     solved = []

@@ -56,9 +56,6 @@ def _fork_ok() -> bool:
     """Fork only a process that is single-threaded at the OS level: native threads (an
     earlier rattler call's tokio runtime, say) are invisible to `threading` and would be
     missing in the child while their state says they run."""
-    cli = sys.modules.get("fdlenv.cli")
-    if not (cli and cli.OWNS_PROCESS):
-        return False
     try:
         return len(os.listdir("/proc/self/task")) == 1
     except OSError:
@@ -69,7 +66,8 @@ class WorkerProcess:
     """The parent's handle: started early, so the child imports rattler while the parent
     reads the lock and locates archives; then one request on a pipe; the marker decides.
 
-    When the fdlenv CLI owns this process (`cli.OWNS_PROCESS`) and no other thread runs
+    When the caller says it owns this process (`fork=True`: the fdlenv CLI run as the
+    program, `args.owns_process`) and no other thread runs
     (counted by the kernel, not by `threading`), the child is a fork: it starts with the
     interpreter already up, which saves a whole Python start-up on every realise.
     Anywhere else (a library caller, a test runner with its own pipes, join's tunnel
@@ -77,10 +75,10 @@ class WorkerProcess:
     foreign channel or a runtime without its threads, so the child is a fresh interpreter.
     """
 
-    def __init__(self):
+    def __init__(self, fork: bool = False):
         read_fd, self._w = os.pipe()
         self._proc = None
-        if _fork_ok():
+        if fork and _fork_ok():
             sys.stdout.flush()
             sys.stderr.flush()
             self.pid = os.fork()

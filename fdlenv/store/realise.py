@@ -40,8 +40,9 @@ def _category_names(lock: Path) -> set[str]:
 
 
 def realise(home: Home, variant: str, lock: Path, mirrors: dict[str, str] | None = None,
-            *, platform: str | None = None, activate: bool = False) -> Env:
-    """The env for `variant` of `lock`, realised if needed; `activate` also points `.active` at it."""
+            *, platform: str | None = None, activate: bool = False, fork: bool = False) -> Env:
+    """The env for `variant` of `lock`, realised if needed; `activate` also points `.active` at it.
+    `fork`: the caller owns this process, so the install worker may be a fork of it."""
     variant = variants.parse_token(variant, allow_auto=False)
     platform = platform or this_platform()
     if not lock.is_file() and not split_sibling(lock, variant):
@@ -52,7 +53,7 @@ def realise(home: Home, variant: str, lock: Path, mirrors: dict[str, str] | None
     if env is None:
         from .install_worker import WorkerProcess
 
-        worker = WorkerProcess()  # imports rattler in a child while this process reads the lock
+        worker = WorkerProcess(fork)  # imports rattler in a child while this process reads the lock
         try:
             env = _slow_path(home, variant, lock, digest, platform, mirrors or {}, worker)
         finally:

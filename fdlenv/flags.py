@@ -1,0 +1,131 @@
+"""Flags several commands share, and what they mean, in one place.
+
+A command module (`fdlenv/commands/<name>.py`) never imports another command
+or the CLI front: what two commands share lives here, below them.
+- `home_option`: `--home` everywhere;
+- `store_options` (`--libtorch`, `--lock`, `--mirror`) and `realise_from_args`:
+  env realize, run, shell-hook and build settle a variant the same way
+  (`settings.resolve`, then `settle.settle`, then `store.realise`);
+- `add_join_flags` / `join_flags`: the flags `join` shares with `prepare`,
+  read into `config.JoinFlags`.
+
+`args.owns_process` is set by the CLI front: true only when fdlenv runs as
+the program itself, which is when the store may fork its install worker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+
+def home_option(parser: argparse.ArgumentParser) -> None:
+    """--home on a subcommand; FLODL_HOME, fdl.yml's `fdlenv: home:` and ~/.flodl otherwise."""
+    parser.add_argument("--home", metavar="DIR", default=None,
+                        help="fdlenv home (default $FLODL_HOME, else fdlenv.home in fdl.yml, else ~/.flodl)")
+
+
+def mirror_option(parser: argparse.ArgumentParser, help: str | None = None) -> None:
+    parser.add_argument("--mirror", metavar="NAME=URL", action="append", default=None,
+                        help=help or "map a channel or wheel index (pypi, pytorch) to a mirror (repeatable)")
+
+
+def store_options(p: argparse.ArgumentParser, variant_required: bool) -> None:
+    p.add_argument("--libtorch", metavar="VARIANT", required=variant_required,
+                   help="cpu, cu126, cu128, rocm7.0, rocm7.1 (or auto)")
+    p.add_argument("--lock", metavar="FILE", help="conda-lock v1 file (default: discovered)")
+    mirror_option(p)
+
+
+def owns_process(args) -> bool:
+    return bool(getattr(args, "owns_process", False))
+
+
+def settings_of(args):
+    """`settings.resolve` of the command's --home, --mirror and --lock."""
+    from .settings import resolve
+    return resolve(getattr(args, "home", None), getattr(args, "mirror", None), getattr(args, "lock", None))
+
+
+def variant_of(token: str | None, home) -> str:
+    """A --libtorch token -> canonical variant; without one, the active variant or a Fail."""
+    from . import variants
+    from .errors import Fail
+    from .settle import settle
+
+    name = settle(token, home)
+    if name is None:
+        raise Fail.permanent("--libtorch: no variant given and none active; accepted: " + variants.ACCEPTED)
+    return name
+
+
+def realise_from_args(args, *, activate: bool = False, source_root=None):
+    """Settings -> variant -> realised Env, as env realize, run, shell-hook and build do."""
+    from .store.realise import realise
+
+    st = settings_of(args)
+    variant = variant_of(args.libtorch, st.home)
+    env = realise(st.home, variant, st.lock(source_root), st.mirrors, activate=activate,
+                  fork=owns_process(args))
+    return st, env
+
+
+# ------------------------------------------------------------------- join and prepare
+
+def _share(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(v) or v < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    return v
+
+
+def add_join_flags(p: argparse.ArgumentParser) -> None:
+    """The flags `join` shares with `prepare` (no controller, token, persist, probe)."""
+    p.add_argument("--ssh", metavar="[USER@]HOST[:PORT]",
+                   help="ssh hop: tunnel to the controller (and pull rsync sources) through it")
+    p.add_argument("--identity", metavar="FILE", help="key file for the ssh hop")
+    p.add_argument("--bin", metavar="PATH", help="training binary on this box, run as given")
+    p.add_argument("--source", metavar="SPEC",
+                   help="fetch and build here: file:///abs, rsync://[user@]host[:port]:/abs, "
+                        "git+https|ssh|file://...#ref")
+    p.add_argument("--source-cwd", metavar="DIR", help="project dir inside the fetched tree")
+    p.add_argument("--source-build", metavar="CMD",
+                   help="build recipe, a shell line (default: cargo build --release)")
+    p.add_argument("--source-bin", metavar="PATH", help="built artifact, relative to the project dir")
+    p.add_argument("--libtorch", metavar="VARIANT",
+                   help="auto, cpu, cu126, cu128, rocm7.0, rocm7.1 (default: the box's active one)")
+    p.add_argument("--lock", metavar="FILE", help="conda-lock file (default: discovered)")
+    p.add_argument("--mirror", metavar="NAME=URL", action="append", default=[],
+                   help="channel or wheel-index mirror (pypi=URL, pytorch=URL), repeatable")
+    p.add_argument("--host", metavar="NAME", help="logical host name (default: hostname)")
+    p.add_argument("--devices", metavar="0,1|all", help="device ids to offer (default: all)")
+    p.add_argument("--data-path", metavar="P", help="dataset root (with --data-source: mountpoint)")
+    p.add_argument("--data-source", metavar="S", help="sshfs://... mounted when not already")
+    home_option(p)
+
+
+def add_dial_flags(p: argparse.ArgumentParser) -> None:
+    """The flags only `join` has (it dials)."""
+    p.add_argument("--persist", action="store_true", help="re-dial with backoff forever")
+    p.add_argument("--gpu-ram-share", metavar="F", type=_share,
+                   help="integrated-GPU share of host RAM (APU only), finite and >= 0")
+    p.add_argument("--no-sig-probe", action="store_true",
+                   help="skip the pre-dial model-signature probe")
+
+
+def join_flags(args: argparse.Namespace):
+    """The parsed flags as `JoinFlags` (absent dial flags read as unset)."""
+    from .config import JoinFlags
+
+    g = lambda name, default=None: getattr(args, name, default)  # noqa: E731
+    return JoinFlags(
+        controller=g("controller"), ssh=g("ssh"), identity=g("identity"), token=g("token"),
+        bin=g("bin"), source=g("source"), source_cwd=g("source_cwd"),
+        source_build=g("source_build"), source_bin=g("source_bin"), libtorch=g("libtorch"),
+        lock=g("lock"), mirrors=tuple(g("mirror") or ()), home=g("home"), host=g("host"),
+        devices=g("devices"), persist=bool(g("persist", False)), data_path=g("data_path"),
+        data_source=g("data_source"), gpu_ram_share=g("gpu_ram_share"),
+        no_sig_probe=bool(g("no_sig_probe", False)), tail=g("tail"))

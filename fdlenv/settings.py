@@ -1,0 +1,81 @@
+"""One resolver for the store's settings: home, mirrors, lock and platform.
+
+Every command that touches the store (env, run, shell-hook, build, lock,
+pack, walkthrough, prepare, join) asks this module, so a setting means the
+same everywhere. For each: flags > environment > fdl.yml's `fdlenv:` block >
+defaults.
+- home: `--home` > `$FLODL_HOME` > `fdlenv: home:` (relative to fdl.yml) > `~/.flodl`;
+- mirrors: `fdlenv: mirrors:`, then each `--mirror NAME=URL` over it;
+- lock: `--lock` > `fdlenv: lock:` > `conda-lock.yml` beside fdl.yml >
+  `conda-lock.yml` at the fetched source tree's root > the lock shipped with
+  fdlenv (`lockpath.find_lock`);
+- platform: this machine's (`linux-64`, `linux-aarch64`, ...).
+
+fdl.yml is read only when discovery finds one, so the re-dial path without a
+project pays for no YAML. `resolve` is pure when `project` and `environ` are
+given (the join resolver passes both).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import NamedTuple
+
+from . import mirrors as _mirrors
+from .home import Home
+from .lockpath import find_lock
+
+_LOAD = object()   # `project` not given: discover and load fdl.yml from the cwd
+
+
+class Settings(NamedTuple):
+    """What `resolve` settled (a NamedTuple: it is on the re-dial path)."""
+
+    home: Home
+    mirrors: dict[str, str]
+    lock_given: str | None      # --lock, else `fdlenv: lock:` (anchored at fdl.yml); None: discover
+    project: object | None      # the loaded fdl.yml (fdlenv.config.model.Project) or None
+
+    def lock(self, source_root: Path | None = None) -> Path:
+        """The lock file: the given one, else what fdl.yml, the source tree and fdlenv offer."""
+        root = self.project.root if self.project is not None else None
+        return find_lock(self.lock_given, root, source_root)
+
+    @property
+    def platform(self) -> str:
+        from .store.envkey import this_platform
+        return this_platform()
+
+
+def default_home(environ=None) -> Path:
+    env = os.environ if environ is None else environ
+    return Path(env.get("HOME") or Path.home()) / ".flodl"
+
+
+def resolve(home: str | None = None, mirrors: list[str] | None = None, lock: str | None = None, *,
+            project=_LOAD, environ=None) -> Settings:
+    """Settle home, mirrors and lock from flags (`--home`, `--mirror`, `--lock`), the environment
+    and fdl.yml's `fdlenv:` block. `project`: a loaded fdl.yml, None for none, default: discover."""
+    env = os.environ if environ is None else environ
+    if project is _LOAD:
+        project = load_project_if_any()
+    block = project.fdlenv if project is not None else None
+    raw = home or (env.get("FLODL_HOME") or "").strip() or (block.home if block else None)
+    root = Path(raw).expanduser() if raw else default_home(env)
+    return Settings(
+        home=Home(root.absolute()),
+        mirrors=_mirrors.parse(mirrors, dict(block.mirrors) if block else {}),
+        lock_given=lock or (block.lock if block else None),
+        project=project,
+    )
+
+
+def load_project_if_any():
+    """fdl.yml from the cwd up, or None; the config loader is imported only when one exists."""
+    from .fdlfile import find_config
+
+    if find_config() is None:
+        return None
+    from .config import load_project
+    return load_project()

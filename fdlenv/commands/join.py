@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from ..config import JoinFlags
+from ..config.model import JoinFlags
 
 EPILOG = """examples:
   # one-shot, binary already on the box, controller reached directly
@@ -107,7 +107,8 @@ def real_prepare(settings):
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..config import check_given_bin, load_project, resolve  # noqa: PLC0415
+    from ..config.load import load_project  # noqa: PLC0415
+    from ..config.resolve import check_given_bin, resolve  # noqa: PLC0415
     from ..join.loop import run_join  # noqa: PLC0415
     from ..progress import say  # noqa: PLC0415
 

@@ -51,7 +51,8 @@ def _note(message: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..config import check_given_bin, load_project, resolve_prepare
+    from ..config.load import load_project
+    from ..config.resolve import check_given_bin, resolve_prepare
     from ..home import Home
     from ..prepare import prepare, request_from_settings
 

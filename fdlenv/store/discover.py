@@ -54,7 +54,7 @@ class StoreSettings(NamedTuple):
 
     home: Home
     mirrors: dict[str, str]
-    project: object | None    # fdlenv.config.Project, loaded once
+    project: object | None    # fdlenv.config.model.Project, loaded once
 
     def lock(self, flag: str | None, source_root: Path | None = None) -> Path:
         """The lock for a command: --lock, else what fdl.yml and the source tree offer."""
@@ -67,7 +67,7 @@ def settings(home_flag: str | None, mirror_flags: list[str] | None) -> StoreSett
 
     project = None
     if find_config() is not None:  # the config module's load is paid only with a project
-        from ..config import load_project
+        from ..config.load import load_project
         project = load_project()
     raw = home_flag or os.environ.get("FLODL_HOME") or (project.fdlenv.home if project else None)
     home = Home.resolve(raw)

@@ -1,7 +1,7 @@
 """Finding the project's fdl.yml, without loading it.
 
-Split from `config` because finding costs a few stats while loading costs the
-config module and a parse: commands that only need fdlenv's own settings
+Split from `config.load` because finding costs a few stats while loading costs
+that module and a parse: commands that only need fdlenv's own settings
 (`env realize` on a re-dial) skip the load entirely when there is no file.
 """
 

@@ -118,7 +118,7 @@ def add_dial_flags(p: argparse.ArgumentParser) -> None:
 
 def join_flags(args: argparse.Namespace):
     """The parsed flags as `JoinFlags` (absent dial flags read as unset)."""
-    from .config import JoinFlags
+    from .config.model import JoinFlags
 
     g = lambda name, default=None: getattr(args, name, default)  # noqa: E731
     return JoinFlags(

@@ -44,7 +44,7 @@ from .settle import settle
 from .store.env import Env
 
 if TYPE_CHECKING:
-    from .config import JoinSettings, SourceSpec, SshConfig
+    from .config.model import JoinSettings, SourceSpec, SshConfig
     from .hw.model import Survey
     from .source.build import Built, Recipe
     from .source.fetch import Fetched

@@ -77,5 +77,5 @@ def load_project_if_any():
 
     if find_config() is None:
         return None
-    from .config import load_project
+    from .config.load import load_project
     return load_project()

@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from fdlenv.config import JoinSettings
+from fdlenv.config.model import JoinSettings
 from fdlenv.join.loop import run_join
 from fdlenv.prepare import Prepared
 from fdlenv.store.env import Env

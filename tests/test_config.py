@@ -7,7 +7,8 @@ import math
 
 import pytest
 
-from fdlenv.config import find_config, load_project
+from fdlenv.config.load import load_project
+from fdlenv.fdlfile import find_config
 from fdlenv.errors import Fail
 
 

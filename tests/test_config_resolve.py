@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from fdlenv.config import (FdlenvBlock, JoinBlock, JoinFlags, Project, SourceSpec, SshConfig,
-                           check_given_bin, local_hostname, parse_controller, parse_devices,
-                           parse_ssh_spec, resolve, resolve_prepare)
+from fdlenv.config.grammar import (local_hostname, parse_controller, parse_devices,
+                                   parse_ssh_spec)
+from fdlenv.config.model import FdlenvBlock, JoinBlock, JoinFlags, Project, SourceSpec, SshConfig
+from fdlenv.config.resolve import check_given_bin, resolve, resolve_prepare
 from fdlenv.errors import Fail
 
 ACCEPT_NEW = "StrictHostKeyChecking=accept-new"
@@ -148,10 +149,11 @@ def test_mirrors_merge_flags_over_the_fdlenv_block_and_lock_flag_wins():
 
 @pytest.mark.parametrize("flag, env, block, want", [
     ("/flag", "/env", "/block", "/flag"), (None, "/env", "/block", "/env"),
-    (None, "", "/block", "/block"), (None, "", None, None)])
+    (None, "", "/block", "/block"), (None, "", None, "/user/.flodl")])
 def test_home_precedence(flag, env, block, want):
+    environ = {"HOME": "/user", **({"FLODL_HOME": env} if env else {})}
     s = resolve(JoinFlags(bin="/b", home=flag), project(None, FdlenvBlock(home=block)),
-                hostname=lambda: "h", environ={"FLODL_HOME": env} if env else {})
+                hostname=lambda: "h", environ=environ)
     assert s.home == want
 
 

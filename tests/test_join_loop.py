@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from fdlenv.config import JoinSettings, SshConfig
+from fdlenv.config.model import JoinSettings, SshConfig
 from fdlenv.errors import Fail
 from fdlenv.join import loop as L
 from fdlenv.join.spec import decode
@@ -96,7 +96,7 @@ def test_published_args_replace_the_local_ones_with_a_note(tmp_path):
 
 
 def test_a_built_binary_runs_in_its_project_dir(tmp_path):
-    from fdlenv.config import SourceSpec
+    from fdlenv.config.model import SourceSpec
     proj = tmp_path / "proj"
     proj.mkdir()
     s = settings(tmp_path, sig_probe=False, bin=None, source=SourceSpec("file:///src"))

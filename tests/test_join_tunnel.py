@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from fdlenv.config import SshConfig
+from fdlenv.config.model import SshConfig
 from fdlenv.errors import Fail
 from fdlenv.join.tunnel import open_tunnel, parse_options, plan_hop
 from sshd import sshd_server  # noqa: F401 - the fixture

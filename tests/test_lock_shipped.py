@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from fdlenv import pipindex
-from fdlenv.store.discover import shipped_lock
+from fdlenv.lockpath import shipped_lock
 from fdlenv.variants import VARIANTS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,7 +78,7 @@ def test_a_regular_install_carries_the_lock_the_env_files_and_the_example(tmp_pa
                     str(target), str(wheel)], check=True, capture_output=True)
     empty = tmp_path / "empty"
     empty.mkdir()
-    probe = ("from fdlenv.store.discover import shipped_lock; from fdlenv.walkthrough import example_dir; "
+    probe = ("from fdlenv.lockpath import shipped_lock; from fdlenv.walkthrough import example_dir; "
              "from fdlenv.commands.lock import envs_dir; "
              "print(shipped_lock()); print(example_dir()); print(envs_dir(None))")
     out = subprocess.run([sys.executable, "-c", probe], cwd=empty, capture_output=True, text=True, check=True,

@@ -13,7 +13,7 @@ import pytest
 from helpers_source import write_tree
 from helpers_store import make_world
 
-from fdlenv.config import JoinSettings, SourceSpec, SshConfig
+from fdlenv.config.model import JoinSettings, SourceSpec, SshConfig
 from fdlenv.errors import Fail
 from fdlenv.home import Home
 from fdlenv.hw.model import AMD, NVIDIA, Device, Finding, Survey

@@ -21,7 +21,7 @@ def fdlenv(monkeypatch, tmp_path, capsys):
     env = fake_env(tmp_path)
     seen = []
 
-    def fake_environment(home, variant, lock, mirrors):
+    def fake_environment(home, variant, lock, mirrors, fork):
         seen.append((variant, lock))
         return env, environ_for(env)
 

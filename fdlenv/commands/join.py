@@ -48,15 +48,18 @@ def add_parser(sub) -> None:
 def real_prepare(settings, fork: bool = False):
     """Preparation through fdlenv.prepare (imported lazily: the heavy part)."""
     from .. import prepare as mod  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
     from ..home import Home  # noqa: PLC0415
 
-    return mod.prepare(mod.request_from_settings(settings), Home(settings.home), fork=fork)
+    return mod.prepare(mod.request_from_settings(settings), Home(Path(settings.home)), fork=fork)
 
 
 def run(args: argparse.Namespace) -> int:
     import functools
 
-    from ..config import check_given_bin, load_project, resolve  # noqa: PLC0415
+    from ..config.load import load_project  # noqa: PLC0415
+    from ..config.resolve import check_given_bin, resolve  # noqa: PLC0415
     from ..join.loop import run_join  # noqa: PLC0415
     from ..progress import say  # noqa: PLC0415
 

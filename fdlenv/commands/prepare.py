@@ -51,7 +51,10 @@ def _note(message: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..config import check_given_bin, load_project, resolve_prepare
+    from ..config.load import load_project
+    from ..config.resolve import check_given_bin, resolve_prepare
+    from pathlib import Path
+
     from ..home import Home
     from ..prepare import prepare, request_from_settings
 
@@ -60,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
                              "training binary's, given to fdlenv join)")
     settings = check_given_bin(resolve_prepare(join_flags(args), load_project()))
     try:
-        out = prepare(request_from_settings(settings, gpu_gate=args.gpu_gate), Home(settings.home),
+        out = prepare(request_from_settings(settings, gpu_gate=args.gpu_gate), Home(Path(settings.home)),
                       fork=owns_process(args))
     except Fail as f:
         for n in f.notes:

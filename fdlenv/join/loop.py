@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .. import variants
-from ..config import JoinSettings
+from ..config.model import JoinSettings
 from ..errors import EXIT_PERMANENT, EXIT_TRANSIENT, Fail
 from ..progress import note
 from .probe import ENV_PROBE, Prober

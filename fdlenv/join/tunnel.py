@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..config import SshConfig
+from ..config.model import SshConfig
 from ..errors import Fail
 from ..progress import say as _say
 

@@ -38,7 +38,7 @@ _GIT_ENV = {"GIT_TERMINAL_PROMPT": "0"}   # a credential prompt would wedge a sy
 
 
 class SshOpts(NamedTuple):
-    """The join's ssh block, as far as a source pull uses it (config.SshConfig fits too).
+    """The join's ssh block, as far as a source pull uses it (config.model.SshConfig fits too).
     A NamedTuple: it is on the re-dial path (see variants)."""
 
     identity_file: str | None = None

@@ -1,0 +1,111 @@
+"""The one-line string grammars of the join settings, and the local host name.
+
+Why it exists: the same few spellings arrive from the command line and from
+fdl.yml (a controller address, an ssh hop, a device list, a GPU memory share),
+and each must be read, and refused, the same way wherever it comes from.
+`schema` uses `check_share` on the file; `resolve` uses the rest on flags.
+
+What order matters: an address is `host`, `host:port`, `[v6]` or `[v6]:port`;
+the brackets are looked for first, so a bare IPv6 address (more than one `:`)
+is refused rather than split at its last colon. In `[user@]host[:port]` the
+user is cut at the first `@`, then the rest is read as an address.
+Command-line mistakes are `Fail.permanent`; `check_share` raises ValueError so
+the loader can name the file it came from.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Mapping
+
+from ..errors import Fail
+from .model import DEFAULT_CONTROLLER_PORT, SshConfig
+
+
+def type_name(v: Any) -> str:
+    """A value's type as an error message names it (`null` for None)."""
+    return "null" if v is None else type(v).__name__
+
+
+def check_share(v: Any, where: str) -> float:
+    """gpu_ram_share: a finite number >= 0 (values over 1.0 are legal by design)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValueError(f"{where}: expected a number, got {type_name(v)}")
+    f = float(v)
+    if not math.isfinite(f) or f < 0:
+        raise ValueError(f"{where}: must be a finite number >= 0, got {v!r}")
+    return f
+
+
+def _split_host_port(s: str, what: str, example: str) -> tuple[str, int | None]:
+    """`host`, `host:port`, `[v6]`, `[v6]:port`. Bare IPv6 must be bracketed."""
+    bad = f"invalid {what} {s!r}: expected {example}"
+    if s.startswith("["):
+        end = s.find("]")
+        if end < 0:
+            raise Fail.permanent(f"{bad} (unclosed `[`)")
+        host, rest = s[1:end], s[end + 1:]
+        if rest and not rest.startswith(":"):
+            raise Fail.permanent(f"{bad} (unexpected {rest!r} after `]`)")
+        port_s = rest[1:] if rest else None
+    elif s.count(":") > 1:
+        raise Fail.permanent(f"{bad} (write an IPv6 address in brackets, e.g. [::1]:1337)")
+    elif ":" in s:
+        host, port_s = s.rsplit(":", 1)
+    else:
+        host, port_s = s, None
+    if not host.strip():
+        raise Fail.permanent(f"{bad} (empty host)")
+    if port_s is None:
+        return host, None
+    if not port_s.isdigit() or not 1 <= int(port_s) <= 65535:
+        raise Fail.permanent(f"{bad} (port {port_s!r} is not a number 1-65535)")
+    return host, int(port_s)
+
+
+def parse_controller(s: str) -> tuple[str, int]:
+    """`host[:port]` as `fdl join --controller` reads it, default port 1337; plus IPv6
+    brackets."""
+    host, port = _split_host_port(s.strip(), "controller address", "host[:port]")
+    return host, DEFAULT_CONTROLLER_PORT if port is None else port
+
+
+def parse_ssh_spec(s: str) -> SshConfig:
+    """`--ssh [user@]host[:port]`: the user up to the first `@`, then host[:port]."""
+    user = None
+    rest = s.strip()
+    if "@" in rest:
+        user, rest = rest.split("@", 1)
+        if not user:
+            raise Fail.permanent(f"invalid --ssh {s!r}: empty user before `@`; "
+                                 "expected [user@]host[:port]")
+    host, port = _split_host_port(rest, "--ssh", "[user@]host[:port]")
+    return SshConfig(target=host, port=port, user=user)
+
+
+def parse_devices(s: str) -> tuple[int, ...] | None:
+    """`--devices`: `all` (any case) = None; else a comma list of ids 0-255."""
+    if s.strip().lower() == "all":
+        return None
+    out = []
+    for piece in s.split(","):
+        p = piece.strip()
+        if not p.isdigit() or int(p) > 255:
+            raise Fail.permanent(f"invalid --devices {s!r}: expected e.g. `0,1` or `all`")
+        out.append(int(p))
+    return tuple(out)
+
+
+def has_strict_host_key_option(options: tuple[str, ...] | list[str]) -> bool:
+    return any(o.lstrip().lower().startswith("stricthostkeychecking") for o in options)
+
+
+def local_hostname(environ: Mapping[str, str] | None = None) -> str:
+    """The worker's name as flodl picks it: FLODL_HOST_NAME, else the kernel's host
+    name (what `hostname` prints, without running it), else `unknown-host`."""
+    env = os.environ if environ is None else environ
+    v = (env.get("FLODL_HOST_NAME") or "").strip()
+    if v:
+        return v
+    return os.uname().nodename.strip() or "unknown-host"

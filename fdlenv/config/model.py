@@ -1,0 +1,133 @@
+"""The config model: the records every layer of the project config passes around.
+
+Why it exists: the join loop, the tunnel, `prepare` and `source` need the
+shapes (`SshConfig`, `JoinSettings`, ...) but not the loader, the yaml parser
+or the resolver. Keeping the records here, with only the standard library
+imported, keeps those modules cheap to import on every re-dial.
+
+NamedTuples, not dataclasses: this module is on every re-dial, and importing
+`dataclasses` alone costs more than fdlenv's whole fast path (see variants).
+Nothing here validates; `schema` and `grammar` do, `resolve` combines.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import MappingProxyType
+from typing import Mapping, NamedTuple
+
+DEFAULT_CONTROLLER_HOST = "127.0.0.1"
+DEFAULT_CONTROLLER_PORT = 1337
+
+# The keys each block accepts; anything else is a load error (flodl's schema).
+JOIN_KEYS = ("controller", "ssh", "token", "bin", "source", "libtorch", "host",
+             "devices", "persist", "data_path", "data_source", "gpu_ram_share",
+             "sig_probe", "args")
+SSH_KEYS = ("target", "port", "user", "identity_file", "options")
+SOURCE_KEYS = ("from", "cwd", "build", "bin")
+FDLENV_KEYS = ("lock", "mirrors", "home")
+
+
+class SshConfig(NamedTuple):
+    """A tunnel hop. `target` is None only in a block that leaves it to --ssh."""
+    target: str | None = None
+    port: int | None = None
+    user: str | None = None
+    identity_file: str | None = None
+    options: tuple[str, ...] = ()
+
+    def display(self) -> str:
+        host = f"[{self.target}]" if self.target and ":" in self.target else (self.target or "")
+        user = f"{self.user}@" if self.user else ""
+        port = f":{self.port}" if self.port else ""
+        return f"{user}{host}{port}"
+
+
+class SourceSpec(NamedTuple):
+    """`join.source` / `--source*`: where the training tree comes from and how it builds."""
+    from_: str
+    cwd: str | None = None
+    build: str | None = None
+    bin: str | None = None
+
+
+class JoinBlock(NamedTuple):
+    """The validated `join:` block; every field optional, as in flodl's WorkerJoin."""
+    controller: str | None = None
+    ssh: SshConfig | None = None
+    token: str | None = None
+    bin: str | None = None
+    source: SourceSpec | None = None
+    libtorch: str | None = None
+    host: str | None = None
+    devices: tuple[int, ...] | None = None
+    persist: bool = False
+    data_path: str | None = None
+    data_source: str | None = None
+    gpu_ram_share: float | None = None
+    sig_probe: bool | None = None
+    args: tuple[str, ...] = ()
+
+
+class FdlenvBlock(NamedTuple):
+    """The top-level `fdlenv:` block: fdlenv's own settings (paths already anchored)."""
+    lock: str | None = None
+    mirrors: Mapping[str, str] = MappingProxyType({})
+    home: str | None = None
+
+
+class Project(NamedTuple):
+    path: Path                      # the base config file found by discovery
+    root: Path                      # its directory (anchors relative fdlenv paths)
+    join: JoinBlock | None
+    fdlenv: FdlenvBlock
+    overlay: Path | None = None     # the FDL_ENV overlay merged over the base
+
+
+class JoinFlags(NamedTuple):
+    """The command line as parsed (None/False = not given). `tail` None = no `--`."""
+    controller: str | None = None
+    ssh: str | None = None
+    identity: str | None = None
+    token: str | None = None
+    bin: str | None = None
+    source: str | None = None
+    source_cwd: str | None = None
+    source_build: str | None = None
+    source_bin: str | None = None
+    libtorch: str | None = None
+    lock: str | None = None
+    mirrors: tuple[str, ...] = ()   # NAME=URL, repeatable
+    home: str | None = None
+    host: str | None = None
+    devices: str | None = None
+    persist: bool = False
+    data_path: str | None = None
+    data_source: str | None = None
+    gpu_ram_share: float | None = None
+    no_sig_probe: bool = False
+    tail: list[str] | None = None
+
+
+class JoinSettings(NamedTuple):
+    """Effective settings: each flag over its `join:` (or `fdlenv:`) field."""
+    host: str
+    controller_host: str | None = None      # None only when resolved without a dial
+    controller_port: int | None = None
+    controller_defaulted: bool = False      # no address named and no ssh hop
+    ssh: SshConfig | None = None
+    token: str | None = None
+    bin: str | None = None
+    source: SourceSpec | None = None
+    libtorch: str | None = None             # canonical token or "auto"; None = keep active
+    lock: str | None = None
+    mirrors: Mapping[str, str] = MappingProxyType({})
+    home: str = ""                          # the home root, settled by fdlenv.settings
+    devices: tuple[int, ...] | None = None  # None = all
+    persist: bool = False
+    data_path: str | None = None
+    data_source: str | None = None
+    gpu_ram_share: float | None = None
+    sig_probe: bool = True
+    args: tuple[str, ...] = ()
+    project_root: str | None = None

@@ -23,7 +23,8 @@ from ..home import Home
 from ..lockpath import split_path
 from ..progress import say
 from .envfile import EnvFile, channel_map, discover
-from .solve import Entry, channel_urls, declared_virtual_packages, solve
+from .entry import Entry
+from .solve import channel_urls, declared_virtual_packages, solve
 from .write import VARIANTS_KEY, Solved, conflicts, write_lock
 
 

@@ -39,7 +39,7 @@ from .. import pipindex
 from ..errors import Fail
 from ..progress import during
 from .envfile import EnvFile
-from .solve import Entry
+from .entry import Entry
 
 PYTHON = "3.12"
 # The manylinux tags a wheel may carry for each platform pip is asked about

@@ -15,42 +15,18 @@ md5, the store needs sha256).
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import Fail
 from ..mirrors import ChannelMap
 from ..variants import VARIANTS
+from .entry import Entry
 from .envfile import EnvFile
 
 # PyTorch 2.10's linux artifacts are manylinux_2_28 builds: glibc 2.28 is the
 # oldest host they run on, so it is the one declared.
 GLIBC_BASELINE = "2.28"
 LINUX_BASELINE = "4.18"   # the kernel of the same (RHEL 8) baseline
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One locked package of one platform: what a conda-lock entry holds."""
-
-    manager: str                           # conda | pip
-    name: str
-    version: str
-    build: str | None
-    platform: str
-    url: str
-    md5: str
-    sha256: str
-    depends: tuple[tuple[str, str], ...]   # (name, version constraint or ""), sorted
-
-    @property
-    def key(self) -> tuple[str, str, str]:
-        """conda-lock's identity of an entry: one build per key per lock file."""
-        return (self.manager, self.name, self.platform)
-
-    @property
-    def label(self) -> str:
-        return f"{self.name}-{self.version}-{self.build}" if self.build else f"{self.name}-{self.version}"
 
 
 def declared_virtual_packages(variant: str, platform: str) -> list[tuple[str, str]]:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .envfile import EnvFile
-from .solve import Entry
+from .entry import Entry
 
 VARIANTS_KEY = "fdlenv.variants"
 LAYERS_KEY = "fdlenv.layers"

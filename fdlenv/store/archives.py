@@ -26,7 +26,7 @@ from pathlib import Path
 from ..errors import Fail
 from ..home import Home
 from .. import hashing, mirrors as _mirrors
-from .records import Record
+from .records import Record, mismatch
 
 CHUNK = 1 << 20
 
@@ -47,17 +47,6 @@ def _ext(filename: str) -> str:
 
 def _stat_id(st: os.stat_result) -> str:
     return f"{st.st_dev} {st.st_ino} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns}"
-
-
-def mismatch(r: Record, where: str, d: hashing.Digest) -> Fail | None:
-    """The error for bytes whose digest `d` is not the record's (None: they match)."""
-    sha, md5 = d.sha256, d.md5
-    if sha != r.sha256:
-        return Fail.permanent(f"archive {r.filename} ({where}) does not match the lock: "
-                              f"sha256 {sha} != {r.sha256}; it was tampered with or the lock is stale")
-    if r.md5 and md5 != r.md5:
-        return Fail.permanent(f"archive {r.filename} ({where}) does not match the lock: md5 {md5} != {r.md5}")
-    return None
 
 
 def verify(home: Home, a: Archive) -> None:

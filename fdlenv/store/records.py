@@ -151,3 +151,14 @@ def _check_single(path: Path, entries: list[dict], variant: str) -> None:
     if present and variant not in present:
         raise Fail.permanent(f"--libtorch: variant {variant!r} is not in {path} (it has: " + ", ".join(present)
                              + "); " + variants.VARIANTS[variant].how_to_lock())
+
+
+def mismatch(r: Record, where: str, d) -> Fail | None:
+    """The error for bytes whose `hashing.Digest` `d` is not the record's (None: they match)."""
+    sha, md5 = d.sha256, d.md5
+    if sha != r.sha256:
+        return Fail.permanent(f"archive {r.filename} ({where}) does not match the lock: "
+                              f"sha256 {sha} != {r.sha256}; it was tampered with or the lock is stale")
+    if r.md5 and md5 != r.md5:
+        return Fail.permanent(f"archive {r.filename} ({where}) does not match the lock: md5 {md5} != {r.md5}")
+    return None

@@ -25,7 +25,7 @@ from pathlib import Path
 from ..errors import Fail
 from .. import hashing
 from ..home import Home
-from .records import Record
+from .records import Record, mismatch
 from .streamzip import escapes
 
 CHUNK = 1 << 20
@@ -44,8 +44,6 @@ def publish(tmp: Path, final: Path) -> None:
 
 
 def verify_local(r: Record, path: Path) -> None:
-    from .archives import mismatch
-
     if (bad := mismatch(r, str(path), hashing.of_file(path, md5=True))):
         raise bad
 

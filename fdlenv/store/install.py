@@ -32,7 +32,7 @@ from ..home import Home
 from ..progress import during, say
 from .archives import Archive, evict_cache_entry, locate, verify
 from . import wheels
-from .install_worker import WorkerProcess
+from .install_worker import CondaItem, Request, WorkerProcess
 from .env import MANIFEST, libtorch_root
 from .records import Record
 
@@ -116,12 +116,13 @@ def _install(home: Home, worker: WorkerProcess, archives: list[Archive], wheel_r
     """Conda packages through the worker and wheels through `store.wheels`, side by side;
     wheels are linked into the staging prefix once the worker has made it."""
     marker, err = Path(str(stage) + ".ok"), Path(str(stage) + ".err")
-    req = {
-        "conda": [dict(a.record.to_json(), archive=str(a.path), filename=a.record.filename,
-                       subdir=a.record.subdir, channel=a.record.url.rsplit("/", 2)[0]) for a in archives],
-        "staging": str(stage), "final": str(final), "cache": str(home.pkgs),
-        "memo": str(home.cache / "verified"), "marker": str(marker), "error": str(err),
-    }
+    req = Request(
+        conda=tuple(CondaItem(name=r.name, version=r.version, build=r.build, subdir=r.subdir,
+                              filename=r.filename, channel=r.url.rsplit("/", 2)[0], archive=str(a.path),
+                              sha256=r.sha256, md5=r.md5, dependencies=dict(r.dependencies))
+                    for a in archives for r in (a.record,)),
+        staging=str(stage), final=str(final), cache=str(home.pkgs), memo=str(home.cache / "verified"),
+        marker=str(marker), error=str(err))
     entries: dict[str, Path] = {}
     wheel_failures: list[BaseException] = []
 
@@ -167,7 +168,11 @@ def _install(home: Home, worker: WorkerProcess, archives: list[Archive], wheel_r
             if not err.exists():
                 raise Fail.retry(f"the install worker for {variant} died (exit {returncode}); "
                                  "nothing was published, retry")
-            e = json.loads(err.read_text())
+            try:
+                e = json.loads(err.read_text())
+            except (OSError, ValueError):   # an error file the worker could not finish (a full disk)
+                raise Fail.retry(f"the install worker for {variant} failed (exit {returncode}) and left "
+                                 "no readable report; nothing was published, retry") from None
             if e["kind"] == "enospc":
                 raise OSError(errno.ENOSPC, e["message"])
             if e["kind"] == "escape":

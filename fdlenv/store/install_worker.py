@@ -27,20 +27,56 @@ import subprocess
 import sys
 import traceback
 from pathlib import Path
+from typing import NamedTuple
 
 
-def _conda_records(items: list[dict]):
+class CondaItem(NamedTuple):
+    """One verified conda archive to install (what rattler's RepoDataRecord needs)."""
+
+    name: str
+    version: str
+    build: str
+    subdir: str
+    filename: str
+    channel: str
+    archive: str              # the local file, already verified or hashed beside the install
+    sha256: str
+    md5: str | None
+    dependencies: dict
+
+
+class Request(NamedTuple):
+    """What the parent asks of the worker; sent once, as JSON, over the pipe."""
+
+    conda: tuple[CondaItem, ...]
+    staging: str              # the prefix to install into
+    final: str                # where it will be published (prefix placeholders name it)
+    cache: str                # rattler's package cache (home.pkgs)
+    memo: str                 # cache/verified: `<sha256>.paths` for archives already path-checked
+    marker: str               # written last, on success: the parent's only proof
+    error: str                # written instead on failure: {"kind": escape|enospc|error, "message"}
+
+    def to_wire(self) -> bytes:
+        return json.dumps(dict(self._asdict(), conda=[it._asdict() for it in self.conda])).encode()
+
+    @classmethod
+    def from_wire(cls, data: bytes) -> "Request":
+        d = json.loads(data)
+        return cls(**dict(d, conda=tuple(CondaItem(**it) for it in d["conda"])))
+
+
+def _conda_records(items: tuple[CondaItem, ...]):
     from rattler import BuildString, PackageRecord, RepoDataRecord
 
     out = []
     for it in items:
-        depends = [f"{n} {c}".strip() for n, c in sorted(it["dependencies"].items())]
+        depends = [f"{n} {c}".strip() for n, c in sorted(it.dependencies.items())]
         pr = PackageRecord(
-            name=it["name"], version=it["version"], build=BuildString(it["build"]),
-            build_number=0, subdir=it["subdir"], depends=depends,
-            sha256=bytes.fromhex(it["sha256"]), md5=bytes.fromhex(it["md5"]) if it["md5"] else None,
+            name=it.name, version=it.version, build=BuildString(it.build),
+            build_number=0, subdir=it.subdir, depends=depends,
+            sha256=bytes.fromhex(it.sha256), md5=bytes.fromhex(it.md5) if it.md5 else None,
         )
-        out.append(RepoDataRecord(pr, it["filename"], Path(it["archive"]).as_uri(), it["channel"]))
+        out.append(RepoDataRecord(pr, it.filename, Path(it.archive).as_uri(), it.channel))
     return out
 
 
@@ -110,8 +146,8 @@ class WorkerProcess:
         self._close_pipe()
         self._wait()
 
-    def run(self, req: dict) -> int:
-        data = json.dumps(req).encode()
+    def run(self, req: Request) -> int:
+        data = req.to_wire()
         while data:
             data = data[os.write(self._w, data):]
         self._close_pipe()
@@ -130,33 +166,33 @@ def _die_with_parent() -> None:
         os._exit(1)
 
 
-async def _check_paths(items: list[dict], memo: Path) -> list[str]:
+async def _check_paths(items: tuple[CondaItem, ...], memo: Path) -> list[str]:
     """Refuse escaping paths; returns the sha256s checked (the parent remembers them once the
     archive's bytes are verified, so a tampered archive never vouches for the real one)."""
     checked = []
     for it in items:
-        if (memo / f"{it['sha256']}.paths").exists():
+        if (memo / f"{it.sha256}.paths").exists():
             continue
         from rattler.package_streaming import PackageArchive
 
-        archive = await PackageArchive.from_path(it["archive"])
+        archive = await PackageArchive.from_path(it.archive)
         for rel in (p.relative_path for p in (await archive.paths_json()).paths):
             if _escapes(str(rel)):
-                raise PathEscape(f"package {it['name']} ({it['filename']}) has a path that escapes "
+                raise PathEscape(f"package {it.name} ({it.filename}) has a path that escapes "
                                  f"the prefix: {rel!r}; refusing to install it")
-        checked.append(it["sha256"])
+        checked.append(it.sha256)
     return checked
 
 
-async def _conda(req: dict) -> list[str]:
+async def _conda(req: Request) -> list[str]:
     """Path check, then the install, in one event loop."""
-    staging, final = Path(req["staging"]), Path(req["final"])
-    checked = await _check_paths(req["conda"], Path(req["memo"]))
-    if req["conda"]:
+    staging, final = Path(req.staging), Path(req.final)
+    checked = await _check_paths(req.conda, Path(req.memo))
+    if req.conda:
         import rattler
 
-        records = _conda_records(req["conda"])
-        await rattler.install(records, target_prefix=staging, cache_dir=Path(req["cache"]),
+        records = _conda_records(req.conda)
+        await rattler.install(records, target_prefix=staging, cache_dir=Path(req.cache),
                               alternative_target_prefix=final, show_progress=False,
                               execute_link_scripts=False)
     else:
@@ -164,7 +200,7 @@ async def _conda(req: dict) -> list[str]:
     return checked
 
 
-def run(req: dict) -> list[str]:
+def run(req: Request) -> list[str]:
     import asyncio
 
     return asyncio.run(_conda(req))
@@ -180,17 +216,18 @@ def _serve(read_fd: int) -> None:
             pass   # a wheel-only env needs none; a conda one fails below, classified
 
         with os.fdopen(read_fd, "rb") as f:
-            req = json.loads(f.read() or b"null")
-        if req is None:  # the parent gave up before sending work
+            data = f.read()
+        if not data:  # the parent gave up before sending work
             os._exit(0)
+        req = Request.from_wire(data)
         try:
-            Path(req["marker"]).write_text(json.dumps({"paths_checked": run(req)}))
+            Path(req.marker).write_text(json.dumps({"paths_checked": run(req)}))
         except BaseException as e:  # noqa: BLE001 - everything goes to the parent, classified
             text = str(e) or traceback.format_exc(limit=3)
             kind = ("escape" if isinstance(e, PathEscape)
                     else "enospc" if "No space left on device" in text or "os error 28" in text
                     else "error")
-            Path(req["error"]).write_text(json.dumps({"kind": kind, "message": text}))
+            Path(req.error).write_text(json.dumps({"kind": kind, "message": text}))
     finally:
         os._exit(0)  # no flush: a forked child's buffers are copies of the parent's
 

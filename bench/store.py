@@ -1,6 +1,8 @@
 """Store benchmarks, measured side by side in one run (medians; these machines are noisy).
 
-1. re-dial no-op: `fdlenv env realize` of an existing env minus `python -c pass`   (goal <= 40 ms)
+1. re-dial no-op: `fdlenv env realize` of an existing env minus `python -c pass`   (goal <= 40 ms),
+   in both install modes: this checkout (`python -m fdlenv`) and a regular install's
+   console script (a fresh venv, `pip install --no-deps` of this checkout)
 2. warm realise (new key, packages cached) of a 20,000-file package / `cp -al` of its payload   (goal <= 2)
 3. cold realise of a >= 1 GiB package / `unzip -p pkg.conda 'pkg-*.tar.zst' | zstd -dc | tar -x`,
    fdlenv's own hash verification included   (goal <= 1.3)
@@ -41,9 +43,19 @@ def timed(cmd: list[str] | str, **kw) -> float:
     return time.perf_counter() - t0
 
 
-def realise_cmd(home: Home, lock: Path) -> list[str]:
-    return [PY, "-m", "fdlenv", "env", "realize", "--libtorch", "cpu", "--lock", str(lock),
+def realise_cmd(home: Home, lock: Path, exe: list[str] | None = None) -> list[str]:
+    return [*(exe or [PY, "-m", "fdlenv"]), "env", "realize", "--libtorch", "cpu", "--lock", str(lock),
             "--home", str(home.root), "--json"]
+
+
+def regular_install(tmp: Path) -> Path:
+    """A venv holding a regular (non-editable) install of this checkout; returns its bin dir.
+    The no-op realise imports none of fdlenv's dependencies, so none are installed."""
+    venv = tmp / "regular-venv"
+    subprocess.run([PY, "-m", "venv", str(venv)], check=True)
+    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--no-deps", str(Path(__file__).resolve().parent.parent)],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
+    return venv / "bin"
 
 
 def lock_for(tmp: Path, home: Home, name: str, deps: list[str]) -> Path:
@@ -59,13 +71,21 @@ def bench_redial(tmp: Path, reps: int) -> str:
     make_channel(home.channel, [Pkg("libtorch-cpu", "2.10.0", files={"libtorch/lib/libtorch.so": b"x"})])
     lock = lock_for(tmp, home, "redial", ["libtorch-cpu"])
     timed(realise_cmd(home, lock))
-    ours, base = [], []
-    for _ in range(reps):
-        ours.append(timed(realise_cmd(home, lock)))
-        base.append(timed([PY, "-c", "pass"]))
-    m_ours, m_base = statistics.median(ours), statistics.median(base)
-    return (f"re-dial no-op: fdlenv env realize {m_ours * 1000:.1f} ms, python -c pass {m_base * 1000:.1f} ms"
-            f" -> fdlenv's own {1000 * (m_ours - m_base):.1f} ms (goal <= 40 ms; medians of {reps})")
+    venv_bin = regular_install(tmp)
+    modes = {"checkout (python -m fdlenv)": ([PY, "-m", "fdlenv"], PY),
+             "regular install (console script)": ([str(venv_bin / "fdlenv")], str(venv_bin / "python"))}
+    times = {m: ([], []) for m in modes}
+    for _ in range(reps):   # interleaved, so both modes see the same machine
+        for mode, (exe, py) in modes.items():
+            times[mode][0].append(timed(realise_cmd(home, lock, exe)))
+            times[mode][1].append(timed([py, "-c", "pass"]))
+    lines = []
+    for mode, (ours, base) in times.items():
+        m_ours, m_base = statistics.median(ours), statistics.median(base)
+        lines.append(f"re-dial no-op, {mode}: fdlenv env realize {m_ours * 1000:.1f} ms, python -c pass "
+                     f"{m_base * 1000:.1f} ms -> fdlenv's own {1000 * (m_ours - m_base):.1f} ms "
+                     f"(goal <= 40 ms; medians of {reps})")
+    return "\n".join(lines)
 
 
 def bench_warm(tmp: Path, reps: int) -> str:

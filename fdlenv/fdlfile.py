@@ -10,14 +10,13 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
 
 CONFIG_NAMES = ("fdl.yaml", "fdl.yml", "fdl.json")
 # A file with any of these top-level keys configures a command, not a project.
 COMMAND_KEYS = ("entry", "compile", "docker", "run", "append")
 
 
-def read_mapping(path: Path) -> Any:
+def read_mapping(path: Path) -> object:
     text = path.read_text(encoding="utf-8")
     if path.suffix == ".json":
         return json.loads(text) if text.strip() else None

@@ -5,11 +5,21 @@ archive, a wheel streamed into the cache, a source file), so the helper is a
 `Digest` fed chunk by chunk, plus `of_file` for a whole file and `of_text` for
 the identity of a canonical string (env keys, build keys, spec hashes).
 `hashlib.file_digest` is not used: it needs Python 3.11.
+
+`of_bytes`/`of_text` are on the re-dial path (the lock's digest, a root's
+tag): they use CPython's own sha256 module, which imports in ~1 ms where
+`hashlib` (OpenSSL) takes ~4; the digests are the same.
 """
 
 from __future__ import annotations
 
-import hashlib
+try:   # CPython's builtin sha256: `_sha2` from 3.12, `_sha256` before
+    from _sha2 import sha256 as _sha256
+except ImportError:
+    try:
+        from _sha256 import sha256 as _sha256
+    except ImportError:
+        from hashlib import sha256 as _sha256
 
 CHUNK = 1 << 20
 
@@ -20,6 +30,8 @@ class Digest:
     __slots__ = ("_sha", "_md5", "size")
 
     def __init__(self, md5: bool = False):
+        import hashlib   # OpenSSL's, faster on large inputs
+
         self._sha = hashlib.sha256()
         self._md5 = hashlib.md5() if md5 else None
         self.size = 0
@@ -50,6 +62,11 @@ def of_file(path, md5: bool = False, chunk: int = CHUNK, tick=None) -> Digest:
     return d
 
 
+def of_bytes(data: bytes) -> str:
+    """sha256 hex of a small byte string (a lock file, a canonical key)."""
+    return _sha256(data).hexdigest()
+
+
 def of_text(text: str) -> str:
     """sha256 hex of a canonical string (UTF-8)."""
-    return hashlib.sha256(text.encode()).hexdigest()
+    return of_bytes(text.encode())

@@ -8,15 +8,15 @@ rename. `Home` is a plain value; which root a command uses is settled by
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections import namedtuple
 from pathlib import Path
 
 
-class Home(NamedTuple):
-    """The home root and its parts (a NamedTuple: it is on the re-dial path, see variants).
+class Home(namedtuple("Home", "root")):
+    """The home root (a Path) and its parts; a namedtuple: it is on the re-dial path.
     `Home(path)` takes the root as given; `settings.resolve` makes it absolute."""
 
-    root: Path
+    __slots__ = ()
 
     pkgs = property(lambda self: self.root / "pkgs")
     archives = property(lambda self: self.root / "archives")

@@ -10,7 +10,7 @@ channel URL prefix; the longest match wins. The same map names wheel indexes
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections import namedtuple
 
 from .errors import Fail
 
@@ -59,15 +59,14 @@ def rewrite(url: str, mirrors: dict[str, str]) -> str:
     return url if mapped == channel else f"{mapped}/{subdir}/{filename}"
 
 
-class ChannelMap(NamedTuple):
-    """Mirrors plus bare-name aliases (`flodl` -> the home's local channel).
+class ChannelMap(namedtuple("ChannelMap", "mirrors aliases")):
+    """Mirrors plus bare-name aliases (`flodl` -> the home's local channel), both dicts.
 
     An alias only ever names a bare channel name: a URL that happens to end in
     `/flodl` is left alone unless a mirror maps it.
     """
 
-    mirrors: dict
-    aliases: dict
+    __slots__ = ()
 
     def resolve(self, channel: str) -> str:
         url = resolve_channel(channel, self.mirrors)

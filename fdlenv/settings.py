@@ -19,8 +19,8 @@ given (the join resolver passes both).
 from __future__ import annotations
 
 import os
+from collections import namedtuple
 from pathlib import Path
-from typing import NamedTuple
 
 from . import mirrors as _mirrors
 from .home import Home
@@ -29,13 +29,12 @@ from .lockpath import find_lock
 _LOAD = object()   # `project` not given: discover and load fdl.yml from the cwd
 
 
-class Settings(NamedTuple):
-    """What `resolve` settled (a NamedTuple: it is on the re-dial path)."""
+class Settings(namedtuple("Settings", "home mirrors lock_given project")):
+    """What `resolve` settled: the Home, the mirrors (NAME -> URL), `lock_given` (--lock, else
+    `fdlenv: lock:` anchored at fdl.yml; None: discover) and `project` (the loaded fdl.yml, a
+    `config.model.Project`, or None). A namedtuple: it is on the re-dial path."""
 
-    home: Home
-    mirrors: dict[str, str]
-    lock_given: str | None      # --lock, else `fdlenv: lock:` (anchored at fdl.yml); None: discover
-    project: object | None      # the loaded fdl.yml (fdlenv.config.model.Project) or None
+    __slots__ = ()
 
     def lock(self, source_root: Path | None = None) -> Path:
         """The lock file: the given one, else what fdl.yml, the source tree and fdlenv offer."""

@@ -7,22 +7,25 @@ never disagree between the store, routing and join.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections import namedtuple
 
 from .errors import Fail
 
 LIBTORCH_VERSION = "2.10.0"
 
 
-class Variant(NamedTuple):
-    """One variant. A NamedTuple, not a dataclass: this module is on every re-dial, and
-    importing `dataclasses` alone costs more than fdlenv's whole fast path."""
+class Variant(namedtuple("Variant", "name flodl_dir vendor cuda rocm")):
+    """One variant:
+    name       canonical token, also the lock category: cpu cu126 cu128 rocm7.0 rocm7.1
+    flodl_dir  flodl's precompiled/<dir> name
+    vendor     cpu | nvidia | amd
+    cuda       declared CUDA version (the __cuda virtual package), None off NVIDIA
+    rocm       ROCm major.minor, None off AMD
 
-    name: str          # canonical token, also the lock category: cpu cu126 cu128 rocm7.0 rocm7.1
-    flodl_dir: str     # flodl's precompiled/<dir> name
-    vendor: str        # cpu | nvidia | amd
-    cuda: str | None   # declared CUDA version (the __cuda virtual package), None off NVIDIA
-    rocm: str | None   # ROCm major.minor, None off AMD
+    A `collections.namedtuple`, like every record on the re-dial path: neither
+    `dataclasses` nor `typing` is imported there (see docs/ARCHITECTURE.md)."""
+
+    __slots__ = ()
 
     @property
     def gpu_feature(self) -> str:

@@ -8,20 +8,17 @@ An env directory is immutable once published and always has
 from __future__ import annotations
 
 import json
-from typing import NamedTuple
+from collections import namedtuple
 from pathlib import Path
 
 MANIFEST = ".fdlenv/manifest.json"
 
 
-class Env(NamedTuple):
-    """A realised env (a NamedTuple: it is on the re-dial path, see variants)."""
+class Env(namedtuple("Env", "variant key path libtorch_root created", defaults=(False,))):
+    """A realised env: variant, key, path and libtorch_root (Paths), created (this call made it).
+    A namedtuple: it is on the re-dial path."""
 
-    variant: str
-    key: str
-    path: Path
-    libtorch_root: Path
-    created: bool = False
+    __slots__ = ()
 
     def to_json(self) -> dict:
         return {"variant": self.variant, "key": self.key, "path": str(self.path),

@@ -9,14 +9,14 @@ layout of a realised env changes, so old envs are never mistaken for new ones.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
 
-from typing import TYPE_CHECKING
+from .. import hashing
 
-if TYPE_CHECKING:  # the Record dataclass stays off the re-dial path
+TYPE_CHECKING = False   # `typing` and the Record dataclass stay off the re-dial path
+if TYPE_CHECKING:
     from .records import Record
 
 STORE_SCHEMA = 2  # 2: wheels hard-linked from the package cache
@@ -26,7 +26,7 @@ def env_key(records: list[Record], platform: str) -> str:
     items = sorted((r.manager, r.name, r.version, r.build, r.sha256) for r in records)
     blob = json.dumps({"schema": STORE_SCHEMA, "platform": platform, "records": items},
                       separators=(",", ":"), sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()
+    return hashing.of_text(blob)
 
 
 def env_dirname(variant: str, key: str) -> str:

@@ -9,17 +9,17 @@ with its manifest (an env dir exists only when complete).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
 
+from .. import hashing
 from ..home import Home
 from .env import MANIFEST, Env
 
 
 def lock_digest(lock: Path) -> str:
-    return hashlib.sha256(lock.read_bytes()).hexdigest()
+    return hashing.of_bytes(lock.read_bytes())
 
 
 def _entry(home: Home, digest: str, variant: str, platform: str) -> Path:

@@ -11,11 +11,10 @@ rewritten (the re-dial path only reads).
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 
-from .. import variants
+from .. import hashing, variants
 from ..home import Home
 from .env import MANIFEST, Env, from_dir
 
@@ -93,7 +92,7 @@ def pointed_env(home: Home, variant: str) -> Env | None:
 
 def root(home: Home, lock: Path, env: Env) -> None:
     """roots/<variant>-<hash of the lock's path> -> env: a new lock at that path moves the root."""
-    tag = hashlib.sha256(str(lock.absolute()).encode()).hexdigest()[:12]
+    tag = hashing.of_text(str(lock.absolute()))[:12]
     _symlink(home.roots / f"{env.variant}-{tag}", env.path)
 
 

@@ -18,7 +18,6 @@ that serves PyTorch's wheels (PyPI's does, for cu128).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -27,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import hashing
 from .errors import Fail
 from .home import Home
 from .progress import during, say
@@ -154,10 +154,11 @@ def build_example(environ: dict[str, str], builds: Path, env_key: str) -> tuple[
         raise Fail.permanent(f"walkthrough: {example} is missing (a broken install of fdlenv?)")
     if not shutil.which(environ.get("CXX") or "g++", path=environ.get("PATH")):
         raise Fail.permanent("walkthrough: no C++ compiler: install g++ (or set CXX)")
-    h = hashlib.sha256(env_key.encode())
+    h = hashing.Digest()
+    h.update(env_key.encode())
     for name in EXAMPLE_PARTS:
         h.update((example / name).read_bytes())
-    binary = builds / h.hexdigest()[:16] / "agent"
+    binary = builds / h.sha256[:16] / "agent"
     if binary.is_file():
         return binary, True
     binary.parent.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,6 @@ and the args: a rebuild or a re-publish changes the key.
 from __future__ import annotations
 
 import collections
-import hashlib
 import json
 import os
 import shlex
@@ -27,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
+from .. import hashing
 from ..progress import say as _say
 
 ENV_PROBE = "FLODL_INTERNAL_MODEL_SIG_PROBE"
@@ -59,7 +59,7 @@ def probe_key(bin_path: str, args: list[str] | tuple[str, ...]) -> str | None:
     except OSError:
         return None
     blob = json.dumps([os.path.abspath(bin_path), st.st_size, st.st_mtime_ns, list(args)])
-    return hashlib.sha256(blob.encode()).hexdigest()
+    return hashing.of_text(blob)
 
 
 @dataclass

@@ -20,12 +20,12 @@ replaced atomically.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import hashing
 from .envfile import EnvFile
 from .entry import Entry
 
@@ -74,7 +74,7 @@ def content_hash(solved: list[Solved], platform: str) -> str:
         }
         for s in solved if platform in s.entries
     }
-    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+    return hashing.of_text(json.dumps(doc, sort_keys=True))
 
 
 def write_lock(solved: list[Solved], out: Path, layers: list[str] | None = None) -> Path:

@@ -14,7 +14,6 @@ so a multi-GB libtorch never sits in memory.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
@@ -108,7 +107,7 @@ def _paths_entry(f: PkgFile) -> dict:
         digest, size = d.sha256, d.size
     else:
         data = f.data or b""
-        digest, size = hashlib.sha256(data).hexdigest(), len(data)
+        digest, size = hashing.of_bytes(data), len(data)
     entry = {"_path": f.path, "path_type": "hardlink", "sha256": digest, "size_in_bytes": size}
     if f.prefix_placeholder:
         entry["file_mode"] = "text"

@@ -16,7 +16,6 @@ rust-toolchain file); a host upgrade does not force a rebuild.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -24,6 +23,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
+from .. import hashing
 from .. import variants
 from ..errors import Fail
 from ..home import Home
@@ -69,7 +69,7 @@ def build_key(tree_content: str, env_key: str, recipe: Recipe) -> str:
     blob = json.dumps({"schema": KEY_SCHEMA, "tree": tree_content, "env": env_key,
                        "recipe": recipe.build, "cwd": recipe.cwd, "bin": recipe.bin},
                       sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(blob.encode()).hexdigest()
+    return hashing.of_text(blob)
 
 
 def _inside(path: Path, root: Path) -> bool:

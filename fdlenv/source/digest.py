@@ -15,7 +15,6 @@ write inside one timestamp tick would leave its stat unchanged.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from pathlib import Path
@@ -50,11 +49,9 @@ class Scan(NamedTuple):
 
     def digest(self) -> TreeDigest:
         listing = "".join(f"{self.hashes[r]}  {r}\n" for r in sorted(self.hashes)).encode()
-        content = hashlib.sha256(listing)
-        for rel in sorted(self.links):
-            content.update(f"link {self.links[rel]}  {rel}\n".encode())
-        return TreeDigest(hashlib.sha256(listing).hexdigest(), len(self.hashes),
-                          sum(self.sizes.values()), content.hexdigest())
+        content = hashing.of_bytes(listing + "".join(
+            f"link {self.links[rel]}  {rel}\n" for rel in sorted(self.links)).encode())
+        return TreeDigest(hashing.of_bytes(listing), len(self.hashes), sum(self.sizes.values()), content)
 
 
 def _walk(root: str, rel: str, out_files: list, out_links: dict) -> None:
@@ -110,7 +107,7 @@ def verify(tree: Path, expected_sha256: str, s: Scan, limit: int = 5) -> None:
     except FileNotFoundError:
         raise Fail.retry(f"{path} is missing although the run manifest names a digest "
                          "(pulled mid-publish?); the next dial fetches a coherent tree")
-    if hashlib.sha256(raw).hexdigest() != expected_sha256:
+    if hashing.of_bytes(raw) != expected_sha256:
         raise Fail.retry(f"{path} is not the one the run manifest names "
                          "(fetched across two different publishes); retrying")
     listed: dict[str, str] = {}

@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
+from .. import hashing
 from ..errors import Fail
 from ..filelocks import exclusive
 from ..home import Home
@@ -134,9 +135,7 @@ def _snapshot(root: str) -> str:
     every entry it would sync, with the same excludes. Equal snapshots on both sides since the
     last sync mean `rsync -a --delete` would change nothing, so the re-dial skips its fixed
     ~50 ms; any difference runs rsync as usual."""
-    import hashlib
-
-    h = hashlib.sha256()
+    h = hashing.Digest()
 
     def walk(rel: str) -> None:
         try:
@@ -158,7 +157,7 @@ def _snapshot(root: str) -> str:
                 h.update(f"f {r} {st.st_size} {st.st_mtime_ns} {st.st_mode}\n".encode())
 
     walk("")
-    return h.hexdigest()
+    return h.sha256
 
 
 def _git_env() -> dict:

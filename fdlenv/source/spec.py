@@ -11,10 +11,10 @@ metacharacters in them are legal; control characters and a leading `-`
 
 from __future__ import annotations
 
-import hashlib
 import re
 from typing import NamedTuple
 
+from .. import hashing
 from ..errors import Fail
 
 ACCEPTED = (
@@ -158,4 +158,4 @@ def _git(field: str, raw: str, transport: str, rest: str) -> GitSpec:
 def spec_hash(spec: Spec) -> str:
     """The name of the spec's own directory under `source/` (its origin, hashed)."""
     kind = type(spec).__name__
-    return hashlib.sha256(f"{kind}\0{spec.origin}".encode()).hexdigest()[:24]
+    return hashing.of_text(f"{kind}\0{spec.origin}")[:24]

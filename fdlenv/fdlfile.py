@@ -25,7 +25,7 @@ def read_mapping(path: Path) -> object:
 
 
 def find_config(start: Path | str | None = None) -> Path | None:
-    """anchor-join §1.6: walk up from `start` for fdl.yaml / fdl.yml / fdl.json.
+    """As flodl does: walk up from `start` for fdl.yaml / fdl.yml / fdl.json.
 
     A file that parses as a mapping with a command key is skipped; a file that
     does not parse is returned anyway so the loader reports it loudly.

@@ -1,4 +1,4 @@
-"""Where fdlenv keeps things: the home layout of DESIGN §2.
+"""Where fdlenv keeps things: the home layout (docs/ARCHITECTURE.md).
 
 All of it lives on one filesystem under one root, so that the package cache
 can hard-link into every environment and every publish is a same-filesystem

@@ -2,8 +2,8 @@
 
 `fdlenv join` runs it before every dial (which turns `--persist` into a
 provisioning loop: a changed source or lock is picked up on the next
-re-dial); `fdlenv prepare` runs it alone, to bake an image. Order is the
-reference's (anchor-join §4.1), cheap first, megabytes before gigabytes:
+re-dial); `fdlenv prepare` runs it alone, to bake an image. Order is
+flodl's own, cheap first, megabytes before gigabytes:
 
 1. GPU gate: at least one usable device (skipped unless asked: a baking host
    usually has none);
@@ -102,7 +102,7 @@ class Prepared:
         self.seconds = {} if seconds is None else seconds
 
     def to_json(self) -> dict:
-        """DESIGN §7's shape (`fdlenv prepare --json`)."""
+        """`fdlenv prepare --json`'s object (its --help lists the keys)."""
         env = None if self.env is None else {
             "key": self.env.key, "path": str(self.env.path), "libtorch_root": str(self.env.libtorch_root)}
         return {"variant": self.variant, "env": env, "bin": self.bin, "cwd": self.cwd,

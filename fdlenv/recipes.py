@@ -1,4 +1,4 @@
-"""Deployment recipes around `fdlenv join` (anchor-join §5.1).
+"""Deployment recipes around `fdlenv join` (flodl ships the same for `fdl join`).
 
 A golden image bakes the `join:` block into fdl.yml and boots into a bare
 `fdlenv join --persist` under systemd. The invariant the unit keeps: exit 2 is

@@ -1,6 +1,6 @@
 """`auto`: from a Survey to one variant and the human reason for it. Pure.
 
-DESIGN §3, the reference's rules as the floor, in this order:
+flodl's own routing rules as the floor, in this order:
 1. NVIDIA wins when it has a card of compute capability 5 or newer (older
    ones are below every CUDA variant); one build serves one vendor, and on
    mixed boxes the AMD part is usually an APU iGPU.

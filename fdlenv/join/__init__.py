@@ -1,6 +1,6 @@
 """The dial-in runner: tunnel, agent spec, signature probe, attempt loop.
 
 One attempt is prepare -> binary and cwd -> signature probe -> tunnel -> spec
--> spawn -> wait -> teardown (anchor-join §3.2); `loop.run_join` repeats it
+-> spawn -> wait -> teardown (as flodl's `fdl join` does); `loop.run_join` repeats it
 under `--persist`. Nothing here imports paramiko at module level.
 """

@@ -1,12 +1,12 @@
 """One dial attempt, and the `--persist` loop around it.
 
-Attempt order is load-bearing (anchor-join §3.2): prepare -> binary and cwd ->
+Attempt order is load-bearing, and flodl's `fdl join`'s: prepare -> binary and cwd ->
 signature probe (before the tunnel: admission starts a window deadline) ->
 tunnel (ready before the agent starts) -> spec -> spawn -> wait -> teardown
 (the tunnel is closed on every path). Preparation runs on every attempt, which
 turns `--persist` into a provisioning loop.
 
-Loop (anchor-join §3.1): one-shot returns the agent's code (signal death -> 1),
+The loop, as in `fdl join`: one-shot returns the agent's code (signal death -> 1),
 a transient failure 1, a permanent one 2. Under persist, agent exits and
 transient failures re-dial after a backoff of 5 s doubling to 60 s, reset to
 5 s after a clean exit or an attempt that lasted over 120 s, with up to 25 %

@@ -1,7 +1,7 @@
 """The model-signature probe: ask the binary which model it builds, before dialing.
 
 Admission can then refuse a box that builds a different model at the door,
-costing only this box's dial (anchor-join §3.5). It runs before the tunnel,
+costing only this box's dial (as flodl's `fdl join` does). It runs before the tunnel,
 because admission starts a window deadline. Every outcome is non-fatal: a
 failed probe joins without a signature, and formation still checks.
 

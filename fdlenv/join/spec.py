@@ -1,7 +1,7 @@
 """The agent bootstrap spec: what the agent learns about its dial.
 
 flodl's agent reads `FLODL_INTERNAL_AGENT_JSON`: compact JSON, UTF-8, then
-lowercase hex two digits per byte (anchor-join §3.4). It rides the environment,
+lowercase hex two digits per byte (as flodl's `fdl join` does). It rides the environment,
 never argv, because it may carry the pre-shared token and argv is readable by
 every user through `ps`. Field names are flodl's `AgentSpec`; optional fields
 are omitted when unknown, never sent as null; `dataset_sig_hex` is never sent.

@@ -1,7 +1,7 @@
 """Spawning the agent in its own process group, and what a stop signal does.
 
 The reference installs no handlers: killing `fdl join` alone orphans the agent
-and its tunnel (anchor-join §3.7, §9.1). Here the agent (and the probe) run in
+and its tunnel (as flodl's `fdl join` does). Here the agent (and the probe) run in
 a fresh session, so its rank children share one process group we can signal as
 a whole, and a terminal Ctrl-C reaches it exactly once — through us.
 
@@ -140,5 +140,5 @@ def wait_agent(proc: subprocess.Popen, stopper: Stopper | None = None) -> int:
 
 
 def exit_code(raw: int) -> int:
-    """The agent's own code; death by a signal reads as 1 (anchor-join §3.7)."""
+    """The agent's own code; death by a signal reads as 1 (as flodl's `fdl join` does)."""
     return 1 if raw < 0 else raw

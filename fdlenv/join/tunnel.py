@@ -4,7 +4,7 @@ Why in-process: no `ssh` binary to spawn, no port-reservation race (the local
 listener is ours from bind to close), and failures arrive as typed exceptions
 we can name instead of "look at ssh's stderr above".
 
-Order that matters (anchor-join §3.3): bind the local listener on 127.0.0.1,
+Order that matters (as flodl's `fdl join` does): bind the local listener on 127.0.0.1,
 connect + verify the host key + authenticate, then prove the ssh host reaches
 the controller with one direct-tcpip channel — all before the agent starts.
 The tunnel lives exactly one attempt.

@@ -33,22 +33,21 @@ def _strict_keys(d: Any, where: str, allowed: tuple[str, ...]) -> dict:
     return d
 
 
-def _opt_str(d: dict, key: str, where: str) -> str | None:
+def _optional(d: dict, key: str, where: str, kind: type, expected: str):
+    """`d[key]` when absent (None) or of `kind`; else a ValueError naming `where.key`."""
     v = d.get(key)
-    if v is None:
-        return None
-    if not isinstance(v, str):
-        raise ValueError(f"{where}.{key}: expected a string, got {type_name(v)}")
-    return v
+    if v is None or isinstance(v, kind):
+        return v
+    shown = type_name(v) if kind is str else repr(v)
+    raise ValueError(f"{where}.{key}: expected {expected}, got {shown}")
+
+
+def _opt_str(d: dict, key: str, where: str) -> str | None:
+    return _optional(d, key, where, str, "a string")
 
 
 def _opt_bool(d: dict, key: str, where: str) -> bool | None:
-    v = d.get(key)
-    if v is None:
-        return None
-    if not isinstance(v, bool):
-        raise ValueError(f"{where}.{key}: expected true or false, got {v!r}")
-    return v
+    return _optional(d, key, where, bool, "true or false")
 
 
 def _int_in(v: Any, lo: int, hi: int) -> bool:

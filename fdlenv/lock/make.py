@@ -22,7 +22,7 @@ from ..errors import Fail
 from ..home import Home
 from ..lockpath import split_path
 from ..progress import say
-from .envfile import EnvFile, channel_map, discover
+from .envfile import EnvFile, channel_map, discover, env_path
 from .entry import Entry
 from .solve import channel_urls, declared_virtual_packages, solve
 from .write import VARIANTS_KEY, Solved, conflicts, write_lock
@@ -90,7 +90,7 @@ def _carried(out: Path, envs_dir: Path, relocked: set[str]) -> list[Solved]:
     covered = str((meta.get("custom_metadata") or {}).get(VARIANTS_KEY, "")).split()
     out_list = []
     for variant in [v for v in covered if v not in relocked]:
-        found = discover(envs_dir, [variant]) if (envs_dir / f"{variant}.yml").is_file() else []
+        found = discover(envs_dir, [variant]) if env_path(envs_dir, variant).is_file() else []
         env = found[0] if found else EnvFile(variant, out, variant, (), (), (), ())
         entries = {}
         for platform in meta.get("platforms") or []:

@@ -14,6 +14,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
 import yaml
 
 from fdlenv import pipindex
@@ -67,6 +68,7 @@ def test_the_shipped_lock_is_what_the_store_finds_by_default():
     assert found is not None and found.read_bytes() == SHIPPED.read_bytes()
 
 
+@pytest.mark.slow
 def test_a_regular_install_carries_the_lock_the_env_files_and_the_example(tmp_path):
     """Not only a checkout: the wheel holds what the commands read at run time."""
     wheel_dir = tmp_path / "dist"

@@ -202,6 +202,7 @@ def test_an_unknown_layer_is_refused_naming_the_flag(tmp_path, home):
     assert "--layer" in str(e.value) and not (tmp_path / "l.yml").exists()
 
 
+@pytest.mark.slow
 def test_lock_as_a_program_exits_0_every_time(tmp_path, home):
     """py-rattler 0.28 may crash at interpreter exit after a successful solve (134/139)."""
     import subprocess

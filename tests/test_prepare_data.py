@@ -8,6 +8,7 @@ adds its mount to a fake /proc/mounts.
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pytest
 from fdlenv import data
 from fdlenv.data import Mount, SshfsSource, dataset_root, node_local_dirs, parse_data_source, sshfs_argv
 from fdlenv.errors import Fail
+from helpers_user import unprivileged, world_dir
 
 FAKE_SSHFS = """#!/bin/sh
 printf '%s\\n' "$@" > "$FAKE_SSHFS_LOG"
@@ -167,16 +169,17 @@ def test_a_readable_source_root_needs_no_write_permission(tmp_path):
         root.chmod(0o755)
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root lists any directory")
-def test_a_root_that_cannot_be_listed_is_permanent(tmp_path):
-    root = tmp_path / "closed"
+def test_a_root_that_cannot_be_listed_is_permanent():
+    # as an unprivileged user (root lists any directory): `nobody` when the suite runs as root
+    root = world_dir() / "closed"
     root.mkdir()
     root.chmod(0o311)
     try:
-        f = fail_of(dataset_root, str(root), None, [])
+        f = fail_of(unprivileged, dataset_root, str(root), None, [])
         assert not f.transient and "cannot be listed" in f.message
     finally:
         root.chmod(0o755)
+        shutil.rmtree(root.parent)
 
 
 def test_a_data_source_is_mounted_read_only_with_the_ssh_block(tmp_path, sshfs):
@@ -317,15 +320,21 @@ def test_an_unwritable_stage_is_permanent(tmp_path):
     assert not f.transient and "disk stage /proc is not writable" in f.message and "stages data" in f.message
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes through any mode")
-def test_a_read_only_stage_dir_is_permanent(tmp_path):
-    stage = tmp_path / "ro"
+def test_a_read_only_stage_dir_is_permanent():
+    # as an unprivileged user (root writes through any mode): `nobody` when the suite runs as root
+    top = world_dir()
+    stage = top / "ro"
     stage.mkdir()
     stage.chmod(0o555)
+    (top / "home").mkdir(mode=0o777)
+    (top / "home").chmod(0o777)
     try:
-        assert not fail_of(node_local_dirs, [], home=str(tmp_path), stage=stage).transient
+        f = fail_of(unprivileged, node_local_dirs, [], home=str(top / "home"), stage=stage,
+                    proc_mounts=mounts_file(top))
+        assert not f.transient and "not writable" in f.message
     finally:
         stage.chmod(0o755)
+        shutil.rmtree(top)
 
 
 def test_a_dataset_cache_that_cannot_be_created_is_permanent(tmp_path):

@@ -85,6 +85,7 @@ def test_package_escaping_the_prefix_is_refused(tmp_path):
     assert not list(tmp_path.rglob("escaped.txt"))
 
 
+@pytest.mark.slow
 def test_kill_9_at_random_moments_never_leaves_a_partial_env(tmp_path):
     w = make_world(tmp_path, nfiles=3000)
     rng = random.Random(7)
@@ -130,6 +131,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow
 def test_the_install_worker_dies_with_a_killed_parent(tmp_path):
     w = make_world(tmp_path, nfiles=3000)
     proc = subprocess.Popen([sys.executable, "-m", "fdlenv", "env", "realize", "--libtorch", "cpu",
@@ -155,6 +157,7 @@ def test_the_install_worker_dies_with_a_killed_parent(tmp_path):
     assert not verify(w.home.envs / os.path.basename(json.loads(res.stdout)["path"]), full=True).problems
 
 
+@pytest.mark.slow
 def test_concurrent_realisations_build_each_env_once(tmp_path):
     w = make_world(tmp_path, variants=("cpu", "cu126"), nfiles=500)
     procs = [subprocess.Popen([sys.executable, "-m", "fdlenv", "env", "realize", "--libtorch", v,

@@ -1,0 +1,49 @@
+"""What every test gets: its own HOME and no FLODL_HOME, and under CI=true no silent skips.
+
+- HOME: a fresh directory per test, so nothing a test runs (fdlenv's default
+  home `~/.flodl`, ssh's `~/.ssh`, pip's user config, rustup) reads or writes
+  the developer's own; FLODL_HOME and FDL_ENV are unset. The rust toolchain
+  stays reachable: RUSTUP_HOME and CARGO_HOME point at the real ones when they
+  exist (rustup would otherwise look for, or install, a toolchain in the new HOME).
+- CI=true: a test that skips because something it needs is missing (sshd,
+  rsync, git, a tmpfs mount, ...) fails instead, so CI cannot lose a test
+  silently. Tests that are optional by design carry `@pytest.mark.optional`
+  (the 3.9 GB real-wheel walk-through, opt-in with FDLENV_REAL_WHEELS=1).
+- The fast loop: `python -m pytest -n auto -q -m "not slow"` leaves out the
+  end-to-end tests marked `slow` (a regular install, real processes racing).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+_REAL_HOME = Path.home()
+
+
+@pytest.fixture(autouse=True)
+def _own_home(tmp_path_factory, monkeypatch):
+    for var, default in (("RUSTUP_HOME", _REAL_HOME / ".rustup"), ("CARGO_HOME", _REAL_HOME / ".cargo")):
+        if var not in os.environ and default.is_dir():
+            monkeypatch.setenv(var, str(default))
+    home = tmp_path_factory.mktemp("user-home")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("FLODL_HOME", raising=False)
+    monkeypatch.delenv("FDL_ENV", raising=False)
+    return home
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "optional: may skip even under CI=true (opt-in by design)")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    if rep.skipped and os.environ.get("CI", "").lower() == "true" and item.get_closest_marker("optional") is None:
+        reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+        rep.outcome = "failed"
+        rep.longrepr = f"skipped under CI=true, which must run every test: {reason}"

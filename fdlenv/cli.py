@@ -17,7 +17,7 @@ import os
 import sys
 
 from . import __version__
-from .errors import EXIT_PERMANENT, EXIT_TRANSIENT, Fail
+from .errors import EXIT_PERMANENT, EXIT_TRANSIENT, Fail, os_failure
 
 # True once main() runs as the program itself (console script, python -m): only then
 # may the store fork its install worker; commands read it as `args.owns_process`.
@@ -124,9 +124,10 @@ def _main(argv: list[str]) -> int:
         print("error: interrupted", file=sys.stderr)
         return EXIT_TRANSIENT
     except OSError as e:
-        # Disk full, permission denied, ...: the message names the path.
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_PERMANENT
+        # Disk full, permission denied, ...: errors.os_failure's one rule; the message names the path.
+        f = os_failure(e)
+        print(f"error: {f.message}", file=sys.stderr)
+        return f.exit_code
 
 
 if __name__ == "__main__":

@@ -17,11 +17,12 @@ COMMAND_KEYS = ("entry", "compile", "docker", "run", "append")
 
 
 def read_mapping(path: Path) -> object:
-    text = path.read_text(encoding="utf-8")
+    """The document of fdl.yml/.yaml (strict YAML: `fdlenv.yamlfile`) or fdl.json."""
     if path.suffix == ".json":
+        text = path.read_text(encoding="utf-8")
         return json.loads(text) if text.strip() else None
-    import yaml  # noqa: PLC0415 - pyyaml is cheap, but only needed with a project
-    return yaml.safe_load(text)
+    from . import yamlfile  # noqa: PLC0415 - pyyaml is cheap, but only needed with a project
+    return yamlfile.load(path)
 
 
 def find_config(start: Path | str | None = None) -> Path | None:

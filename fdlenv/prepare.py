@@ -38,7 +38,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Callable, Mapping, NamedTuple
 
 from . import data, variants
-from .errors import Fail
+from .errors import Fail, os_failure
 from .home import Home
 from .settle import settle
 from .store.env import Env
@@ -303,5 +303,7 @@ def prepare(req: PrepareRequest, home: Home, *, survey: Callable[[], Survey] | N
         out.variant = out.env.variant if out.env else None
     except Fail as f:
         raise f.with_notes(notes) from f
+    except OSError as e:   # one classification of a failing disk or path, notes kept
+        raise os_failure(e).with_notes(notes) from e
     seconds["total"] = clock() - start
     return out

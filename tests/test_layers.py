@@ -26,9 +26,9 @@ LAYERS = {
     3: ("prepare", "join", "walkthrough", "settle", "recipes"),
     2: ("store", "source", "lock", "pack", "data", "config.grammar", "config.schema", "config.load",
         "config.resolve", "settings"),
-    1: ("hw", "variants", "home", "config", "config.model", "mirrors", "pipindex", "lockpath", "filelocks",
+    1: ("hw", "variants", "home", "config", "config.model", "mirrors", "pipindex", "lockpath", "filelocks", "yamlfile",
         "fdlfile"),
-    0: ("", "errors", "progress", "hashing"),
+    0: ("", "errors", "progress", "hashing", "atomic"),
 }
 
 

@@ -51,7 +51,7 @@ def test_realise_installs_links_rewrites_and_publishes(tmp_path):
 # typing nor dataclasses is imported, nor hashlib (CPython's own sha256 module serves the lock's
 # digest) nor shutil (cli's parser computes the help width itself).
 REDIAL_MODULES = {
-    "fdlenv", "fdlenv.__main__", "fdlenv.cli", "fdlenv.errors", "fdlenv.progress", "fdlenv.hashing",
+    "fdlenv", "fdlenv.__main__", "fdlenv.cli", "fdlenv.errors", "fdlenv.progress", "fdlenv.hashing", "fdlenv.atomic",
     "fdlenv.commands", "fdlenv.commands.env", "fdlenv.flags", "fdlenv.settings", "fdlenv.settle",
     "fdlenv.home", "fdlenv.mirrors", "fdlenv.lockpath", "fdlenv.fdlfile", "fdlenv.variants",
     "fdlenv.store", "fdlenv.store.realise", "fdlenv.store.fastpath", "fdlenv.store.env",

@@ -25,6 +25,7 @@ from typing import Any, Mapping
 
 from ..errors import Fail
 from ..fdlfile import find_config, read_mapping
+from ..yamlfile import YamlError
 from .model import Project
 from .schema import validate
 
@@ -56,8 +57,10 @@ def _load_chain(path: Path, seen: set[Path]) -> dict:
     seen.add(real)
     try:
         data = read_mapping(path)
-    except Exception as e:  # noqa: BLE001
-        raise _LoadError(path, f"does not parse: {e}") from None
+    except YamlError as e:
+        raise _LoadError(path, f"does not parse: {e.where}") from None
+    except ValueError as e:   # fdl.json
+        raise _LoadError(path, f"does not parse: {' '.join(str(e).split())}") from None
     if data is None:
         data = {}  # empty or comment-only: all defaults
     if not isinstance(data, dict):

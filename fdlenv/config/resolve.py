@@ -16,9 +16,9 @@ things are wrong the first step's error is the one reported.
 3. the controller address (a dial only);
 4. the training binary or the source that builds it (one, not both; a dial
    needs one of them, `fdlenv prepare` may name neither);
-5. the devices, then libtorch, gpu_ram_share and mirrors;
+5. the devices, then libtorch, gpu_ram_share, the token and mirrors;
 6. the host name, last, so `hostname()` runs only for settings that are valid;
-7. the fields that cannot fail (token, lock, home, persist, data paths,
+7. the fields that cannot fail (lock, home, persist, data paths,
    sig-probe, args).
 `check_given_bin()` is the one impure step, run once by the caller afterwards.
 """
@@ -63,6 +63,7 @@ def resolve(flags: JoinFlags, project: Project | None, *,
     devices = _devices(flags, block)
     libtorch = _libtorch(flags, block)
     share = _gpu_ram_share(flags, block)
+    token = _token(flags, block) if dial else None
     store = _store(flags, project, env)
     host = _host(flags, block, hostname)
 
@@ -72,7 +73,7 @@ def resolve(flags: JoinFlags, project: Project | None, *,
         controller_port=cport,
         controller_defaulted=defaulted,
         ssh=ssh,
-        token=_pick(flags.token, block.token) if dial else None,
+        token=token,
         bin=bin_path,
         source=source,
         libtorch=libtorch,
@@ -219,6 +220,17 @@ def _gpu_ram_share(flags: JoinFlags, block: JoinBlock) -> float | None:
         return check_share(flags.gpu_ram_share, "--gpu-ram-share")
     except ValueError as e:
         raise Fail.permanent(str(e)) from None
+
+
+def _token(flags: JoinFlags, block: JoinBlock) -> str | None:
+    """`--token` over `join.token`: one line of printable characters (a newline would split
+    the secret where the agent and the controller read it)."""
+    token = _pick(flags.token, block.token)
+    if token is not None and any(ord(c) < 0x20 or ord(c) == 0x7f for c in token):
+        where = "--token" if flags.token is not None else "join.token"
+        raise Fail.permanent(f"{where}: the token holds a newline or another control character; "
+                             "accepted: one line of printable characters")
+    return token
 
 
 def _store(flags: JoinFlags, project: Project | None, env: Mapping[str, str]):

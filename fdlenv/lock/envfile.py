@@ -24,7 +24,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import hashing
+from .. import hashing, yamlfile
 from ..errors import Fail
 from ..home import Home
 from ..mirrors import ChannelMap
@@ -78,16 +78,15 @@ def discover(envs_dir: Path, variants: list[str] | None = None, layers: list[str
 
 
 def load_layer(envs_dir: Path, name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    import yaml
-
     path = envs_dir / f"{name}.yml"
     if not re.fullmatch(r"[a-z0-9][a-z0-9_-]*", name) or name in VARIANTS or not path.is_file():
         raise Fail.permanent(f"--layer: no layer file {path}; accepted: the name of an env file without "
                              "a variant's name (e.g. toolchain for envs/toolchain.yml)")
     try:
-        doc = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise Fail.permanent(f"{path}: not YAML ({e}); accepted: channels: [...], dependencies: [...]") from None
+        doc = yamlfile.load(path) or {}
+    except yamlfile.YamlError as e:
+        raise Fail.permanent(f"--layer: {e.source}: not YAML fdlenv reads ({e.where}); "
+                             "accepted: channels: [...], dependencies: [...]") from None
     deps = doc.get("dependencies") if isinstance(doc, dict) else None
     if not isinstance(deps, list) or not all(isinstance(d, str) and d.strip() for d in deps):
         raise Fail.permanent(f"{path}: dependencies: a layer holds conda match specs only; "
@@ -119,13 +118,11 @@ def _variant_files(envs_dir: Path, variants: list[str] | None) -> list[EnvFile]:
 
 
 def load(path: Path) -> EnvFile:
-    import yaml
-
     variant = parse_token(path.name.removesuffix(".yml"), allow_auto=False)
     try:
-        doc = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise Fail.permanent(f"{path}: not YAML ({e}); accepted: {ENV_FILE_FORMS}") from None
+        doc = yamlfile.load(path)
+    except yamlfile.YamlError as e:
+        raise Fail.permanent(f"{e.source}: not YAML fdlenv reads ({e.where}); accepted: {ENV_FILE_FORMS}") from None
     if not isinstance(doc, dict):
         raise Fail.permanent(f"{path}: not a mapping; accepted: {ENV_FILE_FORMS}")
     channels = _str_list(doc, "channels", path)

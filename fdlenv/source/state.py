@@ -10,8 +10,9 @@ through a temporary file and a rename so a reader never sees half of one.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
+
+from .. import atomic
 
 SCHEMA = 1
 
@@ -47,7 +48,5 @@ class State:
     def save(self) -> None:
         if not self.dirty:
             return
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}")
-        tmp.write_text(json.dumps(self.data, separators=(",", ":"), sort_keys=True))
-        os.replace(tmp, self.path)
+        atomic.write_text(self.path, json.dumps(self.data, separators=(",", ":"), sort_keys=True))
         self.dirty = False

@@ -23,7 +23,7 @@ import os
 from pathlib import Path
 from typing import Mapping
 
-from .. import variants
+from .. import atomic, variants
 from ..errors import Fail
 from ..home import Home
 from .env import Env
@@ -91,10 +91,7 @@ def activation_diff(home: Home, env: Env) -> dict:
     except (OSError, ValueError):
         pass
     diff = _capture(env, os.environ)
-    cached.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cached.with_name(f".{cached.name}.{os.getpid()}")
-    tmp.write_text(json.dumps(diff, sort_keys=True))
-    os.replace(tmp, cached)
+    atomic.write_text(cached, json.dumps(diff, sort_keys=True))
     return diff
 
 

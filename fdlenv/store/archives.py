@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ..errors import Fail
 from ..home import Home
-from .. import hashing, mirrors as _mirrors
+from .. import atomic, hashing, mirrors as _mirrors
 from .records import Record, mismatch
 
 CHUNK = 1 << 20
@@ -65,10 +65,10 @@ def verify(home: Home, a: Archive) -> None:
         pass
     if (bad := mismatch(a.record, str(a.path), hashing.of_file(a.path, md5=True))):
         raise bad
-    memo.parent.mkdir(parents=True, exist_ok=True)
-    tmp = memo.with_name(f".{memo.name}.{os.getpid()}")
-    tmp.write_text(_stat_id(st))
-    os.replace(tmp, memo)
+    try:
+        atomic.write_text(memo, _stat_id(st))
+    except OSError:
+        pass   # only a shortcut for the next realise: it re-hashes
 
 
 def locate(home: Home, r: Record, mirrors: dict[str, str]) -> Archive:

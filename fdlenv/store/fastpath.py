@@ -10,10 +10,9 @@ with its manifest (an env dir exists only when complete).
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
-from .. import hashing
+from .. import atomic, hashing
 from ..home import Home
 from .env import MANIFEST, Env
 
@@ -39,7 +38,4 @@ def lookup(home: Home, digest: str, variant: str, platform: str) -> Env | None:
 
 def remember(home: Home, digest: str, variant: str, platform: str, env: Env) -> None:
     p = _entry(home, digest, variant, platform)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.{os.getpid()}")
-    tmp.write_text(json.dumps({"key": env.key, "dir": env.path.name, "libtorch_root": str(env.libtorch_root)}))
-    os.replace(tmp, p)
+    atomic.write_text(p, json.dumps({"key": env.key, "dir": env.path.name, "libtorch_root": str(env.libtorch_root)}))

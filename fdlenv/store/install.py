@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .. import __version__, filelocks, variants
-from ..errors import Fail
+from ..errors import Fail, os_failure
 from ..home import Home
 from ..progress import during, say
 from .archives import Archive, evict_cache_entry, locate, verify
@@ -89,26 +89,19 @@ def build(home: Home, variant: str, key: str, records: list[Record], final: Path
         }
         (stage / ".fdlenv").mkdir(exist_ok=True)
         (stage / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+        _share_metadata(stage, (stage / MANIFEST).stat().st_mode & 0o777)
         _fsync_files(stage / MANIFEST, root / ".arch", stage / ".fdlenv", root, stage)
         os.rename(stage, final)
         _fsync_files(home.envs)
     except OSError as e:
         worker.abandon()
         shutil.rmtree(stage, ignore_errors=True)
-        if e.errno == errno.ENOSPC:
-            raise _no_space(home) from None
-        raise
+        raise os_failure(e, str(home.root)) from None
     except BaseException:
         worker.abandon()
         shutil.rmtree(stage, ignore_errors=True)
         raise
     say(f"realised {variant} in {time.monotonic() - t0:.1f}s")
-
-
-def _no_space(home: Home) -> Fail:
-    free = shutil.disk_usage(home.root).free
-    return Fail.retry(f"no space left on the device holding {home.root} "
-                      f"({free // (1 << 20)} MiB free); staging was cleaned, free space there and retry")
 
 
 def _install(home: Home, worker: WorkerProcess, archives: list[Archive], wheel_records: list[Record],
@@ -190,6 +183,17 @@ def _install(home: Home, worker: WorkerProcess, archives: list[Archive], wheel_r
     finally:
         for p in (marker, err):
             p.unlink(missing_ok=True)
+
+
+def _share_metadata(stage: Path, mode: int) -> None:
+    """rattler writes conda-meta/*.json readable by its owner only; give them the mode the
+    rest of the env has (the manifest's: 0644 under the usual umask), so another user of a
+    shared store can verify and activate it."""
+    meta = stage / "conda-meta"
+    if meta.is_dir():
+        for p in meta.iterdir():
+            if p.is_file() and not p.is_symlink() and p.stat().st_mode & 0o777 != mode:
+                os.chmod(p, mode)
 
 
 def _site_python(archives: list[Archive], wheel_records: list[Record]) -> str:

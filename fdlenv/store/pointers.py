@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .. import hashing, variants
+from .. import atomic, hashing, variants
 from ..home import Home
 from .env import MANIFEST, Env, from_dir
 
@@ -25,14 +25,7 @@ def _symlink(link: Path, target: Path) -> None:
             return
     except OSError:
         pass
-    link.parent.mkdir(parents=True, exist_ok=True)
-    tmp = link.with_name(f".{link.name}.{os.getpid()}")
-    tmp.unlink(missing_ok=True)
-    try:
-        os.symlink(target, tmp)
-        os.replace(tmp, link)
-    finally:
-        tmp.unlink(missing_ok=True)   # a temp name never outlives the call
+    atomic.symlink(link, target)
 
 
 def _write_line(path: Path, text: str) -> None:
@@ -41,10 +34,7 @@ def _write_line(path: Path, text: str) -> None:
             return
     except OSError:
         pass
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    atomic.write_text(path, text)
 
 
 def link_variant(home: Home, env: Env) -> None:

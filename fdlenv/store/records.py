@@ -61,15 +61,19 @@ def _load(path: Path) -> dict:
     import yaml
 
     try:
-        text = path.read_text()
+        text = path.read_bytes().decode("utf-8")
     except FileNotFoundError:
         raise Fail.permanent(f"--lock: {path} does not exist; expected {FORMS}") from None
+    except UnicodeDecodeError as e:
+        raise Fail.permanent(f"--lock: {path} is not UTF-8 text (byte {e.start}); expected {FORMS}") from None
     try:
         doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as e:
         where = getattr(e, "problem_mark", None)
         at = f" at line {where.line + 1}" if where else ""
-        raise Fail.permanent(f"--lock: {path} does not parse as YAML{at}; expected {FORMS}") from None
+        what = " ".join(str(getattr(e, "problem", "") or "").split())
+        raise Fail.permanent(f"--lock: {path} does not parse as YAML{at}" + (f" ({what})" if what else "")
+                             + f"; expected {FORMS}") from None
     if not isinstance(doc, dict) or doc.get("version") != 1 or not isinstance(doc.get("package"), list):
         raise Fail.permanent(f"--lock: {path} is not {FORMS}")
     return doc
@@ -79,22 +83,50 @@ def _categories(entry: dict) -> set[str]:
     cats = entry.get("categories")
     if cats is None:
         cats = [entry.get("category", "main")]
+    if isinstance(cats, str) or not isinstance(cats, list):
+        cats = [cats]
     return {str(c) for c in cats}
 
 
+_HEX = frozenset("0123456789abcdef")
+
+
+def _bad(path: Path, name, field: str, accepted: str) -> Fail:
+    return Fail.permanent(f"--lock: {path}: package {name!r} has a malformed {field}; accepted: {accepted} "
+                          "(regenerate the lock with `fdlenv lock`)")
+
+
 def _record(path: Path, i: int, e: dict) -> Record:
+    label = e.get("name") if isinstance(e.get("name"), str) else f"#{i}"
+
     def need(key):
         v = e.get(key)
         if v in (None, ""):
-            name = e.get("name", f"#{i}")
-            raise Fail.permanent(f"--lock: {path}: package {name!r} has no {key}; "
+            raise Fail.permanent(f"--lock: {path}: package {label!r} has no {key}; "
                                  "every entry needs name, version, manager, platform, url and hash.sha256")
+        if not isinstance(v, (str, int, float)) or isinstance(v, bool):
+            raise _bad(path, label, key, "a string")
         return str(v)
 
-    h = e.get("hash") or {}
+    h = e.get("hash")
+    if h is None:
+        h = {}
+    if not isinstance(h, dict):
+        raise _bad(path, label, "hash", "a mapping with sha256 (and md5)")
     if not h.get("sha256"):
-        raise Fail.permanent(f"--lock: {path}: package {e.get('name', i)!r} has no hash.sha256; "
+        raise Fail.permanent(f"--lock: {path}: package {label!r} has no hash.sha256; "
                              "fdlenv verifies every archive by sha256 (regenerate with `fdlenv lock`)")
+    sha256, md5 = str(h["sha256"]).lower(), str(h["md5"]).lower() if h.get("md5") else None
+    if len(sha256) != 64 or not set(sha256) <= _HEX:
+        raise _bad(path, label, "hash.sha256", "64 hex digits")
+    if md5 is not None and (len(md5) != 32 or not set(md5) <= _HEX):
+        raise _bad(path, label, "hash.md5", "32 hex digits")
+    deps = e.get("dependencies")
+    if deps is None:
+        deps = {}
+    if not isinstance(deps, dict) or not all(isinstance(k, str) and isinstance(v, (str, int, float))
+                                             for k, v in deps.items()):
+        raise _bad(path, label, "dependencies", "a mapping of package name to version constraint")
     manager = need("manager")
     if manager not in ("conda", "pip"):
         raise Fail.permanent(f"--lock: {path}: package {e.get('name')!r} has manager {manager!r}; accepted: conda, pip")
@@ -104,9 +136,8 @@ def _record(path: Path, i: int, e: dict) -> Record:
         # conda-lock omits build for some writers; the file name carries it.
         stem = url.rsplit("/", 1)[-1].removesuffix(".conda").removesuffix(".tar.bz2")
         build = stem.rsplit("-", 1)[-1]
-    return Record(manager, need("name"), need("version"), str(build or ""), url,
-                  str(h["sha256"]).lower(), str(h["md5"]).lower() if h.get("md5") else None,
-                  need("platform"), dict(e.get("dependencies") or {}))
+    return Record(manager, need("name"), need("version"), str(build or ""), url, sha256, md5,
+                  need("platform"), {k: str(v) for k, v in deps.items()})
 
 
 def read_variant(path: Path, variant: str, platform: str) -> list[Record]:

@@ -6,13 +6,16 @@ start time beside the lock (`<name>.holder`); a waiter prints "waiting for
 pid N on host H" every few seconds, which answers the commonest question
 about a stuck fleet node.
 
-Three ways to hold a lock:
+Four ways to hold a lock:
 - `exclusive(path, what)`: one holder (a realise of one key, a build, a source tree);
 - `shared(path, what, first=None)`: many holders, kept out only by an exclusive
   one (installs sharing the package cache); `first` runs only when the lock could
   be had exclusively without waiting (cleanup that must see nobody else), then
   the hold becomes shared;
-- `held(path)`: whether anybody holds it now (gc leaves what is in use).
+- `held(path)`: whether anybody holds it now (gc leaves what is in use);
+- `lease(path)`: a shared hold as a bare file descriptor the caller may pass to
+  a child (exec keeps it, fork shares it): held until the last process that
+  has it exits, however it exits.
 
 Each is a plain `fcntl.flock`: released by the kernel when its holder dies,
 even by kill -9, and free to import. The `filelock` package does the same on
@@ -26,7 +29,6 @@ import contextlib
 import fcntl
 import json
 import os
-import socket
 import time
 from pathlib import Path
 
@@ -70,7 +72,7 @@ def exclusive(path: Path, what: str, every: float = 3.0, poll: float = 0.1):
         _wait(f, fcntl.LOCK_EX, path, what, every, poll)
         note = path.with_name(path.name + ".holder")
         try:
-            note.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}))
+            note.write_text(json.dumps({"pid": os.getpid(), "host": os.uname().nodename, "since": time.time()}))
             yield
         finally:
             with contextlib.suppress(OSError):
@@ -107,3 +109,17 @@ def held(path: Path) -> bool:
             return True
         fcntl.flock(f, fcntl.LOCK_UN)
         return False
+
+
+def lease(path: Path, inheritable: bool = True) -> int:
+    """A shared hold on `path` as an open descriptor (close it to let go; a child given it
+    keeps the hold alive after this process is gone)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+    except BaseException:
+        os.close(fd)
+        raise
+    os.set_inheritable(fd, inheritable)
+    return fd

@@ -18,8 +18,13 @@ persist = len(sys.argv) > 4 and sys.argv[4] == "persist"
 standin = os.path.join(os.path.dirname(os.path.abspath(__file__)), "join_standin.py")
 
 
+ENV_DIR = Path(out) / "home" / "envs" / "cpu-k"   # a realised env as the store leaves it
+(ENV_DIR / ".fdlenv").mkdir(parents=True, exist_ok=True)
+(ENV_DIR / ".fdlenv" / "manifest.json").write_text("{}")
+
+
 def prepare(settings):
-    return Prepared(variant="cpu", env=Env("cpu", "k", Path("/env"), Path("/env/lib/libtorch")),
+    return Prepared(variant="cpu", env=Env("cpu", "k", ENV_DIR, Path("/env/lib/libtorch")),
                     bin=sys.executable, args=[standin, out, code, mode],
                     environ={"PATH": os.environ["PATH"], "LIBTORCH_PATH": "/env/lib/libtorch"})
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
+import sys
 import zipfile
 
 import pytest
@@ -178,3 +179,43 @@ def test_pack_on_a_full_disk_is_transient_and_leaves_no_partial_package(tmp_path
         one_error_line(res, 1, "no space left")
         left = [os.path.join(d, n) for d, _dirs, files in os.walk(tiny) for n in files]
         assert not any(p.endswith(".conda") or "/." in p for p in left), left
+
+
+# ------------------------------------------------------------------ children die with fdlenv
+
+def _gone(pid: int, budget: float = 10.0) -> bool:
+    import time
+
+    deadline = time.monotonic() + budget
+    while time.monotonic() < deadline:
+        try:
+            if open(f"/proc/{pid}/stat").read().split()[2] == "Z":
+                return True
+            os.kill(pid, 0)
+        except OSError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_kill_9_of_fdlenv_build_ends_its_recipe(tmp_path):
+    w = make_world(tmp_path)
+    tree = tmp_path / "src"
+    tree.mkdir()
+    (tree / "main.c").write_text("int main(void){return 0;}\n")
+    started = tmp_path / "started"
+    os.mkfifo(started)
+    recipe = f'sleep 600 & echo "$$ $!" > {started}; wait'
+    job = subprocess.Popen([sys.executable, "-m", "fdlenv", "build", "--libtorch", "cpu", "--lock", str(w.lock),
+                            "--home", str(w.home.root), "--source", f"file://{tree}",
+                            "--source-build", recipe, "--source-bin", "app"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        with open(started) as f:      # barrier: the recipe and its child run
+            shell, child = (int(x) for x in f.read().split())
+        job.kill()
+        job.wait()
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert _gone(shell) and _gone(child)

@@ -30,10 +30,14 @@ ENV_EXTRA = {"LIBTORCH_PATH": "/envs/cu128-abc/lib/libtorch", "FDL_GPU_FEATURE":
 
 def fake_prepare(out, *, variant="cu128", args=None, data_path=None, run_id=None, notes=(),
                  cwd=None, calls=None):
+    env_dir = Path(out) / "home" / "envs" / "cu128-abc"   # a realised env as the store leaves it
+    (env_dir / ".fdlenv").mkdir(parents=True, exist_ok=True)
+    (env_dir / ".fdlenv" / "manifest.json").write_text("{}")
+
     def prepare(settings):
         if calls is not None:
             calls.append(settings)
-        return Prepared(variant=variant, env=Env(variant or "cpu", "abc", Path("/envs/cu128-abc"), Path("/lib/libtorch")),
+        return Prepared(variant=variant, env=Env(variant or "cpu", "abc", env_dir, Path("/lib/libtorch")),
                         bin=None, cwd=cwd, data_path=data_path, args=args, run_id=run_id,
                         notes=list(notes), environ={"PATH": os.environ["PATH"], **ENV_EXTRA})
     return prepare
@@ -368,3 +372,26 @@ def test_end_to_end_through_a_real_sshd(tmp_path):
     assert spec["controller_host"] == "127.0.0.1"
     assert spec["controller_port"] != s.controller_port
     assert spec["model_sig_hex"] == "5a" * 32
+
+
+def test_kill_9_of_fdlenv_takes_the_agent_and_its_children_with_it(tmp_path):
+    """No code of fdlenv runs on SIGKILL: the group guard (a watcher told of its death by the
+    kernel) must end the agent's whole process group."""
+    proc = subprocess.Popen([sys.executable, str(HERE / "join_harness.py"), str(tmp_path), "0", "hang"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(HERE.parent)})
+    try:
+        deadline = time.monotonic() + 20
+        while not all((tmp_path / f).exists() and (tmp_path / f).read_text().strip()
+                      for f in ("agent.pid", "rank.pid")):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "agent or its rank child never started"
+            time.sleep(0.05)
+        agent = int((tmp_path / "agent.pid").read_text())
+        rank = int((tmp_path / "rank.pid").read_text())
+        proc.kill()
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert _gone(agent) and _gone(rank)

@@ -28,7 +28,7 @@ LAYERS = {
         "config.resolve", "settings"),
     1: ("hw", "variants", "home", "config", "config.model", "mirrors", "pipindex", "lockpath", "filelocks", "yamlfile",
         "fdlfile"),
-    0: ("", "errors", "progress", "hashing", "atomic"),
+    0: ("", "errors", "progress", "hashing", "atomic", "groupguard"),
 }
 
 

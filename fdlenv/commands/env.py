@@ -167,12 +167,10 @@ def cmd_verify(args) -> int:
 
 
 def cmd_gc(args) -> int:
-    from ..store.maintain import gc, gc_plan
+    from ..store.maintain import collect
 
     home = _home(args)
-    plan = gc_plan(home)
-    if not args.dry_run:
-        gc(home, plan)
+    plan = collect(home, dry_run=args.dry_run)
     if args.json:
         print(json.dumps(dict(plan.to_json(), dry_run=args.dry_run)))
     else:

@@ -29,8 +29,11 @@ def cmd_run(args) -> int:
 
     if not args.tail:
         raise Fail.permanent("run: no command; usage: fdlenv run [--libtorch V] -- CMD [ARGS...]")
+    from ..store import leases
+
     st, env = realise_from_args(args)
     environ = child_environ(st.home, env)
+    leases.take(env.path)   # inherited through exec: env gc leaves the env while the command runs
     try:
         os.execvpe(args.tail[0], args.tail, environ)
     except FileNotFoundError:

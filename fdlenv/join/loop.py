@@ -31,6 +31,7 @@ from ..errors import EXIT_PERMANENT, EXIT_TRANSIENT, Fail
 from ..progress import note
 from .probe import ENV_PROBE, Prober
 from .spec import ENV_AGENT_JSON, AgentSpec
+from ..store import leases
 from .supervise import Interrupted, Stopper, exit_code, spawn_agent, wait_agent
 
 BACKOFF_MIN = 5.0
@@ -122,10 +123,10 @@ class Runner:
         env.pop(ENV_AGENT_JSON, None)
         env[ENV_HOST_NAME] = s.host
 
-        sig = self.prober(bin_path, args, cwd=cwd, env=env, on_spawn=self.stopper.watch).sig
-
+        lease = leases.take(prepared.env.path) if prepared.env is not None else None
         tunnel = None
         try:
+            sig = self.prober(bin_path, args, cwd=cwd, env=env, on_spawn=self.stopper.watch).sig
             if s.ssh is not None:
                 tunnel = self.open_tunnel(s.ssh, s.controller_host, s.controller_port,
                                           say=self.say)
@@ -139,11 +140,13 @@ class Runner:
                 data_path=str(prepared.data_path) if prepared.data_path is not None else None,
                 run_id=prepared.run_id, gpu_ram_share=s.gpu_ram_share, model_sig_hex=sig)
             env[ENV_AGENT_JSON] = spec.encode()
-            proc = spawn_agent([bin_path, *args], cwd=cwd, env=env, stopper=self.stopper)
+            proc = spawn_agent([bin_path, *args], cwd=cwd, env=env, stopper=self.stopper,
+                               keep_fds=(lease,) if lease is not None else ())
             return wait_agent(proc, self.stopper)
         finally:
             if tunnel is not None:
                 tunnel.close()
+            leases.release(lease)
 
     # --------------------------------------------------------------------- loop
     def run(self) -> int:

@@ -107,15 +107,22 @@ class Stopper:
 
 
 def spawn_agent(argv: list[str], *, cwd: str | None, env: Mapping[str, str],
-                stopper: Stopper | None = None) -> subprocess.Popen:
-    """Start the agent: own session/process group, stdin null, output inherited."""
+                stopper: Stopper | None = None, keep_fds: tuple[int, ...] = ()) -> subprocess.Popen:
+    """Start the agent: own session/process group, stdin null, output inherited, `keep_fds`
+    (the env's lease) passed down; a `groupguard` watcher kills the group if fdlenv dies first
+    (`proc.guard`, released by `wait_agent`)."""
+    from ..groupguard import guard
+
+    def start() -> subprocess.Popen:
+        p = subprocess.Popen(argv, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL,
+                             start_new_session=True, pass_fds=keep_fds)
+        p.guard = guard(p.pid)
+        return p
     try:
         if stopper is None:
-            return subprocess.Popen(argv, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL,
-                                    start_new_session=True)
+            return start()
         with stopper.spawning():
-            proc = subprocess.Popen(argv, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL,
-                                    start_new_session=True)
+            proc = start()
             stopper.watch(proc)
         return proc
     except OSError as e:
@@ -136,6 +143,9 @@ def wait_agent(proc: subprocess.Popen, stopper: Stopper | None = None) -> int:
             stopper.watch(None)
     # Rank children the agent left behind would hold GPUs: stop them with it.
     signal_group(proc.pid, signal.SIGTERM)
+    guard = getattr(proc, "guard", None)
+    if guard is not None:
+        guard.release()
     return code
 
 

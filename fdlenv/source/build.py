@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from .. import hashing
+from .. import groupguard, hashing
 from .. import variants
 from ..errors import Fail
 from ..home import Home
@@ -85,6 +85,23 @@ def project_dir(tree: Path, recipe: Recipe) -> Path:
     return project
 
 
+def _end_group(proc) -> None:
+    """SIGTERM to the recipe's group, SIGKILL when it has not ended within 5 s."""
+    import signal
+    import subprocess
+
+    for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except OSError:
+            return
+        try:
+            proc.wait(grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
 def _vendor(env) -> str:
     v = env.variant
     return v.vendor if isinstance(v, variants.Variant) else variants.get(v).vendor
@@ -99,11 +116,20 @@ def _run_recipe(recipe: Recipe, project: Path, env, environ: dict) -> None:
     say(f"source: building in {project} — {recipe.build}")
     try:
         # stdout joins stderr: the compiler's output streams to the terminal or
-        # journal, and fdlenv's own stdout stays clean for --json.
-        rc = subprocess.run(["sh", "-c", recipe.build], cwd=project, env=environ,
-                            stdin=subprocess.DEVNULL, stdout=2).returncode
+        # journal, and fdlenv's own stdout stays clean for --json. Its own process
+        # group, guarded: the recipe never outlives fdlenv, even a kill -9 of it.
+        proc = subprocess.Popen(["sh", "-c", recipe.build], cwd=project, env=environ,
+                                stdin=subprocess.DEVNULL, stdout=2, start_new_session=True)
     except OSError as e:
         raise Fail.permanent(f"cannot start the build recipe in {project}: {e}")
+    guard = groupguard.guard(proc.pid)
+    try:
+        rc = proc.wait()
+    except BaseException:   # Ctrl-C (the recipe's own session does not see it) and the like
+        _end_group(proc)
+        raise
+    finally:
+        guard.release()
     if rc == 0:
         return
     vendor = _vendor(env)

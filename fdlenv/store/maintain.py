@@ -18,7 +18,8 @@ from pathlib import Path
 
 from .. import hashing
 from ..home import Home
-from ..filelocks import held
+from ..filelocks import exclusive, held
+from .leases import in_use, store_lock
 from . import pointers
 from .env import MANIFEST, read_manifest
 
@@ -155,7 +156,7 @@ def _verify_wheels(env_dir: Path, wheels: list[dict], full: bool, rep: Report) -
 
 def repair(home: Home, env_dir: Path, report: Report, mirrors: dict[str, str] | None = None) -> None:
     """Rebuild `env_dir` from its manifest; bad packages are re-extracted from their archives."""
-    from ..filelocks import exclusive
+    from ..filelocks import shared
     from .archives import evict_cache_entry
     from .records import Record
     from .install import build
@@ -163,7 +164,8 @@ def repair(home: Home, env_dir: Path, report: Report, mirrors: dict[str, str] | 
     m = read_manifest(env_dir)
     records = [Record.from_json(r) for r in m["records"]]
     bad = {p.package for p in report.problems}
-    with exclusive(home.locks / f"{m['key']}.lock", f"repairing {m['variant']}"):
+    with shared(store_lock(home.locks), f"repairing {m['variant']}"), \
+            exclusive(home.locks / f"{m['key']}.lock", f"repairing {m['variant']}"):
         for r in records:
             if r.name in bad:
                 evict_cache_entry(home, r)
@@ -192,12 +194,24 @@ class GcPlan:
                 "archives": [str(p) for p in self.archives], "bytes": self.bytes}
 
 
+def collect(home: Home, dry_run: bool = False) -> GcPlan:
+    """Plan and (unless `dry_run`) delete, holding the store lock exclusively: no realise is
+    between finding an env and rooting it, no install links from the cache meanwhile."""
+    with exclusive(store_lock(home.locks), "collecting garbage"):
+        plan = gc_plan(home)
+        if not dry_run:
+            gc(home, plan)
+    return plan
+
+
 def gc_plan(home: Home) -> GcPlan:
+    """Envs no root or pointer reaches, no realise is building and no process leases; cache
+    entries only those envs link; archives no kept env names. Call it under `collect`'s lock."""
     live = pointers.live_targets(home)
     dead, kept = [], []
     for d in env_dirs(home):
         m = read_manifest(d)
-        busy = held(home.locks / f"{m['key']}.lock")
+        busy = held(home.locks / f"{m['key']}.lock") or in_use(d)
         (kept if Path(os.path.realpath(d)) in live or busy else dead).append(d)
     total = sum(_size(d) for d in dead)
     dead_inodes = {(st.st_dev, st.st_ino) for d in dead for st in _stats(d)}

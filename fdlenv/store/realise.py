@@ -20,7 +20,9 @@ from .. import variants
 from ..lockpath import split_sibling
 from ..errors import Fail
 from ..home import Home
+from ..filelocks import shared
 from . import fastpath, pointers
+from .leases import store_lock
 from .env import MANIFEST, Env, libtorch_root
 from .envkey import this_platform
 
@@ -49,21 +51,24 @@ def realise(home: Home, variant: str, lock: Path, mirrors: dict[str, str] | None
         raise Fail.permanent(f"--lock: {lock} does not exist; give a conda-lock v1 file (see `fdlenv lock --help`)")
     lock = choose_lock(lock, variant)
     digest = fastpath.lock_digest(lock)
-    env = fastpath.lookup(home, digest, variant, platform)
-    if env is None:
-        from .install_worker import WorkerProcess
+    # Held shared from the lookup through the root and pointers: gc (exclusive) cannot
+    # delete the env between our finding or building it and its root (store/leases.py).
+    with shared(store_lock(home.locks), f"realising {variant}"):
+        env = fastpath.lookup(home, digest, variant, platform)
+        if env is None:
+            from .install_worker import WorkerProcess
 
-        worker = WorkerProcess(fork)  # imports rattler in a child while this process reads the lock
-        try:
-            env = _slow_path(home, variant, lock, digest, platform, mirrors or {}, worker)
-        finally:
-            worker.abandon()
-        fastpath.remember(home, digest, variant, platform, env)
-    pointers.root(home, lock, env)
-    if activate:
-        pointers.set_active(home, env)
-    else:
-        pointers.link_variant(home, env)
+            worker = WorkerProcess(fork)  # imports rattler in a child while this process reads the lock
+            try:
+                env = _slow_path(home, variant, lock, digest, platform, mirrors or {}, worker)
+            finally:
+                worker.abandon()
+            fastpath.remember(home, digest, variant, platform, env)
+        pointers.root(home, lock, env)
+        if activate:
+            pointers.set_active(home, env)
+        else:
+            pointers.link_variant(home, env)
     return env
 
 

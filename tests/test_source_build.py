@@ -208,12 +208,33 @@ RACER = textwrap.dedent("""
 
 @pytest.mark.slow
 def test_two_prepares_racing_on_one_key_build_once(tmp_path):
+    """Barriers: the first racer's recipe stops at a fifo while it holds the build; the second
+    is let go only once it says it waits; then the first finishes."""
     setup(tmp_path)
-    slow = "sleep 1.5; " + RECIPE
+    started, go = tmp_path / "started", tmp_path / "go"
+    os.mkfifo(started)
+    os.mkfifo(go)
+    held = f'echo building > "{started}"; read x < "{go}"; ' + RECIPE
     tests_dir = str(Path(__file__).parent)
-    procs = [subprocess.Popen([sys.executable, "-c", RACER, str(tmp_path), slow, tests_dir],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
-    outs = [p.communicate(timeout=60) for p in procs]
+
+    def racer():
+        return subprocess.Popen([sys.executable, "-c", RACER, str(tmp_path), held, tests_dir],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    procs = [racer()]
+    try:
+        with open(started) as f:
+            assert f.readline().strip() == "building"     # the first holds the build lock
+        procs.append(racer())
+        while "waiting for" not in (line := procs[1].stderr.readline()):   # the second waits
+            assert line, procs[1].communicate()
+        with open(go, "w") as f:
+            f.write("go\n")
+        outs = [p.communicate(timeout=60) for p in procs]
+        outs[1] = (outs[1][0], line + outs[1][1])
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
     assert all(p.returncode == 0 for p in procs), outs
     results = [json.loads(o) for o, _ in outs]
     assert runs(tmp_path) == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
@@ -395,3 +396,14 @@ def test_kill_9_of_fdlenv_takes_the_agent_and_its_children_with_it(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert _gone(agent) and _gone(rank)
+
+
+@pytest.mark.parametrize("err, code", [(errno.ENOSPC, 1), (errno.EACCES, 2)])
+def test_an_oserror_from_a_step_is_classified_like_any_failure(tmp_path, capsys, err, code):
+    def prepare(s):
+        raise OSError(err, os.strerror(err), str(tmp_path / "x"))
+    notes = []
+    assert L.run_join(settings(tmp_path, persist=(code == 2)), prepare, say=notes.append) == code
+    line = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("error:")]
+    assert len(line) == 1 and str(tmp_path / "x") in line[0]
+    assert ("not re-dialing — retrying cannot fix this (exit 2)" in notes) == (code == 2)

@@ -27,7 +27,7 @@ from typing import Callable
 
 from .. import variants
 from ..config.model import JoinSettings
-from ..errors import EXIT_PERMANENT, EXIT_TRANSIENT, Fail
+from ..errors import EXIT_PERMANENT, EXIT_TRANSIENT, Fail, os_failure
 from ..progress import note
 from .probe import ENV_PROBE, Prober
 from .spec import ENV_AGENT_JSON, AgentSpec
@@ -163,7 +163,8 @@ class Runner:
             except Interrupted as i:
                 self.say(f"stopped by {_signame(i.signum)} before the agent ran; not re-dialing")
                 return EXIT_TRANSIENT
-            except Fail as f:
+            except (Fail, OSError) as e:   # an OSError from any step: errors.os_failure's one rule
+                f = e if isinstance(e, Fail) else os_failure(e)
                 print(f"error: {f.message}", file=sys.stderr, flush=True)
                 if not f.transient:
                     self.say("not re-dialing — retrying cannot fix this (exit 2)")

@@ -6,8 +6,9 @@ or the CLI front: what two commands share lives here, below them.
 - `store_options` (`--libtorch`, `--lock`, `--mirror`) and `realise_from_args`:
   env realize, run, shell-hook and build settle a variant the same way
   (`settings.resolve`, then `settle.settle`, then `store.realise`);
-- `add_join_flags` / `join_flags`: the flags `join` shares with `prepare`,
-  read into `config.JoinFlags`.
+- `add_source_flags` (build, prepare, join), `add_join_flags` (prepare, join),
+  `add_dial_flags` (join) and `join_flags`: read into `config.model.JoinFlags`,
+  the same meaning in every command.
 
 `args.owns_process` is set by the CLI front: true only when fdlenv runs as
 the program itself, which is when the store may fork its install worker.
@@ -82,12 +83,12 @@ def _share(text: str) -> float:
     return v
 
 
-def add_join_flags(p: argparse.ArgumentParser) -> None:
-    """The flags `join` shares with `prepare` (no controller, token, persist, probe)."""
+def add_source_flags(p: argparse.ArgumentParser) -> None:
+    """The flags `join`, `prepare` and `build` share: the ssh hop, the source, the variant and the
+    store's settings. `--identity` is the hop's key, which rsync:// and sshfs:// use too."""
     p.add_argument("--ssh", metavar="[USER@]HOST[:PORT]",
                    help="ssh hop: tunnel to the controller (and pull rsync sources) through it")
-    p.add_argument("--identity", metavar="FILE", help="key file for the ssh hop")
-    p.add_argument("--bin", metavar="PATH", help="training binary on this box, run as given")
+    p.add_argument("--identity", metavar="FILE", help="key file for the ssh hop (rsync:// sources use it too)")
     p.add_argument("--source", metavar="SPEC",
                    help="fetch and build here: file:///abs, rsync://[user@]host[:port]:/abs, "
                         "git+https|ssh|file://...#ref")
@@ -100,11 +101,17 @@ def add_join_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lock", metavar="FILE", help="conda-lock file (default: discovered)")
     p.add_argument("--mirror", metavar="NAME=URL", action="append", default=[],
                    help="channel or wheel-index mirror (pypi=URL, pytorch=URL), repeatable")
+    home_option(p)
+
+
+def add_join_flags(p: argparse.ArgumentParser) -> None:
+    """The flags `join` shares with `prepare` (no controller, token, persist, probe)."""
+    add_source_flags(p)
+    p.add_argument("--bin", metavar="PATH", help="training binary on this box, run as given")
     p.add_argument("--host", metavar="NAME", help="logical host name (default: hostname)")
     p.add_argument("--devices", metavar="0,1|all", help="device ids to offer (default: all)")
     p.add_argument("--data-path", metavar="P", help="dataset root (with --data-source: mountpoint)")
     p.add_argument("--data-source", metavar="S", help="sshfs://... mounted when not already")
-    home_option(p)
 
 
 def add_dial_flags(p: argparse.ArgumentParser) -> None:

@@ -1,23 +1,27 @@
 """Children die with fdlenv, even when fdlenv is killed with -9.
 
 fdlenv starts long-lived process groups: join's agent (and the rank children
-it spawns), the probe, a build recipe. Each runs in its own session, so a
-Ctrl-C or systemd's stop reaches fdlenv, which forwards it. A SIGKILL of
-fdlenv runs no code, though: without more, the group would keep running,
-holding GPUs and writing into a tree the next run reuses.
+it spawns), a build recipe. Each runs in its own session, so fdlenv decides
+what reaches it (it forwards SIGTERM and Ctrl-C). A SIGKILL of fdlenv runs no
+code, though: without more, the group would keep running, holding GPUs and
+writing into a tree the next run reuses.
 
-`guard(pgid)` starts a small watcher process beside the group. The kernel
-tells the watcher when fdlenv dies (Linux's parent-death signal, set by the
-watcher itself; if fdlenv is already gone by then it notices that instead),
-and the watcher kills the whole group. `Guard.release()`, called once the
-group has been waited for, stops the watcher without touching the group.
-Elsewhere than Linux the watcher only covers what it can see: it checks its
-parent every second.
+`spawn(argv, ...)` starts the command behind a gate and a watcher:
+1. the command's session starts as `sh` blocked on a pipe (the gate);
+2. the watcher starts beside it, sets the kernel's parent-death signal on
+   itself (Linux; it also looks at its parent every second, which covers the
+   instant before that and other systems) and says it is ready;
+3. only then does fdlenv open the gate and `sh` execs the command (same pid,
+   same group). If fdlenv dies before that, the gate reads end-of-file and
+   the command never runs.
+When fdlenv dies, the watcher kills the whole group. `Guard.release()`, once
+the group has been waited for, stops the watcher without touching the group.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -37,11 +41,18 @@ try:
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
 except Exception:
     pass
-while True:   # the parent may have died before prctl: then nothing signals, so look
+if os.getppid() != parent:
+    end()
+sys.stdout.write("ready\n")
+sys.stdout.flush()
+while True:
     if os.getppid() != parent:
         end()
     time.sleep(1.0)
 """
+
+# Reads one line from the gate pipe; runs the command only on "go" (end-of-file: fdlenv died).
+_GATE = 'IFS= read -r go && [ "$go" = go ] && exec "$@"'
 
 
 class Guard:
@@ -50,8 +61,9 @@ class Guard:
     def __init__(self, pgid: int):
         self.pgid = pgid
         self._proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", _WATCHER, str(pgid), str(os.getpid())],
-                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                      stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                       start_new_session=True)
+        self._proc.stdout.readline()   # "ready": it is told if we die from here on
 
     def release(self) -> None:
         """The group was waited for: stop the watcher, leave the group alone."""
@@ -61,7 +73,33 @@ class Guard:
             except OSError:
                 pass
         self._proc.wait()
+        self._proc.stdout.close()
 
 
-def guard(pgid: int) -> Guard:
-    return Guard(pgid)
+def _check_runnable(argv: list[str], cwd, env) -> None:
+    """What exec would refuse, as the OSError Popen would raise (the gate's sh hides it)."""
+    prog = argv[0]
+    if "/" in prog:
+        path = prog if os.path.isabs(prog) or cwd is None else os.path.join(cwd, prog)
+        if not os.path.exists(path):
+            raise FileNotFoundError(2, "No such file or directory", prog)
+        if os.path.isdir(path) or not os.access(path, os.X_OK):
+            raise PermissionError(13, "Permission denied", prog)
+    elif shutil.which(prog, path=(env or os.environ).get("PATH")) is None:
+        raise FileNotFoundError(2, "No such file or directory", prog)
+
+
+def spawn(argv: list[str], *, cwd=None, env=None, **popen) -> subprocess.Popen:
+    """Start `argv` in a session of its own, guarded; `proc.guard` is its Guard."""
+    _check_runnable(argv, cwd, env)
+    proc = subprocess.Popen(["sh", "-c", _GATE, "sh", *argv], cwd=cwd, env=env, stdin=subprocess.PIPE,
+                            start_new_session=True, **popen)
+    try:
+        proc.guard = Guard(proc.pid)
+        proc.stdin.write(b"go\n")
+        proc.stdin.close()
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    return proc

@@ -69,6 +69,7 @@ class PrepareRequest(NamedTuple):
     ssh: SshConfig | None = None           # identity and options for rsync:// and sshfs://
     project_root: str | None = None        # fdl.yml's directory (lock discovery)
     gpu_gate: bool = True
+    build_only: bool = False               # `fdlenv build`: the source steps only (no data, no dirs)
 
 
 def request_from_settings(settings: JoinSettings, *, gpu_gate: bool = True) -> PrepareRequest:
@@ -84,7 +85,7 @@ class Prepared:
     A plain class with slots (`prepare` fills it in step by step; no dataclass on the re-dial path)."""
 
     __slots__ = ("variant", "env", "bin", "cwd", "data_path", "args", "run_id", "notes", "environ",
-                 "seconds")
+                 "seconds", "build_key", "built")
 
     def __init__(self, variant: str | None, env: Env | None, bin: str | None = None,
                  cwd: str | None = None, data_path: str | None = None, args: list[str] | None = None,
@@ -100,6 +101,8 @@ class Prepared:
         self.notes = [] if notes is None else notes
         self.environ = {} if environ is None else environ   # the complete child environment
         self.seconds = {} if seconds is None else seconds
+        self.build_key: str | None = None  # the source's build key (None without a source)
+        self.built = False                 # the recipe ran in this call
 
     def to_json(self) -> dict:
         """`fdlenv prepare --json`'s object (its --help lists the keys)."""
@@ -273,13 +276,15 @@ def prepare(req: PrepareRequest, home: Home, *, survey: Callable[[], Survey] | N
         if req.gpu_gate:
             gpu_gate(surveyed())
             lap("gpu")
-        ssh_opts = list(req.ssh.options) if req.ssh else []
-        root = data.dataset_root(req.data_path, req.data_source, notes, ssh_options=ssh_opts,
-                                 identity=req.ssh.identity_file if req.ssh else None,
-                                 proc_mounts=proc_mounts, cwd=cwd)
-        lap("data")
-        data.node_local_dirs(notes, home=user_home, stage=stage, proc_mounts=proc_mounts)
-        lap("dirs")
+        root = None
+        if not req.build_only:
+            ssh_opts = list(req.ssh.options) if req.ssh else []
+            root = data.dataset_root(req.data_path, req.data_source, notes, ssh_options=ssh_opts,
+                                     identity=req.ssh.identity_file if req.ssh else None,
+                                     proc_mounts=proc_mounts, cwd=cwd)
+            lap("data")
+            data.node_local_dirs(notes, home=user_home, stage=stage, proc_mounts=proc_mounts)
+            lap("dirs")
         out = Prepared(variant=None, env=None, bin=req.bin, notes=notes, seconds=seconds,
                        data_path=str(root) if root is not None else None)
         if req.source is None:
@@ -298,6 +303,7 @@ def prepare(req: PrepareRequest, home: Home, *, survey: Callable[[], Survey] | N
                 built = build_source(home, fetched, m, recipe, out.env, out.environ, notes)
                 lap("build")
             out.bin, out.cwd = str(built.bin), str(built.cwd)
+            out.build_key, out.built = built.key, built.built
             if m is not None:
                 out.args, out.run_id = list(m.args), m.run
         out.variant = out.env.variant if out.env else None

@@ -31,6 +31,11 @@ def setup(tmp_path, recipe=RECIPE, cwd="", bin="target/release/train", variant="
     return home, tree, env, environ, Recipe(recipe, cwd, bin, False)
 
 
+def tools(home, environ) -> str:
+    from fdlenv.source.toolchain import identity
+    return identity(environ, home.cache / "toolchain.json")
+
+
 def runs(tmp_path) -> int:
     p = tmp_path / "count"
     return len(p.read_text().splitlines()) if p.exists() else 0
@@ -39,7 +44,7 @@ def runs(tmp_path) -> int:
 def test_the_env_reaches_the_recipe_and_the_binary_is_returned(tmp_path, capfd):
     home, tree, env, environ, recipe = setup(tmp_path)
     b = build.build(home, tree, "d" * 64, env, environ, recipe)
-    assert b.built and b.cwd == tree and b.key == build_key("d" * 64, env.key, recipe)
+    assert b.built and b.cwd == tree and b.key == build_key("d" * 64, env.key, recipe, tools(home, environ))
     assert b.bin == home.builds / b.key / "train"
     assert b.bin.read_text() == f"{env.libtorch_root}|from-{env.key[:8]}|{tree}"
     out, err = capfd.readouterr()
@@ -97,12 +102,15 @@ def test_a_build_that_produces_nothing_at_bin_is_permanent(tmp_path):
     assert not list(home.builds.iterdir())
 
 
-def test_a_bin_escaping_the_tree_is_not_published(tmp_path):
+@pytest.mark.parametrize("bin", ["../secret", "/etc/passwd", "app/../../secret", "link-out"])
+def test_a_bin_outside_the_tree_is_refused_before_the_recipe_runs(tmp_path, bin):
     (tmp_path / "secret").write_text("s")
-    home, tree, env, environ, recipe = setup(tmp_path, recipe="true", bin="../secret")
+    home, tree, env, environ, recipe = setup(tmp_path, recipe=f'echo ran > "{tmp_path}/ran"', bin=bin)
+    (tree / "link-out").symlink_to(tmp_path / "secret")
     with pytest.raises(Fail) as e:
         build.build(home, tree, "d" * 64, env, environ, recipe)
-    assert not e.value.transient and not list(home.builds.iterdir())
+    assert not e.value.transient and "bin" in e.value.message
+    assert not (tmp_path / "ran").exists() and not (home.builds.exists() and list(home.builds.iterdir()))
 
 
 @pytest.mark.optional   # a host with every CUDA header installed cannot show the gap
@@ -182,7 +190,7 @@ def test_no_manifest_and_no_local_artifact_waits_rather_than_stopping():
 
 def test_a_killed_builds_debris_is_cleared(tmp_path):
     home, tree, env, environ, recipe = setup(tmp_path)
-    key = build_key("d" * 64, env.key, recipe)
+    key = build_key("d" * 64, env.key, recipe, tools(home, environ))
     write_tree(home.builds / f".staging-{key}-99999", {"train": "half"})
     write_tree(home.builds / key, {"unrelated": "the artifact is gone"})
     b = build.build(home, tree, "d" * 64, env, environ, recipe)

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from fdlenv import cli
-from fdlenv.commands import build as build_cmd
+from fdlenv.store.env import Env as FakeStoreEnv
 from fdlenv.source import manifest
 from fdlenv.source.manifest import RunManifest
 
@@ -16,16 +16,19 @@ RECIPE = 'mkdir -p target/release && printf "%s" "$FDL_TEST_ACTIVATED" > target/
 
 @pytest.fixture
 def fdlenv(monkeypatch, tmp_path, capsys):
-    """main() with only the build command, and a fake env instead of the store."""
+    """main() with only the build command, and a fake env instead of the store's."""
+    from fdlenv.store import activation, realise
+
     monkeypatch.setattr(cli, "COMMANDS", ("build",))
     env = fake_env(tmp_path)
     seen = []
 
-    def fake_environment(home, variant, lock, mirrors, fork):
+    def fake_realise(home, variant, lock, mirrors=None, *, activate=False, fork=False, platform=None):
         seen.append((variant, lock))
-        return env, environ_for(env)
+        return FakeStoreEnv(variant, env.key, env.path, env.libtorch_root, False)
 
-    monkeypatch.setattr(build_cmd, "_environment", fake_environment)
+    monkeypatch.setattr(realise, "realise", fake_realise)
+    monkeypatch.setattr(activation, "child_environ", lambda home, e, base=None, rocm_root=None: environ_for(env))
     monkeypatch.chdir(tmp_path)  # no fdl.yml above: lock discovery sees only flags and the tree
 
     def run(*argv, lock=True):
@@ -49,7 +52,7 @@ def test_the_json_names_the_artifact_and_a_redial_reuses_it(fdlenv, tmp_path):
     assert set(first) == {"bin", "cwd", "build_key", "built", "run_id", "args", "seconds"}
     assert first["built"] is True and first["run_id"] == m.run and first["args"] == ["--epochs", "2"]
     assert open(first["bin"]).read().startswith("from-") and len(first["build_key"]) == 64
-    assert set(first["seconds"]) >= {"fetch", "env", "build", "total"}
+    assert set(first["seconds"]) >= {"source", "env", "build", "total"}
     assert "run manifest: run feedbeef" in err
     assert fdlenv.seen[0][0] == "cu128"  # the token is canonicalised before the store sees it
     code, out, _ = fdlenv("--libtorch", "cu128", "--source", f"file://{src}", "--json", "--", "--lr", "1")
@@ -70,7 +73,7 @@ def test_a_lock_at_the_trees_root_is_used_when_none_is_given(fdlenv, tmp_path):
 
 def test_a_broken_spec_exits_2_before_anything_moves(fdlenv, tmp_path):
     code, out, err = fdlenv("--libtorch", "cpu", "--source", "git+https://h/r", "--json")
-    assert code == 2 and out == "" and err.startswith("error: --source:") and "not a pin" in err
+    assert code == 2 and out == "" and err.startswith("error: source:") and "not a pin" in err
     assert not (tmp_path / "home" / "source").exists() and fdlenv.seen == []
 
 

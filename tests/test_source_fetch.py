@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from fdlenv.config.model import SshConfig
 from fdlenv.errors import Fail
 from fdlenv.home import Home
 from fdlenv.source import fetch
@@ -32,7 +33,7 @@ def test_rsync_argv_preserves_times_and_protects_the_target_dir(tmp_path):
 
 
 def test_rsync_argv_carries_the_ssh_hops_port_key_and_options(tmp_path):
-    ssh = fetch.SshOpts("/keys/my key", ("ConnectTimeout=5", "BatchMode=no"))
+    ssh = SshConfig(identity_file="/keys/my key", options=("ConnectTimeout=5", "BatchMode=no"))
     argv = fetch.rsync_argv(parse("rsync://flodl@ctrl:2222:/srv/t"), tmp_path, ssh)
     rsh = argv[argv.index("-e") + 1]
     words = shlex.split(rsh)  # rsync's splitter groups quotes like the shell does here
@@ -45,7 +46,7 @@ def test_rsync_argv_carries_the_ssh_hops_port_key_and_options(tmp_path):
 
 def test_an_ssh_setting_with_both_quote_kinds_is_refused():
     with pytest.raises(Fail) as e:
-        fetch.rsh_command(parse("rsync://c:/s"), fetch.SshOpts("/k/it's \"odd\""))
+        fetch.rsh_command(parse("rsync://c:/s"), SshConfig(identity_file="/k/it's \"odd\""))
     assert not e.value.transient
 
 
@@ -202,7 +203,7 @@ def test_an_annotated_tag_resolves_to_its_commit_on_the_cheap_path(tmp_path):
 def test_rsync_over_ssh_pulls_with_times_and_a_failure_is_transient(tmp_path, sshd_server):
     s = sshd_server
     src = write_tree(tmp_path / "remote src $x;y", {"main.rs": "fn main(){}\n", "data/a.bin": "a" * 1000})
-    ssh = fetch.SshOpts(str(s.identity), (f"UserKnownHostsFile={s.known_hosts}", "IdentitiesOnly=yes"))
+    ssh = SshConfig(identity_file=str(s.identity), options=(f"UserKnownHostsFile={s.known_hosts}", "IdentitiesOnly=yes"))
     home = Home(tmp_path / "home")
     got = do_fetch(home, f"rsync://{s.user}@{s.host}:{s.port}:{src}", ssh)
     assert (got.tree / "main.rs").read_text() == "fn main(){}\n"
@@ -213,6 +214,6 @@ def test_rsync_over_ssh_pulls_with_times_and_a_failure_is_transient(tmp_path, ss
     assert e.value.transient and "rsync exit" in e.value.message
     with pytest.raises(Fail) as e:  # wrong key: BatchMode means a failure, never a prompt
         do_fetch(home, f"rsync://{s.user}@{s.host}:{s.port}:{src}",
-                 fetch.SshOpts(str(tmp_path / "no-key"), (f"UserKnownHostsFile={s.known_hosts}",
+                 SshConfig(identity_file=str(tmp_path / "no-key"), options=(f"UserKnownHostsFile={s.known_hosts}",
                                                           "IdentitiesOnly=yes")))
     assert e.value.transient

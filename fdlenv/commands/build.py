@@ -1,33 +1,36 @@
-"""`fdlenv build`: prepare's source step on its own — fetch, realise, content-keyed build.
+"""`fdlenv build`: prepare's source steps on their own — fetch, realise, content-keyed build.
 
-Order (cheap first): parse the spec (a typo fails before anything moves),
-claim the tree, fetch + digest, read the run manifest and check its digest,
+The same functions as `fdlenv prepare` and `fdlenv join` (fdlenv.prepare with
+`build_only`), the same flags with the same meaning (`--ssh`/`--identity`
+name the hop and its key, which an rsync:// source uses), the same fdl.yml
+`join:` block: parse the spec (a typo fails before anything moves), claim
+the tree, fetch + digest, read the run manifest and check its digest,
 realise the variant's env, then build by content key. A re-dial with nothing
-changed runs rsync (or `git ls-remote`), stats the tree and finds
-`builds/<key>/`: no recipe, no lock, no YAML.
+changed stats the tree and the toolchain and finds `builds/<key>/`: no
+recipe, no lock, no YAML.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import time
-from pathlib import Path
+import sys
 
-from ..flags import home_option
-from ..home import Home
-from ..progress import say
+from ..flags import add_source_flags, join_flags, owns_process
 
 EPILOG = """examples:
   fdlenv build --libtorch cpu --source file:///srv/mnist --source-bin target/release/mnist
   fdlenv build --libtorch cu128 --source git+https://git.example/me/train#v1.2 --json
   fdlenv build --libtorch auto --source rsync://flodl@ctrl:2222:/srv/train \\
-      --identity ~/.ssh/flodl --source-cwd app --source-build 'cargo build --release --features "$FDL_GPU_FEATURE"'
+      --ssh flodl@ctrl:2222 --identity ~/.ssh/flodl --source-cwd app \\
+      --source-build 'cargo build --release --features "$FDL_GPU_FEATURE"'
 
   The recipe runs with `sh -c` in <tree>/<cwd>, inside the variant's env
-  (LIBTORCH_PATH, FDL_GPU_FEATURE, LD_LIBRARY_PATH set). A run manifest
-  (.fdl-run.yml) in the tree wins over --source-cwd/-build/-bin, field by field.
-  Exit codes: 0 ok, 1 transient (retrying may help), 2 permanent.
+  (LIBTORCH_PATH, FDL_GPU_FEATURE, LD_LIBRARY_PATH set), in its own process
+  group that ends with fdlenv. A run manifest (.fdl-run.yml) in the tree wins
+  over --source-cwd/-build/-bin, field by field. The build key covers what the
+  source delivered (a git checkout's tracked files), the env and the compilers
+  on the env's PATH. Exit codes: 0 ok, 1 transient (retrying may help), 2 permanent.
 """
 
 
@@ -35,70 +38,42 @@ def add_parser(sub) -> None:
     p = sub.add_parser(
         "build", help="fetch a training source and build it in a variant's env (content-keyed)",
         description="Fetch --source into ~/.flodl/source/<spec-hash>/, realise the --libtorch env and "
-                    "build the artifact once per (tree digest, env, recipe, cwd, bin) into "
+                    "build the artifact once per (source content, env, toolchain, recipe, cwd, bin) into "
                     "~/.flodl/builds/<key>/; an unchanged re-dial reuses it without running the recipe.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--libtorch", required=True, metavar="VARIANT",
-                   help="auto, cpu, cu126, cu128, rocm7.0, rocm7.1")
-    p.add_argument("--lock", metavar="FILE",
-                   help="conda-lock file (default: fdl.yml's fdlenv.lock, else conda-lock.yml beside fdl.yml, "
-                        "at the tree's root, or shipped with fdlenv)")
-    p.add_argument("--mirror", action="append", metavar="NAME=URL", help="map a channel or wheel index (pypi, pytorch) to a mirror")
-    p.add_argument("--source", required=True, metavar="SPEC",
-                   help="file:///abs, rsync://[user@]host[:port]:/abs, git+https|ssh|file://…#<ref>")
-    p.add_argument("--source-cwd", metavar="DIR", help="project dir inside the tree (default: its root)")
-    p.add_argument("--source-build", metavar="CMD", help="build recipe, a shell line (default: cargo build --release)")
-    p.add_argument("--source-bin", metavar="PATH", help="the built artifact, relative to the project dir")
-    p.add_argument("--identity", metavar="FILE", help="ssh key for an rsync:// source (ssh -i)")
-    p.add_argument("--ssh-option", metavar="KEY=VALUE", action="append", default=[],
-                   help="ssh -o option for an rsync:// source (repeatable; BatchMode stays yes)")
+    add_source_flags(p)
     p.add_argument("--json", action="store_true",
                    help='one object on stdout: {"bin", "cwd", "build_key", "built", "run_id", "args", "seconds"}')
-    home_option(p)
     p.set_defaults(func=run)
 
 
-def _environment(home: Home, variant: str, lock: Path, mirrors: dict, fork: bool):
-    """The realised env and its complete child environment (the store, imported here)."""
-    from ..store.activation import child_environ
-    from ..store.realise import realise
-
-    env = realise(home, variant, lock, mirrors, fork=fork)
-    return env, child_environ(home, env)
-
-
 def run(args: argparse.Namespace) -> int:
-    from ..source import build, digest, fetch, manifest
-    from ..source.spec import parse
-    from ..flags import owns_process, settings_of, variant_of
+    from pathlib import Path
 
-    t0 = time.monotonic()
-    st = settings_of(args)
-    home = st.home
-    spec = parse(args.source)
-    variant = variant_of(args.libtorch, home)
-    seconds = {}
-    with fetch.claimed(home, spec):
-        got = fetch.fetch(home, spec, fetch.SshOpts(args.identity, tuple(args.ssh_option)))
-        say(got.note)
-        m = manifest.read(got.tree, got.state)
-        got.state.save()
-        if m is not None:
-            say(manifest.summary(m))
-            if m.digest is not None:
-                digest.verify(got.tree, m.digest.sha256, got.scan)
-        recipe = build.resolve(m, args.source_cwd, args.source_build, args.source_bin)
-        seconds["fetch"] = time.monotonic() - t0
-        env, environ = _environment(home, variant, st.lock(got.tree), st.mirrors, owns_process(args))
-        seconds["env"] = time.monotonic() - t0 - seconds["fetch"]
-        built = build.build(home, got.tree, got.digest.content, env, environ, recipe)
-    seconds["build"] = time.monotonic() - t0 - seconds["fetch"] - seconds["env"]
-    seconds["total"] = time.monotonic() - t0
-    run_args = args.tail if args.tail is not None else (list(m.args) if m else None)
+    from ..config.load import load_project
+    from ..config.resolve import resolve_prepare
+    from ..errors import Fail
+    from ..home import Home
+    from ..prepare import prepare, request_from_settings
+    from ..progress import say
+
+    settings = resolve_prepare(join_flags(args)._replace(tail=None), load_project())
+    if settings.source is None:
+        raise Fail.permanent("--source: nothing to build; give --source SPEC (or a join.source block)")
+    req = request_from_settings(settings, gpu_gate=False)._replace(build_only=True)
+    try:
+        out = prepare(req, Home(Path(settings.home)), fork=owns_process(args))
+    except Fail as f:
+        for n in f.notes:
+            say(n)
+        raise
+    for n in out.notes:
+        say(n)
+    run_args = args.tail if args.tail is not None else out.args
     if args.json:
-        print(json.dumps({"bin": str(built.bin), "cwd": str(built.cwd), "build_key": built.key,
-                          "built": built.built, "run_id": m.run if m else None, "args": run_args,
-                          "seconds": {k: round(v, 4) for k, v in seconds.items()}}))
+        print(json.dumps({"bin": out.bin, "cwd": out.cwd, "build_key": out.build_key, "built": out.built,
+                          "run_id": out.run_id, "args": run_args,
+                          "seconds": {k: round(v, 4) for k, v in out.seconds.items()}}))
     else:
-        say(f"{'built' if built.built else 'reused'} {built.bin} (run in {built.cwd})")
+        print(f"{'built' if out.built else 'reused'} {out.bin} (run in {out.cwd})", file=sys.stderr)
     return 0

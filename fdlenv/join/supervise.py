@@ -108,16 +108,13 @@ class Stopper:
 
 def spawn_agent(argv: list[str], *, cwd: str | None, env: Mapping[str, str],
                 stopper: Stopper | None = None, keep_fds: tuple[int, ...] = ()) -> subprocess.Popen:
-    """Start the agent: own session/process group, stdin null, output inherited, `keep_fds`
-    (the env's lease) passed down; a `groupguard` watcher kills the group if fdlenv dies first
-    (`proc.guard`, released by `wait_agent`)."""
-    from ..groupguard import guard
+    """Start the agent: own session/process group, stdin at end-of-file, output inherited,
+    `keep_fds` (the env's lease) passed down; `groupguard.spawn` starts it only once a watcher
+    will kill the group if fdlenv dies first (`proc.guard`, released by `wait_agent`)."""
+    from ..groupguard import spawn
 
     def start() -> subprocess.Popen:
-        p = subprocess.Popen(argv, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL,
-                             start_new_session=True, pass_fds=keep_fds)
-        p.guard = guard(p.pid)
-        return p
+        return spawn(argv, cwd=cwd, env=dict(env), pass_fds=keep_fds)
     try:
         if stopper is None:
             return start()

@@ -1,6 +1,9 @@
-"""The content-keyed build: run the recipe once per (tree, env, recipe).
+"""The content-keyed build: run the recipe once per (tree, env, toolchain, recipe).
 
-Build key = sha256 over (tree content digest, env key, recipe, cwd, bin).
+Build key = sha256 over (what the source delivered: the tree content digest of
+fetch; the env key; the toolchain's identity, `source.toolchain`; recipe,
+cwd, bin), all decided before the recipe runs. `bin` must name a path inside
+the project before anything is built.
 `builds/<key>/` is published by rename, so it either holds the artifact or
 does not exist; when it holds it the recipe is not run at all, and that check
 comes before any lock. Otherwise, under
@@ -10,8 +13,9 @@ published meanwhile), the recipe runs in the source tree itself (so cargo's
 
 The caller passes the env (anything with key, path, variant) and the complete
 child environment, so this module never imports the store.
-Not in the key: the host's own toolchain (rustc outside the tree's
-rust-toolchain file); a host upgrade does not force a rebuild.
+Not in the key: untracked files a build leaves in a git checkout, files a
+copied source does not own, what a compiler loads itself (see
+source/toolchain.py), the environment beyond the env key and PATH.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from . import toolkit
 from .manifest import RunManifest
 
 DEFAULT_RECIPE = "cargo build --release"
-KEY_SCHEMA = 1
+KEY_SCHEMA = 2   # 2: the toolchain's identity is in the key
 META = ".fdlenv-build.json"
 
 
@@ -65,11 +69,24 @@ def resolve(manifest: RunManifest | None, cwd: str | None = None,
     return Recipe(build or DEFAULT_RECIPE, (cwd or "").strip("/"), bin, not build)
 
 
-def build_key(tree_content: str, env_key: str, recipe: Recipe) -> str:
-    blob = json.dumps({"schema": KEY_SCHEMA, "tree": tree_content, "env": env_key,
+def build_key(tree_content: str, env_key: str, recipe: Recipe, tools: str = "") -> str:
+    blob = json.dumps({"schema": KEY_SCHEMA, "tree": tree_content, "env": env_key, "toolchain": tools,
                        "recipe": recipe.build, "cwd": recipe.cwd, "bin": recipe.bin},
                       sort_keys=True, separators=(",", ":"))
     return hashing.of_text(blob)
+
+
+def check_bin(tree: Path, project: Path, recipe: Recipe) -> None:
+    """Before anything builds: `bin` is a relative path that stays inside the tree, also through
+    whatever symlink already stands at it."""
+    rel = recipe.bin
+    parts = Path(rel).parts
+    if not rel or os.path.isabs(rel) or ".." in parts:
+        raise Fail.permanent(f"bin {rel!r}: the artifact must be a relative path inside the project "
+                             "(e.g. target/release/train), without `..`")
+    if os.path.lexists(project / rel) and not _inside(project / rel, tree):
+        raise Fail.permanent(f"bin {rel!r} resolves to {os.path.realpath(project / rel)}, outside the "
+                             f"fetched source {tree}; refusing to build or publish it")
 
 
 def _inside(path: Path, root: Path) -> bool:
@@ -108,8 +125,6 @@ def _vendor(env) -> str:
 
 
 def _run_recipe(recipe: Recipe, project: Path, env, environ: dict) -> None:
-    import subprocess  # only when there is a build to run
-
     if recipe.default and not shutil.which("cargo", path=environ.get("PATH")):
         raise Fail.permanent("the default recipe `cargo build --release` needs cargo, which is not on "
                              "PATH; install Rust with rustup (https://rustup.rs) or name a recipe")
@@ -118,18 +133,16 @@ def _run_recipe(recipe: Recipe, project: Path, env, environ: dict) -> None:
         # stdout joins stderr: the compiler's output streams to the terminal or
         # journal, and fdlenv's own stdout stays clean for --json. Its own process
         # group, guarded: the recipe never outlives fdlenv, even a kill -9 of it.
-        proc = subprocess.Popen(["sh", "-c", recipe.build], cwd=project, env=environ,
-                                stdin=subprocess.DEVNULL, stdout=2, start_new_session=True)
+        proc = groupguard.spawn(["sh", "-c", recipe.build], cwd=project, env=environ, stdout=2)
     except OSError as e:
         raise Fail.permanent(f"cannot start the build recipe in {project}: {e}")
-    guard = groupguard.guard(proc.pid)
     try:
         rc = proc.wait()
     except BaseException:   # Ctrl-C (the recipe's own session does not see it) and the like
         _end_group(proc)
         raise
     finally:
-        guard.release()
+        proc.guard.release()
     if rc == 0:
         return
     vendor = _vendor(env)
@@ -157,8 +170,12 @@ def _publish(home: Home, key: str, artifact: Path, meta: dict) -> None:
 
 def build(home: Home, tree: Path, tree_content: str, env, environ: dict, recipe: Recipe) -> Built:
     """The artifact for this tree in this env: reused when published, else built."""
+    from .toolchain import identity
+
     project = project_dir(tree, recipe)
-    key = build_key(tree_content, env.key, recipe)
+    check_bin(tree, project, recipe)
+    tools = identity(environ, home.cache / "toolchain.json")
+    key = build_key(tree_content, env.key, recipe, tools)
     name = Path(recipe.bin).name
     published = home.builds / key / name
     if published.is_file():
@@ -181,6 +198,7 @@ def build(home: Home, tree: Path, tree_content: str, env, environ: dict, recipe:
                 f"the build succeeded but bin {recipe.bin!r} is not a file at {artifact} "
                 "(bin is relative to cwd; cargo puts it at target/release/<name>)")
         _publish(home, key, artifact, {"key": key, "tree": tree_content, "env": env.key,
+                                       "toolchain": tools,
                                        "recipe": recipe.build, "cwd": recipe.cwd, "bin": recipe.bin,
                                        "created": time.time()})
     return Built(published, project, key, True)

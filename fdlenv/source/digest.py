@@ -3,7 +3,9 @@
 The tree is every regular file and symlink under the root, skipping `target/`
 and `.git/` at any depth, `/libtorch/` at the root (the rsync excludes) and
 the two run files at the root (a re-publish with a new run nonce but the same
-code must not rebuild). `sha256` is the reference's TreeDigest: the sha256 of
+code must not rebuild). For a git checkout it is the tracked files only
+(`scan(..., only=...)`): what the build writes into the tree (untracked
+outputs git leaves in place) is not what the spec delivered. `sha256` is the reference's TreeDigest: the sha256 of
 the `sha256sum`-format listing (`<hex>  <rel>\n`, sorted, `/`-joined);
 `content` also covers symlinks and is what the build key uses.
 
@@ -69,12 +71,33 @@ def _walk(root: str, rel: str, out_files: list, out_links: dict) -> None:
                 out_files.append((r, e.stat(follow_symlinks=False)))
 
 
-def scan(tree: Path, state: State | None = None) -> Scan:
-    """Hash the tree, re-reading only files whose stat tuple changed."""
+def _listed(root: str, only, out_files: list, out_links: dict) -> None:
+    """The entries named in `only` (relative paths) that exist, with the walk's skips."""
+    for r in only:
+        first = r.split("/", 1)[0]
+        if set(r.split("/")) & _SKIP_ANY or ("/" not in r and first in _SKIP_ROOT) or first == "libtorch":
+            continue
+        p = os.path.join(root, r)
+        try:
+            st = os.lstat(p)
+        except OSError:
+            continue   # a tracked file deleted in the tree: absent from the digest
+        if os.path.islink(p):
+            out_links[r] = os.readlink(p)
+        elif os.path.isfile(p):
+            out_files.append((r, st))
+
+
+def scan(tree: Path, state: State | None = None, only=None) -> Scan:
+    """Hash the tree, re-reading only files whose stat tuple changed. `only`: the relative
+    paths that count (a git checkout's tracked files); default: every file under the tree."""
     cache = (state.get("files") if state else None) or {}
     files: list = []
     links: dict[str, str] = {}
-    _walk(str(tree), "", files, links)
+    if only is None:
+        _walk(str(tree), "", files, links)
+    else:
+        _listed(str(tree), only, files, links)
     fresh: dict[str, list] = {}
     hashes: dict[str, str] = {}
     sizes: dict[str, int] = {}

@@ -12,7 +12,11 @@ the tree between its digest and the build that the digest names.
 A git re-dial costs no gitpython import (90 ms): when the ref still resolves
 (`git ls-remote`, or the ref itself for a full commit id) to the commit that
 is checked out and the tree digest equals the one recorded after that
-checkout, nothing is fetched.
+checkout, nothing is fetched. What a git source delivered is its tracked
+files (their content as they are now, an in-place edit included): the
+digest leaves out the untracked outputs a build writes into the tree. A
+copied source (file://, rsync://) is the copy itself: `--delete` removes
+outputs the copy does not own at the next sync.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from .. import hashing
+from ..config.model import SshConfig
 from ..errors import Fail
 from ..filelocks import exclusive
 from ..home import Home
@@ -36,14 +41,6 @@ EXCLUDES = ("--exclude=target/", "--exclude=/libtorch/", "--exclude=.git/")
 # Refs a bare name resolves to, in git's own order (refs.c ref_rev_parse_rules).
 _DWIM = ("{}", "refs/{}", "refs/tags/{}", "refs/heads/{}", "refs/remotes/{}", "refs/remotes/{}/HEAD")
 _GIT_ENV = {"GIT_TERMINAL_PROMPT": "0"}   # a credential prompt would wedge a systemd unit
-
-
-class SshOpts(NamedTuple):
-    """The join's ssh block, as far as a source pull uses it (config.model.SshConfig fits too).
-    A NamedTuple: it is on the re-dial path (see variants)."""
-
-    identity_file: str | None = None
-    options: tuple[str, ...] = ()
 
 
 class Fetched(NamedTuple):
@@ -79,13 +76,13 @@ def _rsh_word(arg: str) -> str:
     raise Fail.permanent(f"ssh setting {arg!r} holds both quote kinds; rsync's -e cannot carry it")
 
 
-def rsh_command(spec: RsyncSpec, ssh: SshOpts | None) -> str:
+def rsh_command(spec: RsyncSpec, ssh: SshConfig | None) -> str:
     """`ssh [-p] [-i] -o BatchMode=yes [-o user…] -o StrictHostKeyChecking=accept-new`.
 
     OpenSSH keeps the first value per key: BatchMode=yes leads so no option
     can bring a passphrase prompt back; user options precede the default.
     """
-    ssh = ssh or SshOpts()
+    ssh = ssh or SshConfig()
     words = ["ssh"]
     if spec.port:
         words += ["-p", str(spec.port)]
@@ -101,7 +98,7 @@ def rsh_command(spec: RsyncSpec, ssh: SshOpts | None) -> str:
     return " ".join(_rsh_word(w) for w in words)
 
 
-def rsync_argv(spec: LocalSpec | RsyncSpec, dest: Path, ssh: SshOpts | None = None) -> list[str]:
+def rsync_argv(spec: LocalSpec | RsyncSpec, dest: Path, ssh: SshConfig | None = None) -> list[str]:
     argv = ["rsync", "-a", "--delete", *EXCLUDES]
     if isinstance(spec, RsyncSpec):
         argv += ["-e", rsh_command(spec, ssh), f"{spec.remote}/"]
@@ -110,7 +107,7 @@ def rsync_argv(spec: LocalSpec | RsyncSpec, dest: Path, ssh: SshOpts | None = No
     return argv + [f"{dest}/"]
 
 
-def _rsync(spec: LocalSpec | RsyncSpec, dest: Path, ssh: SshOpts | None) -> str:
+def _rsync(spec: LocalSpec | RsyncSpec, dest: Path, ssh: SshConfig | None) -> str:
     import subprocess  # only when a copy runs: an unchanged local tree is only stat'ed
 
     local = isinstance(spec, LocalSpec)
@@ -190,6 +187,30 @@ def _remote_commit(spec: GitSpec) -> str | None:
     return refs.get(hits[0] + "^{}") or refs[hits[0]]
 
 
+def _tracked(dest: Path, state: State) -> list[str]:
+    """The checkout's tracked files (`git ls-files`), what the build key counts. Cached under
+    the index's stat and HEAD: a re-dial with nothing changed runs no git at all."""
+    try:
+        st = os.stat(dest / ".git" / "index")
+        stamp = [st.st_size, st.st_mtime_ns, st.st_ino, _head(dest)]
+    except OSError:
+        stamp = None
+    hit = state.get("tracked")
+    if stamp is not None and hit and hit.get("stamp") == stamp:
+        return hit["files"]
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "-C", str(dest), "ls-files", "-z"], env=_git_env(),
+                             stdin=subprocess.DEVNULL, capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise Fail.permanent(f"cannot list the tracked files of {dest}: {e}")
+    files = sorted(p for p in out.decode("utf-8", "surrogateescape").split("\0") if p)
+    if stamp is not None:
+        state.put("tracked", {"stamp": stamp, "files": files})
+    return files
+
+
 def _head(dest: Path) -> str | None:
     try:
         return (dest / ".git" / "HEAD").read_text().strip()
@@ -226,7 +247,7 @@ def _git_checkout(spec: GitSpec, dest: Path) -> str:
         raise Fail.permanent(f"checking out {spec.ref} in {dest} failed: {(e.stderr or '').strip()}")
 
 
-def fetch(home: Home, spec: Spec, ssh: SshOpts | None = None) -> Fetched:
+def fetch(home: Home, spec: Spec, ssh: SshConfig | None = None) -> Fetched:
     """Bring the spec's tree up to date and digest it. Hold `claimed()` around it."""
     dest = source_dir(home, spec)
     try:
@@ -251,13 +272,13 @@ def fetch(home: Home, spec: Spec, ssh: SshOpts | None = None) -> Fetched:
     last = state.get("git") or {}
     commit = last.get("commit")
     if commit and last.get("ref") == spec.ref and _head(dest) == commit == _remote_commit(spec):
-        s = digest.scan(dest, state)
+        s = digest.scan(dest, state, only=_tracked(dest, state))
         d = s.digest()
         if d.content == last.get("digest"):
             state.save()
             return Fetched(spec, dest, s, d, state, f"source: {spec.url} at {spec.ref} ({commit[:12]}) unchanged")
     commit = _git_checkout(spec, dest)
-    s = digest.scan(dest, state)
+    s = digest.scan(dest, state, only=_tracked(dest, state))
     d = s.digest()
     state.put("git", {"ref": spec.ref, "commit": commit, "digest": d.content})
     state.save()

@@ -27,11 +27,13 @@ REDIAL = """
 import sys
 from pathlib import Path
 from fdlenv import cli
-from fdlenv.commands import build as cmd
+from fdlenv.store import activation, realise
+from fdlenv.store.env import Env
 cli.COMMANDS = ("build",)
-class Env:
-    variant, key, path, libtorch_root = "cpu", "e" * 64, Path("/nonexistent"), Path("/nonexistent")
-cmd._environment = lambda home, variant, lock, mirrors: (Env, {"PATH": "/usr/bin:/bin", "LIBTORCH_PATH": "/x"})
+realise.realise = lambda home, variant, lock, mirrors=None, **kw: Env("cpu", "e" * 64, Path("/nonexistent"),
+                                                                     Path("/nonexistent"), False)
+activation.child_environ = lambda home, env, base=None, rocm_root=None: {"PATH": "/usr/bin:/bin",
+                                                                       "LIBTORCH_PATH": "/x"}
 sys.exit(cli.main(["build", "--home", sys.argv[1], "--libtorch", "cpu", "--lock", "/nonexistent.yml",
                    "--source", sys.argv[2]]))
 """

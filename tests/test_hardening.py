@@ -5,6 +5,7 @@ Each case here was a traceback, a hang or debris before (issue 13's adversarial 
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -198,18 +199,22 @@ def _gone(pid: int, budget: float = 10.0) -> bool:
     return False
 
 
-def test_kill_9_of_fdlenv_build_ends_its_recipe(tmp_path):
+def test_kill_9_of_fdlenv_build_ends_its_recipe_and_the_next_call_builds_once(tmp_path):
     w = make_world(tmp_path)
     tree = tmp_path / "src"
     tree.mkdir()
     (tree / "main.c").write_text("int main(void){return 0;}\n")
     started = tmp_path / "started"
     os.mkfifo(started)
-    recipe = f'sleep 600 & echo "$$ $!" > {started}; wait'
-    job = subprocess.Popen([sys.executable, "-m", "fdlenv", "build", "--libtorch", "cpu", "--lock", str(w.lock),
-                            "--home", str(w.home.root), "--source", f"file://{tree}",
-                            "--source-build", recipe, "--source-bin", "app"],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # With STARTED naming a fifo the recipe hangs (a child of its own too); without, it builds.
+    recipe = ('echo run >> "$COUNT"; if [ -p "$STARTED" ]; then sleep 600 & echo "$$ $!" > "$STARTED"; wait; fi; '
+              'echo built > app')
+    argv = [sys.executable, "-m", "fdlenv", "build", "--libtorch", "cpu", "--lock", str(w.lock),
+            "--home", str(w.home.root), "--source", f"file://{tree}", "--source-build", recipe,
+            "--source-bin", "app", "--json"]
+    env = {**os.environ, "COUNT": str(tmp_path / "count")}
+    job = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                           env={**env, "STARTED": str(started)})
     try:
         with open(started) as f:      # barrier: the recipe and its child run
             shell, child = (int(x) for x in f.read().split())
@@ -219,3 +224,7 @@ def test_kill_9_of_fdlenv_build_ends_its_recipe(tmp_path):
         if job.poll() is None:
             job.kill()
     assert _gone(shell) and _gone(child)
+    outs = [json.loads(subprocess.run(argv, capture_output=True, text=True, env=env, check=True).stdout)
+            for _ in range(2)]
+    assert [o["built"] for o in outs] == [True, False]
+    assert (tmp_path / "count").read_text().split() == ["run", "run"]   # the killed one, then one build

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from .. import groupguard, hashing
+from .. import hashing
 from .. import variants
 from ..errors import Fail
 from ..home import Home
@@ -133,7 +133,9 @@ def _run_recipe(recipe: Recipe, project: Path, env, environ: dict) -> None:
         # stdout joins stderr: the compiler's output streams to the terminal or
         # journal, and fdlenv's own stdout stays clean for --json. Its own process
         # group, guarded: the recipe never outlives fdlenv, even a kill -9 of it.
-        proc = groupguard.spawn(["sh", "-c", recipe.build], cwd=project, env=environ, stdout=2)
+        from ..groupguard import spawn   # subprocess: imported only when a build runs
+
+        proc = spawn(["sh", "-c", recipe.build], cwd=project, env=environ, stdout=2)
     except OSError as e:
         raise Fail.permanent(f"cannot start the build recipe in {project}: {e}")
     try:

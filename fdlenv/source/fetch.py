@@ -132,13 +132,13 @@ def _snapshot(root: str) -> str:
     every entry it would sync, with the same excludes. Equal snapshots on both sides since the
     last sync mean `rsync -a --delete` would change nothing, so the re-dial skips its fixed
     ~50 ms; any difference runs rsync as usual."""
-    h = hashing.Digest()
+    lines: list[str] = []
 
     def walk(rel: str) -> None:
         try:
             entries = sorted(os.scandir(os.path.join(root, rel) if rel else root), key=lambda e: e.name)
         except OSError:
-            h.update(b"?unreadable\n")
+            lines.append("?unreadable\n")
             return
         for e in entries:
             if e.name in ("target", ".git") or (not rel and e.name == "libtorch"):
@@ -146,15 +146,15 @@ def _snapshot(root: str) -> str:
             r = f"{rel}/{e.name}" if rel else e.name
             st = e.stat(follow_symlinks=False)
             if e.is_symlink():
-                h.update(f"l {r} {os.readlink(e.path)}\n".encode())
+                lines.append(f"l {r} {os.readlink(e.path)}\n")
             elif e.is_dir(follow_symlinks=False):
-                h.update(f"d {r} {st.st_mode}\n".encode())
+                lines.append(f"d {r} {st.st_mode}\n")
                 walk(r)
             else:
-                h.update(f"f {r} {st.st_size} {st.st_mtime_ns} {st.st_mode}\n".encode())
+                lines.append(f"f {r} {st.st_size} {st.st_mtime_ns} {st.st_mode}\n")
 
     walk("")
-    return h.sha256
+    return hashing.of_text("".join(lines))
 
 
 def _git_env() -> dict:

@@ -8,6 +8,7 @@ about a stuck fleet node.
 
 Four ways to hold a lock:
 - `exclusive(path, what)`: one holder (a realise of one key, a build, a source tree);
+  it yields the descriptor, which a child may inherit to keep the lock past its parent;
 - `shared(path, what, first=None)`: many holders, kept out only by an exclusive
   one (installs sharing the package cache); `first` runs only when the lock could
   be had exclusively without waiting (cleanup that must see nobody else), then
@@ -73,11 +74,12 @@ def exclusive(path: Path, what: str, every: float = 3.0, poll: float = 0.1):
         note = path.with_name(path.name + ".holder")
         try:
             note.write_text(json.dumps({"pid": os.getpid(), "host": os.uname().nodename, "since": time.time()}))
-            yield
+            yield f.fileno()   # a child given this descriptor keeps the lock held until it exits
         finally:
             with contextlib.suppress(OSError):
                 note.unlink()
-            fcntl.flock(f, fcntl.LOCK_UN)
+            # No LOCK_UN: it would release the lock for a child sharing the descriptor too;
+            # closing lets go once the last process holding it has.
 
 
 @contextlib.contextmanager

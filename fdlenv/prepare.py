@@ -235,13 +235,15 @@ def _rustc_note(m: RunManifest, tree: Path, environ: dict[str, str]) -> str | No
 
 
 def build_source(home: Home, fetched: Fetched, m: RunManifest | None, recipe: Recipe, env: Env | None,
-                 environ: dict[str, str], notes: list[str]) -> Built:
-    """The artifact for this tree in this env, built only when its build key is new."""
+                 environ: dict[str, str], notes: list[str], claim: int | None = None) -> Built:
+    """The artifact for this tree in this env, built only when its build key is new. `claim`:
+    the source claim's descriptor, inherited by the recipe (see source.fetch.claimed)."""
     from .source import build
 
     if env is None:
         notes.append("the build gets no LIBTORCH_PATH (no libtorch settled); set --libtorch")
-    built = build.build(home, fetched.tree, fetched.digest.content, env or _UNSETTLED, environ, recipe)
+    built = build.build(home, fetched.tree, fetched.digest.content, env or _UNSETTLED, environ, recipe,
+                        keep_fds=(claim,) if claim is not None else ())
     if built.built and m is not None and m.rustc and (note := _rustc_note(m, fetched.tree, environ)):
         notes.append(note)
     return built
@@ -295,12 +297,12 @@ def prepare(req: PrepareRequest, home: Home, *, survey: Callable[[], Survey] | N
             from .source.spec import parse
 
             spec = parse(req.source.from_, "source")
-            with claimed(home, spec):
+            with claimed(home, spec) as claim:
                 fetched, m, recipe = fetch_source(home, spec, req, notes)
                 lap("source")
                 out.env, out.environ = environment(home, req, surveyed, fetched.tree, notes, fork)
                 lap("env")
-                built = build_source(home, fetched, m, recipe, out.env, out.environ, notes)
+                built = build_source(home, fetched, m, recipe, out.env, out.environ, notes, claim)
                 lap("build")
             out.bin, out.cwd = str(built.bin), str(built.cwd)
             out.build_key, out.built = built.key, built.built

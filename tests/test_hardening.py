@@ -228,3 +228,21 @@ def test_kill_9_of_fdlenv_build_ends_its_recipe_and_the_next_call_builds_once(tm
             for _ in range(2)]
     assert [o["built"] for o in outs] == [True, False]
     assert (tmp_path / "count").read_text().split() == ["run", "run"]   # the killed one, then one build
+
+
+def test_a_recipe_outliving_its_fdlenv_keeps_the_source_claim_until_it_is_gone(tmp_path):
+    """The claim's descriptor is inherited: the tree stays claimed while any of its holders runs,
+    so a new fdlenv can never start a recipe beside a stale one."""
+    from fdlenv.filelocks import exclusive, held
+    from fdlenv.groupguard import spawn
+
+    lock = tmp_path / "locks" / "source-x.lock"
+    with exclusive(lock, "the test") as fd:
+        proc = spawn(["sleep", "600"], pass_fds=(fd,))
+    try:
+        assert held(lock)                 # its parent let go; the recipe still holds it
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.guard.release()
+    assert not held(lock)

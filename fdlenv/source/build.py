@@ -124,7 +124,7 @@ def _vendor(env) -> str:
     return v.vendor if isinstance(v, variants.Variant) else variants.get(v).vendor
 
 
-def _run_recipe(recipe: Recipe, project: Path, env, environ: dict) -> None:
+def _run_recipe(recipe: Recipe, project: Path, env, environ: dict, keep_fds: tuple[int, ...] = ()) -> None:
     if recipe.default and not shutil.which("cargo", path=environ.get("PATH")):
         raise Fail.permanent("the default recipe `cargo build --release` needs cargo, which is not on "
                              "PATH; install Rust with rustup (https://rustup.rs) or name a recipe")
@@ -135,7 +135,7 @@ def _run_recipe(recipe: Recipe, project: Path, env, environ: dict) -> None:
         # group, guarded: the recipe never outlives fdlenv, even a kill -9 of it.
         from ..groupguard import spawn   # subprocess: imported only when a build runs
 
-        proc = spawn(["sh", "-c", recipe.build], cwd=project, env=environ, stdout=2)
+        proc = spawn(["sh", "-c", recipe.build], cwd=project, env=environ, stdout=2, pass_fds=keep_fds)
     except OSError as e:
         raise Fail.permanent(f"cannot start the build recipe in {project}: {e}")
     try:
@@ -170,8 +170,10 @@ def _publish(home: Home, key: str, artifact: Path, meta: dict) -> None:
     os.rename(stage, home.builds / key)
 
 
-def build(home: Home, tree: Path, tree_content: str, env, environ: dict, recipe: Recipe) -> Built:
-    """The artifact for this tree in this env: reused when published, else built."""
+def build(home: Home, tree: Path, tree_content: str, env, environ: dict, recipe: Recipe,
+          keep_fds: tuple[int, ...] = ()) -> Built:
+    """The artifact for this tree in this env: reused when published, else built. `keep_fds`:
+    descriptors the recipe inherits (the source claim: held until the recipe is gone)."""
     from .toolchain import identity
 
     project = project_dir(tree, recipe)
@@ -193,7 +195,7 @@ def build(home: Home, tree: Path, tree_content: str, env, environ: dict, recipe:
         # block the publishing rename; both are safe to drop under the lock.
         for debris in [*home.builds.glob(f".staging-{key}-*"), home.builds / key]:
             shutil.rmtree(debris, ignore_errors=True)
-        _run_recipe(recipe, project, env, environ)
+        _run_recipe(recipe, project, env, environ, keep_fds)
         artifact = project / recipe.bin
         if not artifact.is_file() or not _inside(artifact, tree):
             raise Fail.permanent(

@@ -60,9 +60,11 @@ def source_dir(home: Home, spec: Spec) -> Path:
 
 @contextmanager
 def claimed(home: Home, spec: Spec):
-    """Exclusive use of the spec's tree; a waiter is told which process holds it."""
-    with exclusive(home.locks / f"source-{spec_hash(spec)}.lock", f"source {spec.origin}"):
-        yield
+    """Exclusive use of the spec's tree; a waiter is told which process holds it. Yields the
+    lock's descriptor: the recipe inherits it, so a recipe outliving a killed fdlenv (until
+    its group guard ends it) still keeps every other process out of the tree."""
+    with exclusive(home.locks / f"source-{spec_hash(spec)}.lock", f"source {spec.origin}") as fd:
+        yield fd
 
 
 def _rsh_word(arg: str) -> str:

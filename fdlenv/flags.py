@@ -71,6 +71,26 @@ def realise_from_args(args, *, activate: bool = False, source_root=None):
     return st, env
 
 
+def run_prepare(args, settings, req, say):
+    """`prepare(req)` for a command (prepare, build): its notes go through `say`, also before
+    the error when a step fails."""
+    from pathlib import Path
+
+    from .errors import Fail
+    from .home import Home
+    from .prepare import prepare
+
+    try:
+        out = prepare(req, Home(Path(settings.home)), fork=owns_process(args))
+    except Fail as f:
+        for n in f.notes:
+            say(n)
+        raise
+    for n in out.notes:
+        say(n)
+    return out
+
+
 # ------------------------------------------------------------------- join and prepare
 
 def _share(text: str) -> float:

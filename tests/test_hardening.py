@@ -16,6 +16,7 @@ import pytest
 import yaml
 from helpers_conda import Pkg, write_env
 from helpers_store import fdlenv, make_world, realise_json, visible_envs
+from test_join_loop import _gone
 from test_store_faults import tmpfs
 
 from fdlenv import yamlfile
@@ -183,21 +184,6 @@ def test_pack_on_a_full_disk_is_transient_and_leaves_no_partial_package(tmp_path
 
 
 # ------------------------------------------------------------------ children die with fdlenv
-
-def _gone(pid: int, budget: float = 10.0) -> bool:
-    import time
-
-    deadline = time.monotonic() + budget
-    while time.monotonic() < deadline:
-        try:
-            if open(f"/proc/{pid}/stat").read().split()[2] == "Z":
-                return True
-            os.kill(pid, 0)
-        except OSError:
-            return True
-        time.sleep(0.05)
-    return False
-
 
 def test_kill_9_of_fdlenv_build_ends_its_recipe_and_the_next_call_builds_once(tmp_path):
     w = make_world(tmp_path)

@@ -285,7 +285,7 @@ def test_the_probe_runs_before_the_tunnel_and_a_spawn_failure_still_closes_it(tm
     assert log == ["probe", "open", "closed"]
 
 
-def _gone(pid, budget=5.0):
+def _gone(pid, budget=15.0):
     deadline = time.monotonic() + budget
     while time.monotonic() < deadline:
         try:
@@ -302,23 +302,27 @@ def _gone(pid, budget=5.0):
     return False
 
 
+def hanging_join(tmp_path, *extra):
+    """fdlenv's join loop running an agent that hangs with a rank child; returns (proc, agent, rank)
+    once both have written their pids (the marker)."""
+    proc = subprocess.Popen([sys.executable, str(HERE / "join_harness.py"), str(tmp_path), "0", "hang", *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(HERE.parent)})
+    deadline = time.monotonic() + 20
+    # both pid files, with content: the rank child starts a moment after the agent
+    while not all((tmp_path / f).exists() and (tmp_path / f).read_text().strip()
+                  for f in ("agent.pid", "rank.pid")):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"agent or its rank child never started: {proc.communicate()}")
+        time.sleep(0.05)
+    return proc, int((tmp_path / "agent.pid").read_text()), int((tmp_path / "rank.pid").read_text())
+
+
 @pytest.mark.parametrize("persist", [False, True])
 def test_sigterm_to_fdlenv_stops_the_agent_and_its_children(tmp_path, persist):
-    cmd = [sys.executable, str(HERE / "join_harness.py"), str(tmp_path), "0", "hang"]
-    if persist:
-        cmd.append("persist")
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(HERE.parent)})
+    proc, agent, rank = hanging_join(tmp_path, *(["persist"] if persist else []))
     try:
-        deadline = time.monotonic() + 20
-        # both pid files, with content: the rank child starts a moment after the agent
-        while not all((tmp_path / f).exists() and (tmp_path / f).read_text().strip()
-                      for f in ("agent.pid", "rank.pid")):
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "agent or its rank child never started"
-            time.sleep(0.05)
-        agent = int((tmp_path / "agent.pid").read_text())
-        rank = int((tmp_path / "rank.pid").read_text())
         assert os.getpgid(agent) != proc.pid and os.getpgid(rank) == agent
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=20)
@@ -378,18 +382,8 @@ def test_end_to_end_through_a_real_sshd(tmp_path):
 def test_kill_9_of_fdlenv_takes_the_agent_and_its_children_with_it(tmp_path):
     """No code of fdlenv runs on SIGKILL: the group guard (a watcher told of its death by the
     kernel) must end the agent's whole process group."""
-    proc = subprocess.Popen([sys.executable, str(HERE / "join_harness.py"), str(tmp_path), "0", "hang"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(HERE.parent)})
+    proc, agent, rank = hanging_join(tmp_path)
     try:
-        deadline = time.monotonic() + 20
-        while not all((tmp_path / f).exists() and (tmp_path / f).read_text().strip()
-                      for f in ("agent.pid", "rank.pid")):
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "agent or its rank child never started"
-            time.sleep(0.05)
-        agent = int((tmp_path / "agent.pid").read_text())
-        rank = int((tmp_path / "rank.pid").read_text())
         proc.kill()
         proc.wait()
     finally:

@@ -16,7 +16,7 @@ import argparse
 import json
 import sys
 
-from ..flags import add_source_flags, join_flags, owns_process
+from ..flags import add_source_flags, join_flags, run_prepare
 
 EPILOG = """examples:
   fdlenv build --libtorch cpu --source file:///srv/mnist --source-bin target/release/mnist
@@ -48,27 +48,16 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from ..config.load import load_project
     from ..config.resolve import resolve_prepare
     from ..errors import Fail
-    from ..home import Home
-    from ..prepare import prepare, request_from_settings
+    from ..prepare import request_from_settings
     from ..progress import say
 
     settings = resolve_prepare(join_flags(args)._replace(tail=None), load_project())
     if settings.source is None:
         raise Fail.permanent("--source: nothing to build; give --source SPEC (or a join.source block)")
-    req = request_from_settings(settings, gpu_gate=False)._replace(build_only=True)
-    try:
-        out = prepare(req, Home(Path(settings.home)), fork=owns_process(args))
-    except Fail as f:
-        for n in f.notes:
-            say(n)
-        raise
-    for n in out.notes:
-        say(n)
+    out = run_prepare(args, settings, request_from_settings(settings, gpu_gate=False)._replace(build_only=True), say)
     run_args = args.tail if args.tail is not None else out.args
     if args.json:
         print(json.dumps({"bin": out.bin, "cwd": out.cwd, "build_key": out.build_key, "built": out.built,

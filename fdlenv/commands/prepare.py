@@ -14,7 +14,7 @@ import json
 
 from ..errors import Fail
 from ..progress import note
-from ..flags import add_join_flags, join_flags, owns_process
+from ..flags import add_join_flags, join_flags, run_prepare
 
 EPILOG = """examples:
   # bake a ROCm 7.1 image on a CPU-only builder: realise the env, build the binary
@@ -53,24 +53,13 @@ def _note(message: str) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..config.load import load_project
     from ..config.resolve import check_given_bin, resolve_prepare
-    from pathlib import Path
-
-    from ..home import Home
-    from ..prepare import prepare, request_from_settings
+    from ..prepare import request_from_settings
 
     if args.tail is not None:
         raise Fail.permanent("fdlenv prepare takes no arguments after `--` (they are the "
                              "training binary's, given to fdlenv join)")
     settings = check_given_bin(resolve_prepare(join_flags(args), load_project()))
-    try:
-        out = prepare(request_from_settings(settings, gpu_gate=args.gpu_gate), Home(Path(settings.home)),
-                      fork=owns_process(args))
-    except Fail as f:
-        for n in f.notes:
-            _note(n)
-        raise
-    for n in out.notes:
-        _note(n)
+    out = run_prepare(args, settings, request_from_settings(settings, gpu_gate=args.gpu_gate), _note)
     if args.json:
         print(json.dumps(out.to_json()))
     else:

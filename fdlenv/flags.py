@@ -4,7 +4,7 @@ A command module (`fdlenv/commands/<name>.py`) never imports another command
 or the CLI front: what two commands share lives here, below them.
 - `home_option`: `--home` everywhere;
 - `store_options` (`--libtorch`, `--lock`, `--mirror`) and `realise_from_args`:
-  env realize, run, shell-hook and build settle a variant the same way
+  env realize, use, run and shell-hook settle a variant the same way
   (`settings.resolve`, then `settle.settle`, then `store.realise`);
 - `add_source_flags` (build, prepare, join), `add_join_flags` (prepare, join),
   `add_dial_flags` (join) and `join_flags`: read into `config.model.JoinFlags`,
@@ -60,13 +60,13 @@ def variant_of(token: str | None, home) -> str:
     return name
 
 
-def realise_from_args(args, *, activate: bool = False, source_root=None):
-    """Settings -> variant -> realised Env, as env realize, run, shell-hook and build do."""
+def realise_from_args(args, *, activate: bool = False):
+    """Settings -> variant -> realised Env, as env realize, use, run and shell-hook do."""
     from .store.realise import realise
 
     st = settings_of(args)
     variant = variant_of(args.libtorch, st.home)
-    env = realise(st.home, variant, st.lock(source_root), st.mirrors, activate=activate,
+    env = realise(st.home, variant, st.lock(), st.mirrors, platform=st.platform, activate=activate,
                   fork=owns_process(args))
     return st, env
 
@@ -119,8 +119,7 @@ def add_source_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--libtorch", metavar="VARIANT",
                    help="auto, cpu, cu126, cu128, rocm7.0, rocm7.1 (default: the box's active one)")
     p.add_argument("--lock", metavar="FILE", help="conda-lock file (default: discovered)")
-    p.add_argument("--mirror", metavar="NAME=URL", action="append", default=[],
-                   help="channel or wheel-index mirror (pypi=URL, pytorch=URL), repeatable")
+    mirror_option(p)
     home_option(p)
 
 

@@ -23,6 +23,9 @@ from .errors import EXIT_PERMANENT, EXIT_TRANSIENT, Fail, os_failure
 # may the store fork its install worker; commands read it as `args.owns_process`.
 OWNS_PROCESS = False
 
+# A closed stdout (`fdlenv env list | head`): quiet, with a SIGPIPE death's status (128 + 13).
+EXIT_BROKEN_PIPE = 141
+
 # One module per command under fdlenv/commands; each defines add_parser(sub).
 COMMANDS = ("env", "run", "shell_hook", "detect", "lock", "pack", "walkthrough", "join", "recipe", "build", "prepare")
 
@@ -30,6 +33,7 @@ EPILOG = """examples:
   fdlenv detect --json
   fdlenv env realize --libtorch cpu --json
   fdlenv run --libtorch cpu -- python -c 'import os; print(os.environ["LIBTORCH_PATH"])'
+  fdlenv @farm join       # fdl.farm.yml over fdl.yml: also --env farm, or FDL_ENV=farm
 """
 
 
@@ -38,7 +42,15 @@ class Parser(argparse.ArgumentParser):
 
     argparse builds a help formatter for every `add_argument` (to check metavars),
     and each asks `shutil` for the terminal width: ~4 ms of imports on every re-dial.
-    The width is computed here the same way (COLUMNS, else the terminal, else 80)."""
+    The width is computed here the same way (COLUMNS, else the terminal, else 80).
+
+    No abbreviations (`--dev 0` is not `--devices 0`), as in fdl: every subparser is this
+    class too (argparse makes subparsers with the parent's class), so the rule holds for
+    every command and sub-command."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def _get_formatter(self):
         return self.formatter_class(prog=self.prog, width=_help_width())
@@ -94,10 +106,51 @@ def split_tail(argv: list[str]) -> tuple[list[str], list[str] | None]:
     return argv, None
 
 
+def take_env(head: list[str]) -> list[str]:
+    """Strip fdl's env selectors from the argv before `--` and export the choice as FDL_ENV
+    (what the fdl.yml loader reads, and what children inherit), as fdl does: `--env X` and
+    `--env=X` anywhere before `--`, `@X` only before the command name (`fdlenv join @farm`
+    names a controller, not an env). The last one given wins."""
+    out: list[str] = []
+    env = None
+    i, command_seen = 0, False
+    while i < len(head):
+        a = head[i]
+        if a == "--env":
+            if i + 1 >= len(head) or head[i + 1].startswith("-"):
+                raise Fail.permanent("--env requires a value: the name of an env overlay "
+                                     "(--env NAME, --env=NAME or @NAME selects fdl.NAME.yml)")
+            env, where, i = head[i + 1], "--env", i + 2
+            continue
+        if a.startswith("--env="):
+            env, where, i = a[len("--env="):], "--env", i + 1
+            continue
+        if a.startswith("@") and not command_seen:
+            env, where, i = a[1:], "@NAME", i + 1
+            continue
+        command_seen = command_seen or not a.startswith("-")
+        out.append(a)
+        i += 1
+    if env is not None:
+        name = env.strip()
+        if not name or "/" in name or "\0" in name:
+            raise Fail.permanent(f"{where}: {env!r} is not an env name; expected the NAME of an "
+                                 "overlay fdl.NAME.{yml,yaml,json} beside fdl.yml (no `/`)")
+        os.environ["FDL_ENV"] = name
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     global OWNS_PROCESS
     OWNS_PROCESS = argv is None  # run as the program, not called by a host process
-    rc = _main(list(sys.argv[1:] if argv is None else argv))
+    try:
+        rc = _main(list(sys.argv[1:] if argv is None else argv))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # stdout closed by its reader (`| head`): quiet, as a tool killed by SIGPIPE is,
+        # and no second complaint when the interpreter flushes at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        rc = EXIT_BROKEN_PIPE
     if OWNS_PROCESS and "rattler" in sys.modules:
         # py-rattler 0.28 can crash at interpreter exit (134/139) after its calls succeeded
         # (`lock`, `pack`): the exit code must stay 0/1/2, so leave without the teardown.
@@ -112,6 +165,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str]) -> int:
     head, tail = split_tail(argv)
+    try:
+        head = take_env(head)   # --env X, --env=X, @X: exported as FDL_ENV
+    except Fail as f:
+        print(f"error: {f.message}", file=sys.stderr)
+        return f.exit_code
     args = build_parser(_command_of(head)).parse_args(head)
     args.tail = tail
     args.owns_process = OWNS_PROCESS   # only then may the store fork its install worker
@@ -123,6 +181,8 @@ def _main(argv: list[str]) -> int:
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return EXIT_TRANSIENT
+    except BrokenPipeError:
+        raise           # main() makes it quiet
     except OSError as e:
         # Disk full, permission denied, ...: errors.os_failure's one rule; the message names the path.
         f = os_failure(e)

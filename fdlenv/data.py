@@ -20,13 +20,14 @@ import re
 from pathlib import Path
 from typing import NamedTuple
 
+from .config.grammar import bracketed, split_host_port
 from .errors import Fail
 
 DEFAULT_MOUNTPOINT = "/flodl/data"
 LOW_SPACE_BYTES = 1 << 30
 SSHFS_TIMEOUT = 120
 SSHFS_FORMS = ("sshfs://[user@]host[:port]/abs/path or sshfs://[user@]host:/abs/path "
-               "(e.g. sshfs://flodl@nas:2222/flodl/data)")
+               "(e.g. sshfs://flodl@nas:2222/flodl/data; an IPv6 host in brackets: sshfs://[::1]/d)")
 _probe_counter = itertools.count()
 
 
@@ -53,18 +54,15 @@ def parse_data_source(spec: str) -> SshfsSource:
     slash = rest.find("/")
     if slash < 0:
         raise Fail.permanent(f"data_source: {spec!r} names no path; accepted: {SSHFS_FORMS}")
-    hostport, path = rest[:slash].rstrip(":"), rest[slash:]
-    host, port = hostport, None
-    if ":" in hostport:
-        host, p = hostport.split(":", 1)
-        if not p.isdigit() or not 0 < int(p) < 65536:
-            raise Fail.permanent(f"data_source: port {p!r} in {spec!r} is not a number; accepted: {SSHFS_FORMS}")
-        port = int(p)
-    if not host:
-        raise Fail.permanent(f"data_source: empty host in {spec!r}; accepted: {SSHFS_FORMS}")
+    hostport, path = rest[:slash], rest[slash:]
+    hostport = hostport[:-1] if hostport.endswith(":") else hostport   # scp colon
+    try:   # host, host:port, [v6], [v6]:port; a bare IPv6 address is refused
+        host, port = split_host_port(hostport)
+    except ValueError as e:
+        raise Fail.permanent(f"data_source: {spec!r}: {e}; accepted: {SSHFS_FORMS}") from None
     if len(path) < 2:
         raise Fail.permanent(f"data_source: {spec!r}: the root is not a source root; name a directory")
-    return SshfsSource(f"{user + '@' if user else ''}{host}:{path}", port)
+    return SshfsSource(f"{user + '@' if user else ''}{bracketed(host)}:{path}", port)
 
 
 class Mount(NamedTuple):

@@ -11,12 +11,19 @@ quota (ENOSPC, EDQUOT) is transient and names the place and its free space;
 what no retry fixes (permission, read-only filesystem, a path that is not
 what it should be) is permanent; anything else (I/O errors, too many open
 files, a vanished file) is transient.
+
+Any other exception that escapes a step of join or prepare becomes a `Fail`
+through `classify`, by its cause: unreadable content (bad UTF-8, YAML, JSON,
+any ValueError) is permanent, since the same bytes fail the same way on the
+next attempt; a child process that timed out or failed is transient; anything
+else is a bug in fdlenv, permanent (a retry loop would only repeat it).
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import sys
 
 EXIT_OK = 0
 EXIT_TRANSIENT = 1
@@ -78,3 +85,33 @@ def os_failure(e: OSError, where: str | None = None) -> Fail:
     if e.errno in _PERMANENT:
         return Fail.permanent(text)
     return Fail.retry(text)
+
+
+def _argv0(cmd) -> str:
+    return str(cmd[0] if isinstance(cmd, (list, tuple)) and cmd else cmd)
+
+
+def classify(e: BaseException, where: str) -> Fail:
+    """Any exception as the `Fail` its cause calls for, its message led by `where` (the step).
+    A `Fail` passes unchanged. subprocess and yaml are looked up, never imported: an
+    exception of theirs exists only when they are loaded."""
+    if isinstance(e, Fail):
+        return e
+    if isinstance(e, OSError):
+        f = os_failure(e)
+        return Fail(f"{where}: {f.message}", f.transient)
+    sp = sys.modules.get("subprocess")
+    if sp is not None and isinstance(e, sp.TimeoutExpired):
+        return Fail.retry(f"{where}: {_argv0(e.cmd)} did not finish within {e.timeout:g} s")
+    if sp is not None and isinstance(e, sp.CalledProcessError):
+        return Fail.retry(f"{where}: {_argv0(e.cmd)} failed (exit {e.returncode})")
+    if isinstance(e, UnicodeDecodeError):
+        return Fail.permanent(f"{where}: a file it reads is not UTF-8 text ({e.reason} at byte {e.start})")
+    yaml = sys.modules.get("yaml")
+    if isinstance(e, ValueError) or (yaml is not None and isinstance(e, yaml.YAMLError)):
+        detail = " ".join(str(e).split())[:300]
+        return Fail.permanent(f"{where}: unreadable content ({type(e).__name__}: {detail})")
+    if isinstance(e, MemoryError):
+        return Fail.retry(f"{where}: out of memory")
+    return Fail.permanent(f"{where}: internal error ({type(e).__name__}: {e}); "
+                          "a bug in fdlenv, please report it")

@@ -71,6 +71,51 @@ def realise_from_args(args, *, activate: bool = False):
     return st, env
 
 
+def libtorch_for_use(args, say):
+    """What `run` and `shell-hook` activate, as a `store.active.Active`. They use what is
+    realised: with no `--libtorch`, the box's active libtorch (flodl's rule, `store.active`;
+    a libtorch flodl installed itself included); with one, the env fdlenv's pointer names for
+    that variant. A lock (`--lock`, `fdlenv: lock:`, conda-lock.yml beside fdl.yml) is read
+    only when given or found, or when the variant was never realised (then the lock shipped
+    with fdlenv is the last resort)."""
+    from . import variants
+    from .errors import Fail
+    from .store import active as _active
+    from .store.pointers import pointed_env
+    from .store.realise import realise
+
+    st = settings_of(args)
+    lock = st.lock(shipped=False)
+    if args.libtorch is None:
+        notes: list[str] = []
+        act = _active.find(st.home, st.project_root, notes=notes)
+        for n in notes:
+            say(n)
+        if act is None:
+            raise Fail.permanent("--libtorch: no variant given and none active; accepted: "
+                                 + variants.ACCEPTED)
+        if lock is None or act.variant is None:
+            return st, act
+        variant = act.variant
+    else:
+        variant = variant_of(args.libtorch, st.home)
+        env = pointed_env(st.home, variant) if lock is None else None
+        if env is not None:
+            return st, as_active(env)
+    env = realise(st.home, variant, lock or st.lock(), st.mirrors, platform=st.platform,
+                  fork=owns_process(args))
+    return st, as_active(env)
+
+
+def as_active(env):
+    """A realised Env as the `store.active.Active` it settles to (label: flodl's variant id)."""
+    from . import variants
+    from .store.active import Active
+
+    v = variants.get(env.variant)
+    return Active(v.flodl_label, env.libtorch_root, v.vendor, env.variant, env)
+
+
 def run_prepare(args, settings, req, say):
     """`prepare(req)` for a command (prepare, build): its notes go through `say`, also before
     the error when a step fails."""
@@ -97,9 +142,10 @@ def _share(text: str) -> float:
     try:
         v = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(v) or v < 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0 (e.g. 0.5), got {text!r}") from None
+    if not math.isfinite(v) or v < 0:   # fdl takes these unchecked (NaN reaches the agent as null)
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0 (a share of host RAM, e.g. 0.5; "
+                                         f"over 1.0 is legal), got {text!r}")
     return v
 
 

@@ -30,8 +30,10 @@ def shipped_lock() -> Path | None:
 
 
 def find_lock(given: str | None, project_root: Path | None = None,
-              source_root: Path | None = None) -> Path:
-    """`given` is `--lock`, else fdl.yml's `fdlenv: lock:` (already anchored at the project)."""
+              source_root: Path | None = None, *, shipped: bool = True) -> Path | None:
+    """`given` is `--lock`, else fdl.yml's `fdlenv: lock:` (already anchored at the project).
+    `shipped=False`: None rather than the lock shipped with fdlenv (run and shell-hook then use
+    what is realised)."""
     if given:
         return Path(given).expanduser().absolute()
     for root in (project_root, source_root):
@@ -39,9 +41,11 @@ def find_lock(given: str | None, project_root: Path | None = None,
             c = Path(root) / LOCK_NAME
             if c.is_file() or has_splits(c):
                 return c
-    shipped = shipped_lock()
-    if shipped:
-        return shipped
+    if not shipped:
+        return None
+    fallback = shipped_lock()
+    if fallback:
+        return fallback
     raise Fail.permanent(f"--lock: no lock file found; give --lock FILE, set `fdlenv: lock:` in fdl.yml, "
                          f"or put {LOCK_NAME} beside fdl.yml (make one with `fdlenv lock`)")
 

@@ -20,7 +20,10 @@ flodl's own, cheap first, megabytes before gigabytes:
 Steps 4-6 hold the source tree's claim, so no other process moves the tree
 between the digest and the build it names. Notes are advisory and collected
 in order; every fatal condition is a `Fail`, which leaves carrying the notes
-gathered so far (`.notes`) so the caller prints them before the error.
+gathered so far (`.notes`) so the caller prints them before the error. Any
+other exception a step lets out (an OSError, unreadable content, a child that
+timed out, a bug) becomes one there too, through `errors.classify`, its message
+led by the step: `prepare (source): ...`.
 
 Re-dial cost: with nothing changed this is stats, at most one rsync or
 `git ls-remote`, and small JSON reads (the store's fast path, the cached
@@ -38,7 +41,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Callable, Mapping, NamedTuple
 
 from . import data, variants
-from .errors import Fail, os_failure
+from .errors import Fail, classify
 from .home import Home
 from .settle import settle
 from .store.env import Env
@@ -84,15 +87,16 @@ class Prepared:
     """What a dial needs: the variant, its env and child environment, the binary, the data root.
     A plain class with slots (`prepare` fills it in step by step; no dataclass on the re-dial path)."""
 
-    __slots__ = ("variant", "env", "bin", "cwd", "data_path", "args", "run_id", "notes", "environ",
-                 "seconds", "build_key", "built")
+    __slots__ = ("variant", "env", "label", "bin", "cwd", "data_path", "args", "run_id", "notes",
+                 "environ", "seconds", "build_key", "built")
 
     def __init__(self, variant: str | None, env: Env | None, bin: str | None = None,
                  cwd: str | None = None, data_path: str | None = None, args: list[str] | None = None,
                  run_id: str | None = None, notes: list[str] | None = None,
                  environ: dict[str, str] | None = None, seconds: dict[str, float] | None = None):
         self.variant = variant             # canonical variant; None = no libtorch settled
-        self.env = env
+        self.env = env                     # the fdlenv env; None also for flodl's own libtorch
+        self.label = ""                    # flodl's variant id (precompiled/cu128, builds/sm90)
         self.bin = bin                     # built artifact (source) or the given path
         self.cwd = cwd                     # project dir inside the fetched tree; None = inherit
         self.data_path = data_path         # absolute dataset root to ship; None = ship nothing
@@ -108,7 +112,7 @@ class Prepared:
         """`fdlenv prepare --json`'s object (its --help lists the keys)."""
         env = None if self.env is None else {
             "key": self.env.key, "path": str(self.env.path), "libtorch_root": str(self.env.libtorch_root)}
-        return {"variant": self.variant, "env": env, "bin": self.bin, "cwd": self.cwd,
+        return {"variant": self.variant, "libtorch": self.label, "env": env, "bin": self.bin, "cwd": self.cwd,
                 "data_path": self.data_path, "args": self.args, "run_id": self.run_id,
                 "notes": list(self.notes), "seconds": {k: round(v, 4) for k, v in self.seconds.items()}}
 
@@ -158,55 +162,68 @@ def read_archs(libtorch_root: Path) -> str:
     return next((ln.split("=", 1)[1].strip() for ln in lines if ln.startswith("archs=")), "")
 
 
-def arch_gate(env: Env, survey: Callable[[], Survey], offered: tuple[int, ...] | None) -> None:
-    """Refuse a variant that ships no kernel for an offered card of its vendor.
+def arch_gate(libtorch, survey: Callable[[], Survey], offered: tuple[int, ...] | None) -> None:
+    """Refuse a libtorch (an Env, or a `store.active.Active`) that ships no kernel for an offered
+    card of its vendor.
 
     Passes for a cpu variant, a variant without arch metadata (`fdlenv detect`
     owns that complaint), an explicitly empty offer, and no card of the vendor.
     """
-    v = variants.get(env.variant)
-    if v.vendor == "cpu" or (offered is not None and not offered):
+    if hasattr(libtorch, "label"):
+        label, root, vendor = libtorch.label, Path(libtorch.dir), libtorch.vendor
+    else:
+        v = variants.get(libtorch.variant)
+        label, root, vendor = v.flodl_label, Path(libtorch.libtorch_root), v.vendor
+    if vendor == "cpu" or (offered is not None and not offered):
         return
-    archs = read_archs(env.libtorch_root)
+    archs = read_archs(root)
     if not archs:
         return
     from .hw.coverage import covers
-    cards = [d for d in survey().of(v.vendor) if offered is None or d.index in offered]
+    cards = [d for d in survey().of(vendor) if offered is None or d.index in offered]
     bad = [d for d in cards if not covers(archs, d)]
     if bad:
         raise Fail.permanent(
-            f"{v.flodl_label} ships kernels for {archs} only; no kernel image is available for "
+            f"{label} ships kernels for {archs} only; no kernel image is available for "
             f"{', '.join(d.label for d in bad)}. Use --libtorch auto (join.libtorch: auto) to pick "
             "a variant that covers this box, or leave those cards out with --devices")
 
 
+_NONE_SETTLED = ("no libtorch settled (no --libtorch and none active): the binary runs without "
+                 "LIBTORCH_PATH; set --libtorch or join.libtorch")
+
+
 def environment(home: Home, req: PrepareRequest, survey: Callable[[], Survey],
-                source_root: Path | None, notes: list[str],
-                fork: bool = False) -> tuple[Env | None, dict[str, str]]:
-    """The settled env (None when there is none) and the complete child environment."""
-    variant = settle(req.libtorch, home, survey)
-    if variant is None:
-        notes.append("no libtorch settled (no --libtorch and none active): the binary runs without "
-                     "LIBTORCH_PATH; set --libtorch or join.libtorch")
-        return None, dict(os.environ)
+                source_root: Path | None, notes: list[str], fork: bool = False):
+    """The settled libtorch (a `store.active.Active`; None when there is none) and the complete
+    child environment. No --libtorch and no lock: the box's active libtorch as flodl reads it
+    (`store.active`), flodl's own download or build included, carried through as it is."""
+    from .store.active import Active, find
+
+    project_root = Path(req.project_root) if req.project_root else None
     if req.libtorch is None and not req.lock:
-        from .store.pointers import pointed_env
-        env = pointed_env(home, variant)   # carried through: no lock read, nothing realised
-        if env is None:
-            notes.append(f"the active libtorch {variants.get(variant).flodl_label} is not an fdlenv "
-                         "env: the binary runs without LIBTORCH_PATH; set --libtorch to realise one")
+        act = find(home, project_root, notes=notes)
+        if act is None:
+            notes.append(_NONE_SETTLED)
             return None, dict(os.environ)
+        if act.env is None:
+            notes.append(f"libtorch: {act.label} at {act.dir} (flodl's own, active)")
     else:
+        variant = settle(req.libtorch, home, survey)
+        if variant is None:
+            notes.append(_NONE_SETTLED)
+            return None, dict(os.environ)
         from .lockpath import find_lock
         from .store.realise import realise
-        project_root = Path(req.project_root) if req.project_root else None
         lock = find_lock(req.lock, project_root, source_root)
         env = realise(home, variant, lock, dict(req.mirrors), activate=True, fork=fork)
-        notes.append(f"libtorch: {variants.get(variant).flodl_label} at {env.libtorch_root}"
+        v = variants.get(variant)
+        notes.append(f"libtorch: {v.flodl_label} at {env.libtorch_root}"
                      + (" (realised)" if env.created else ""))
-    arch_gate(env, survey, req.devices)
-    from .store.activation import child_environ
-    return env, child_environ(home, env)
+        act = Active(v.flodl_label, env.libtorch_root, v.vendor, variant, env)
+    arch_gate(act, survey, req.devices)
+    from .store.activation import environ_for
+    return act, environ_for(home, act)
 
 
 # --------------------------------------------------------------------- step 6
@@ -267,51 +284,58 @@ def prepare(req: PrepareRequest, home: Home, *, survey: Callable[[], Survey] | N
     seconds: dict[str, float] = {}
     surveyed = functools.cache(survey or _default_survey)   # one survey, only when needed
     start = last = clock()
+    step = "gpu"   # the step under way: it names the cause of a failure nothing classified
 
-    def lap(step: str) -> None:
-        nonlocal last
+    def lap(done: str, then: str) -> None:
+        nonlocal last, step
         now = clock()
-        seconds[step] = now - last
-        last = now
+        seconds[done] = now - last
+        last, step = now, then
 
     try:
         if req.gpu_gate:
             gpu_gate(surveyed())
-            lap("gpu")
+            lap("gpu", "data")
+        step = "data"
         root = None
         if not req.build_only:
             ssh_opts = list(req.ssh.options) if req.ssh else []
             root = data.dataset_root(req.data_path, req.data_source, notes, ssh_options=ssh_opts,
                                      identity=req.ssh.identity_file if req.ssh else None,
                                      proc_mounts=proc_mounts, cwd=cwd)
-            lap("data")
+            lap("data", "dirs")
             data.node_local_dirs(notes, home=user_home, stage=stage, proc_mounts=proc_mounts)
-            lap("dirs")
+            lap("dirs", "source" if req.source is not None else "env")
         out = Prepared(variant=None, env=None, bin=req.bin, notes=notes, seconds=seconds,
                        data_path=str(root) if root is not None else None)
         if req.source is None:
-            out.env, out.environ = environment(home, req, surveyed, None, notes, fork)
-            lap("env")
+            step = "env"
+            act, out.environ = environment(home, req, surveyed, None, notes, fork)
+            lap("env", "done")
         else:
             from .source.fetch import claimed
             from .source.spec import parse
 
+            step = "source"
             spec = parse(req.source.from_, "source")
             with claimed(home, spec) as claim:
                 fetched, m, recipe = fetch_source(home, spec, req, notes)
-                lap("source")
-                out.env, out.environ = environment(home, req, surveyed, fetched.tree, notes, fork)
-                lap("env")
-                built = build_source(home, fetched, m, recipe, out.env, out.environ, notes, claim)
-                lap("build")
+                lap("source", "env")
+                act, out.environ = environment(home, req, surveyed, fetched.tree, notes, fork)
+                lap("env", "build")
+                from .store.active import build_env
+                built = build_source(home, fetched, m, recipe, build_env(act), out.environ, notes,
+                                     claim)
+                lap("build", "done")
             out.bin, out.cwd = str(built.bin), str(built.cwd)
             out.build_key, out.built = built.key, built.built
             if m is not None:
                 out.args, out.run_id = list(m.args), m.run
-        out.variant = out.env.variant if out.env else None
+        if act is not None:
+            out.env, out.label, out.variant = act.env, act.label, act.variant
     except Fail as f:
         raise f.with_notes(notes) from f
-    except OSError as e:   # one classification of a failing disk or path, notes kept
-        raise os_failure(e).with_notes(notes) from e
+    except Exception as e:   # OSError by errors.os_failure's rule, anything else by its cause
+        raise classify(e, f"prepare ({step})").with_notes(notes) from e
     seconds["total"] = clock() - start
     return out

@@ -36,10 +36,14 @@ class Settings(namedtuple("Settings", "home mirrors lock_given project")):
 
     __slots__ = ()
 
-    def lock(self, source_root: Path | None = None) -> Path:
-        """The lock file: the given one, else what fdl.yml, the source tree and fdlenv offer."""
-        root = self.project.root if self.project is not None else None
-        return find_lock(self.lock_given, root, source_root)
+    def lock(self, source_root: Path | None = None, shipped: bool = True) -> Path | None:
+        """The lock file: the given one, else what fdl.yml, the source tree and fdlenv offer
+        (`shipped=False`: None instead of the lock shipped with fdlenv)."""
+        return find_lock(self.lock_given, self.project_root, source_root, shipped=shipped)
+
+    @property
+    def project_root(self) -> Path | None:
+        return self.project.root if self.project is not None else None
 
     @property
     def platform(self) -> str:

@@ -67,6 +67,7 @@ def loads(text: str, source: str | Path = "<text>"):
     """The document in `text` (None when empty); YamlError names `source` and the line."""
     import yaml
 
+    _nesting(text, source)
     loader = _loader()(text)
     try:
         if "&" in text and "*" in text:   # may hold an alias: find where it is used, for the message
@@ -81,6 +82,27 @@ def loads(text: str, source: str | Path = "<text>"):
         raise YamlError(source, mark.line + 1 if mark is not None else None, what) from None
     finally:
         loader.dispose()
+
+
+MAX_DEPTH = 256   # deeper than any config; libyaml's recursive composer overflows the C stack far below 100,000
+
+
+def _nesting(text: str, source) -> None:
+    """Refuse flow collections nested deeper than MAX_DEPTH (`[[[[...`): libyaml would crash the
+    interpreter, not raise. Counted only when there are that many brackets at all; quoted
+    brackets count too, which only makes the bound stricter."""
+    if text.count("[") + text.count("{") <= MAX_DEPTH:
+        return
+    depth, line = 0, 1
+    for ch in text:
+        if ch in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise YamlError(source, line, f"collections nested more than {MAX_DEPTH} deep")
+        elif ch in "]}":
+            depth = max(depth - 1, 0)
+        elif ch == "\n":
+            line += 1
 
 
 def load(path: Path):

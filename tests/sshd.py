@@ -11,6 +11,10 @@ Usage, as a context manager or through the pytest fixture `sshd_server`
         s.ssh_argv("echo", "hi")    # an `ssh` argv that logs in non-interactively
         s.ssh_command()             # "ssh -p ... -i ... -o ..." for rsync -e
 
+Several can run at once (each under its own workdir, with its own host key);
+`start_sshd(..., authorize=[other.pub])` lets one client key into all of them,
+and AllowTcpForwarding lets each serve as a ProxyJump hop for the next.
+
 What it does: generates its own host key and client key with ssh-keygen,
 writes an sshd_config (ListenAddress 127.0.0.1, UsePAM no, StrictModes no,
 AllowTcpForwarding yes, its own PidFile and AuthorizedKeysFile), runs
@@ -99,8 +103,11 @@ def _wait_port(port: int, proc: subprocess.Popen, log: Path, budget: float = 10.
 
 
 @contextlib.contextmanager
-def start_sshd(workdir: Path | str, *, extra_config: str = ""):
-    """Start a private sshd under `workdir`; yield an `Sshd`; kill it by pid after."""
+def start_sshd(workdir: Path | str, *, extra_config: str = "", authorize=()):
+    """Start a private sshd under `workdir`; yield an `Sshd`; kill it by pid after.
+
+    `authorize`: more public key files (`*.pub`) to accept besides its own client key
+    (a chain of servers sharing one key, as jump hops and their target do)."""
     d = Path(workdir) / "sshd"
     d.mkdir(parents=True, exist_ok=True)
     os.makedirs("/run/sshd", exist_ok=True)
@@ -108,7 +115,7 @@ def start_sshd(workdir: Path | str, *, extra_config: str = ""):
     _keygen(host_key)
     _keygen(client_key)
     auth = d / "authorized_keys"
-    auth.write_text(Path(f"{client_key}.pub").read_text())
+    auth.write_text("".join(Path(p).read_text() for p in (f"{client_key}.pub", *authorize)))
     auth.chmod(0o600)
     log = d / "sshd.log"
     user = getpass.getuser()

@@ -325,6 +325,7 @@ def test_join_prepares_with_the_gpu_gate(tmp_path, world, monkeypatch):
 def test_prepared_json_is_exactly_the_documented_shape(tmp_path):
     p = Prepared(variant="cpu", env=Env("cpu", "k", Path("/e"), Path("/e/libtorch")), bin="/b", notes=["n"],
                  seconds={"env": 0.123456}, environ={"SECRET": "not printed"})
-    assert p.to_json() == {"variant": "cpu", "env": {"key": "k", "path": "/e", "libtorch_root": "/e/libtorch"},
+    p.label = "precompiled/cpu"
+    assert p.to_json() == {"variant": "cpu", "libtorch": "precompiled/cpu", "env": {"key": "k", "path": "/e", "libtorch_root": "/e/libtorch"},
                            "bin": "/b", "cwd": None, "data_path": None, "args": None, "run_id": None,
                            "notes": ["n"], "seconds": {"env": 0.1235}}

@@ -98,7 +98,7 @@ def test_run_passes_the_exit_code_through(tmp_path):
     res = fdlenv("run", "--libtorch", "cpu", "--lock", str(w.lock), *_home(w), "--", "sh", "-c", "exit 7")
     assert res.returncode == 7
     res = fdlenv("run", "--libtorch", "cpu", "--lock", str(w.lock), *_home(w), "--", "no-such-cmd-xyz")
-    assert res.returncode == 2 and "not found" in res.stderr
+    assert res.returncode == 127 and "not found" in res.stderr
 
 
 def test_shell_hook_json_matches_what_run_sees(tmp_path):
@@ -107,9 +107,9 @@ def test_shell_hook_json_matches_what_run_sees(tmp_path):
     hook = json.loads(fdlenv("shell-hook", "--libtorch", "cpu", "--lock", str(w.lock), "--json",
                              *_home(w), check=True).stdout)
     assert hook["key"] == env["key"]
-    assert hook["env"]["HOOK_MARK"] == f"hooked:{env['path']}"
-    assert hook["env"]["PATH"].split(":")[0] == f"{env['path']}/bin"
-    assert len(hook["env"]["PATH"].split(":")) == len(set(hook["env"]["PATH"].split(":")))
+    assert hook["environment_variables"]["HOOK_MARK"] == f"hooked:{env['path']}"
+    assert hook["environment_variables"]["PATH"].split(":")[0] == f"{env['path']}/bin"
+    assert len(hook["environment_variables"]["PATH"].split(":")) == len(set(hook["environment_variables"]["PATH"].split(":")))
     text = fdlenv("shell-hook", "--libtorch", "cpu", "--lock", str(w.lock), *_home(w), check=True).stdout
     assert f"export LIBTORCH_PATH={env['libtorch_root']}" in text
 

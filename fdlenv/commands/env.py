@@ -156,14 +156,36 @@ def cmd_verify(args) -> int:
         if not args.json:
             state = "ok" if not rep.problems else ("repaired" if repaired else "FAILED")
             print(f"{state:8} {d}", file=sys.stderr)
+            if rep.moved_from:
+                print(f"         note: its home moved (built at {rep.moved_from}); it works here, "
+                      f"but {len(rep.stale)} file(s) with an embedded prefix still name the old "
+                      "path" + (f" ({', '.join(rep.stale[:3])})" if rep.stale else ""), file=sys.stderr)
             for p in rep.problems[:20]:
                 print(f"         {p.package}: {p.path}: {p.what}", file=sys.stderr)
+    links = _verify_links(home, args)
+    bad += sum(1 for x in links if not x["repaired"])
     if args.json:
-        print(json.dumps({"envs": reports}))
+        print(json.dumps({"envs": reports, "links": links}))
     if bad:
-        print(f"error: {bad} env(s) failed verification; rerun with --repair to rebuild them", file=sys.stderr)
+        print(f"error: {bad} env(s) or link(s) failed verification; rerun with --repair to rebuild them", file=sys.stderr)
         return 2
     return 0
+
+
+def _verify_links(home, args) -> list[dict]:
+    """flodl's pointers and the GC roots: absolute or dangling ones (an older fdlenv, a moved
+    home) are reported, and rewritten relative with --repair."""
+    from ..store.pointers import relink, stale_links
+
+    stale = stale_links(home)
+    fixed = set(relink(home)) if stale and args.repair else set()
+    out = []
+    for link, what in stale:
+        out.append({"link": str(link), "problem": what, "repaired": link in fixed})
+        if not args.json:
+            state = "repaired" if link in fixed else "FAILED"
+            print(f"{state:8} {link}: {what}", file=sys.stderr)
+    return out
 
 
 def cmd_gc(args) -> int:

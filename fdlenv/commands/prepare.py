@@ -27,7 +27,8 @@ EPILOG = """examples:
   fdlenv prepare --libtorch cu128 --lock conda-lock.yml
 
 --json prints one object on stdout:
-  {"variant", "env": {"key", "path", "libtorch_root"}, "bin", "cwd", "data_path",
+  {"variant", "libtorch" (flodl's variant id), "env": {"key", "path", "libtorch_root"}, "bin",
+   "cwd", "data_path",
    "args", "run_id", "notes", "seconds"}
 exit codes: 0 prepared, 1 transient (retrying may help), 2 permanent.
 """

@@ -1,42 +1,78 @@
-"""`fdlenv run -- CMD`: exec CMD inside a variant's activated env (no shell, exit code passes through)."""
+"""`fdlenv run [--libtorch V] [--] CMD [ARGS...]`: exec CMD inside a variant's activated env.
+
+No shell sits between fdlenv and CMD: fdlenv execs it, so its exit code and
+signals are CMD's own. What fdlenv itself says, like a shell does: 127 when
+CMD is not found, 126 when it cannot be executed, 130 on Ctrl-C before CMD
+started. `--` is needed only when CMD itself starts with `-`.
+
+Which env: `flags.libtorch_for_use` (what is realised first; no lock needed
+for a variant that is).
+"""
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 from ..errors import Fail
 
 EPILOG = """examples:
-  fdlenv run --libtorch cpu -- ./target/release/agent --epochs 3
+  fdlenv run ./target/release/agent --epochs 3
   fdlenv run --libtorch cu128 --lock conda-lock.yml -- cargo build --release
 """
+
+NOT_FOUND, NOT_EXECUTABLE, INTERRUPTED = 127, 126, 130
 
 
 def add_parser(sub) -> None:
     from ..flags import home_option, store_options
 
     p = sub.add_parser("run", help="run a command inside a variant's activated env",
+                       usage="fdlenv run [--libtorch VARIANT] [--lock FILE] [--home DIR] [--] CMD [ARGS...]",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     store_options(p, variant_required=False)
     home_option(p)
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="CMD [ARGS...]",
+                   help="the command and its arguments (default variant: the box's active one)")
     p.set_defaults(func=cmd_run)
 
 
+def command_of(args) -> list[str]:
+    """CMD: what followed the options, and what followed `--` (the CLI splits it off first)."""
+    head, tail = list(args.command or []), args.tail
+    if tail is None:
+        return head
+    return head + ["--"] + tail if head else list(tail)
+
+
 def cmd_run(args) -> int:
-    from ..store.activation import child_environ
-    from ..flags import realise_from_args
-
-    if not args.tail:
-        raise Fail.permanent("run: no command; usage: fdlenv run [--libtorch V] -- CMD [ARGS...]")
-    from ..store import leases
-
-    st, env = realise_from_args(args)
-    environ = child_environ(st.home, env)
-    leases.take(env.path)   # inherited through exec: env gc leaves the env while the command runs
+    argv = command_of(args)
+    if not argv:
+        raise Fail.permanent("run: no command; usage: fdlenv run [--libtorch VARIANT] [--] CMD [ARGS...]")
     try:
-        os.execvpe(args.tail[0], args.tail, environ)
+        return _run(args, argv)
+    except KeyboardInterrupt:
+        print("error: run: interrupted", file=sys.stderr)
+        return INTERRUPTED
+
+
+def _run(args, argv: list[str]) -> int:
+    from ..flags import libtorch_for_use
+    from ..progress import say
+    from ..store import leases
+    from ..store.activation import environ_for
+
+    st, act = libtorch_for_use(args, say)
+    environ = environ_for(st.home, act)
+    if act.env is not None:
+        leases.take(act.env.path)   # inherited through exec: env gc leaves the env while CMD runs
+    try:
+        os.execvpe(argv[0], argv, environ)
     except FileNotFoundError:
-        raise Fail.permanent(f"run: command not found: {args.tail[0]!r} (searched the env's PATH)") from None
-    except PermissionError:
-        raise Fail.permanent(f"run: not executable: {args.tail[0]!r}") from None
+        print(f"error: run: command not found: {argv[0]!r} (searched the env's PATH)", file=sys.stderr)
+        return NOT_FOUND
+    except (PermissionError, IsADirectoryError, OSError) as e:
+        print(f"error: run: cannot execute {argv[0]!r}: {e.strerror or e}", file=sys.stderr)
+        return NOT_EXECUTABLE
+    return 0  # not reached: exec replaced this process

@@ -1,7 +1,15 @@
 """`fdlenv shell-hook`: the same activation map `run` uses, for shells and IDEs.
 
-`eval "$(fdlenv shell-hook --libtorch cu128)"` in bash; `--json` gives the
-variables that differ from the current environment as one object.
+`eval "$(fdlenv shell-hook --libtorch cu128)"` in bash, zsh or sh;
+`fdlenv shell-hook --shell fish --libtorch cu128 | source` in fish. What is
+printed is the difference between the shell's exported environment and the
+activated one, so:
+- the prompt and every other shell-owned variable stay as they are;
+- activating another variant over one first undoes the first (its PATH and
+  loader entries and its variables: `activation.restored`);
+- `--deactivate` prints what restores the shell as it was before.
+`--json` prints pixi's shape, `{"environment_variables": {...}}`, plus what
+fdlenv adds (variant, key, path, label, unset).
 """
 
 from __future__ import annotations
@@ -9,40 +17,55 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 
 EPILOG = """examples:
   eval "$(fdlenv shell-hook --libtorch cu128)"
+  fdlenv shell-hook --shell fish --libtorch cpu | source
+  eval "$(fdlenv shell-hook --deactivate)"
   fdlenv shell-hook --libtorch cpu --json
 """
 
 
 def add_parser(sub) -> None:
     from ..flags import home_option, store_options
+    from ..shells import SHELLS
 
     p = sub.add_parser("shell-hook", help="print the activation of a variant's env for a shell",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     store_options(p, variant_required=False)
-    p.add_argument("--json", action="store_true", help="print {variant, key, path, env: {VAR: value}, unset: [...]}")
+    p.add_argument("--shell", choices=SHELLS, default="sh",
+                   help="the shell that reads the output (bash, zsh and sh read the same; default sh)")
+    p.add_argument("--deactivate", action="store_true",
+                   help="print what undoes an earlier shell-hook in this shell")
+    p.add_argument("--json", action="store_true",
+                   help='print {"environment_variables": {VAR: value}, "unset": [...], variant, key, path}')
     home_option(p)
     p.set_defaults(func=cmd_shell_hook)
 
 
 def cmd_shell_hook(args) -> int:
-    from ..store.activation import child_environ
-    from ..flags import realise_from_args
+    from ..progress import say
+    from ..shells import render
+    from ..store.activation import STATE, environ_for, restored, shell_state
 
-    st, env = realise_from_args(args)
     base = dict(os.environ)
-    full = child_environ(st.home, env, base)
-    changed = {k: v for k, v in sorted(full.items()) if base.get(k) != v}
-    unset = sorted(k for k in base if k not in full)
-    if args.json:
-        print(json.dumps({"variant": env.variant, "key": env.key, "path": str(env.path),
-                          "env": changed, "unset": unset}))
+    about: dict = {}
+    if args.deactivate:
+        target = restored(base)
     else:
-        for k in unset:
-            print(f"unset {k}")
-        for k, v in changed.items():
-            print(f"export {k}={shlex.quote(v)}")
+        from ..flags import libtorch_for_use
+
+        st, act = libtorch_for_use(args, say)
+        original = restored(base)
+        target = environ_for(st.home, act, original)
+        target[STATE] = shell_state(original, target)
+        about = {"variant": act.variant, "label": act.label, "libtorch": str(act.dir),
+                 "key": act.env.key if act.env else None,
+                 "path": str(act.env.path) if act.env else None}
+    changes = {k: target.get(k) for k in sorted(set(base) | set(target)) if base.get(k) != target.get(k)}
+    if args.json:
+        print(json.dumps({"environment_variables": {k: v for k, v in changes.items() if v is not None},
+                          "unset": sorted(k for k, v in changes.items() if v is None), **about}))
+    else:
+        print(render(args.shell, changes), end="")
     return 0

@@ -8,7 +8,10 @@ and each must be read, and refused, the same way wherever it comes from.
 What order matters: an address is `host`, `host:port`, `[v6]` or `[v6]:port`;
 the brackets are looked for first, so a bare IPv6 address (more than one `:`)
 is refused rather than split at its last colon. In `[user@]host[:port]` the
-user is cut at the first `@`, then the rest is read as an address.
+user is cut at the first `@`, then the rest is read as an address. A host is
+kept without its brackets (what a socket connect takes); `bracketed` and
+`host_port` put them back wherever a `host:port` or a URL is written.
+`split_host_port` is also what `rsync://` and `sshfs://` specs use.
 Command-line mistakes are `Fail.permanent`; `check_share` raises ValueError so
 the loader can name the file it came from.
 """
@@ -34,53 +37,79 @@ def check_share(v: Any, where: str) -> float:
         raise ValueError(f"{where}: expected a number, got {type_name(v)}")
     f = float(v)
     if not math.isfinite(f) or f < 0:
-        raise ValueError(f"{where}: must be a finite number >= 0, got {v!r}")
+        raise ValueError(f"{where}: must be a finite number >= 0 (a share of host RAM, e.g. 0.5; "
+                         f"over 1.0 is legal), got {v!r}")
     return f
 
 
-def _split_host_port(s: str, what: str, example: str) -> tuple[str, int | None]:
-    """`host`, `host:port`, `[v6]`, `[v6]:port`. Bare IPv6 must be bracketed."""
-    bad = f"invalid {what} {s!r}: expected {example}"
+def split_host_port(s: str) -> tuple[str, int | None]:
+    """`host`, `host:port`, `[v6]`, `[v6]:port` -> (host without brackets, port or None).
+
+    ValueError(why) on anything else: a bare IPv6 address (fdl would split it at its last
+    colon), an unclosed `[`, an empty host, a port outside 1-65535 (fdl takes port 0).
+    The callers put the field's name and its accepted forms around `why`."""
     if s.startswith("["):
         end = s.find("]")
         if end < 0:
-            raise Fail.permanent(f"{bad} (unclosed `[`)")
+            raise ValueError("unclosed `[`")
         host, rest = s[1:end], s[end + 1:]
         if rest and not rest.startswith(":"):
-            raise Fail.permanent(f"{bad} (unexpected {rest!r} after `]`)")
+            raise ValueError(f"unexpected {rest!r} after `]`")
         port_s = rest[1:] if rest else None
     elif s.count(":") > 1:
-        raise Fail.permanent(f"{bad} (write an IPv6 address in brackets, e.g. [::1]:1337)")
+        raise ValueError("a bare IPv6 address: write it in brackets, e.g. [fe80::1] or [fe80::1]:PORT")
     elif ":" in s:
         host, port_s = s.rsplit(":", 1)
     else:
         host, port_s = s, None
     if not host.strip():
-        raise Fail.permanent(f"{bad} (empty host)")
+        raise ValueError("empty host")
     if port_s is None:
         return host, None
     if not port_s.isdigit() or not 1 <= int(port_s) <= 65535:
-        raise Fail.permanent(f"{bad} (port {port_s!r} is not a number 1-65535)")
+        raise ValueError(f"port {port_s!r} is not a number in 1-65535")
     return host, int(port_s)
 
 
-def parse_controller(s: str) -> tuple[str, int]:
-    """`host[:port]` as `fdl join --controller` reads it, default port 1337; plus IPv6
-    brackets."""
-    host, port = _split_host_port(s.strip(), "controller address", "host[:port]")
+def bracketed(host: str) -> str:
+    """A host as it goes into `host:port` or a URL: an IPv6 address in brackets."""
+    return f"[{host}]" if ":" in host else host
+
+
+def host_port(host: str, port: int) -> str:
+    return f"{bracketed(host)}:{port}"
+
+
+def parse_controller(s: str, where: str = "CONTROLLER") -> tuple[str, int]:
+    """`host[:port]` as `fdl join`'s controller, default port 1337, plus IPv6 in brackets.
+    `where` names the field in errors (CONTROLLER, join.controller)."""
+    text = s.strip()
+    try:
+        host, port = split_host_port(text)
+        if "@" in host:   # `fdlenv join @farm`: fdl would dial a host named "@farm"
+            hint = (f" (an env overlay is chosen before the command: fdlenv {host} join)"
+                    if host.startswith("@") else "")
+            raise ValueError(f"a host has no `@`{hint}")
+    except ValueError as e:
+        raise Fail.permanent(f"{where}: invalid controller address {s!r}: expected host[:port] "
+                             f"(an IPv6 host in brackets: [::1] or [::1]:1337); {e}") from None
     return host, DEFAULT_CONTROLLER_PORT if port is None else port
 
 
 def parse_ssh_spec(s: str) -> SshConfig:
-    """`--ssh [user@]host[:port]`: the user up to the first `@`, then host[:port]."""
+    """`--ssh [user@]host[:port]`: the user up to the first `@`, then host[:port] (IPv6 in
+    brackets: `user@[::1]:2222`)."""
     user = None
     rest = s.strip()
+    forms = "expected [user@]host[:port] (an IPv6 host in brackets: user@[::1]:2222)"
     if "@" in rest:
         user, rest = rest.split("@", 1)
         if not user:
-            raise Fail.permanent(f"invalid --ssh {s!r}: empty user before `@`; "
-                                 "expected [user@]host[:port]")
-    host, port = _split_host_port(rest, "--ssh", "[user@]host[:port]")
+            raise Fail.permanent(f"invalid --ssh {s!r}: empty user before `@`; {forms}")
+    try:
+        host, port = split_host_port(rest)
+    except ValueError as e:
+        raise Fail.permanent(f"invalid --ssh {s!r}: {forms}; {e}") from None
     return SshConfig(target=host, port=port, user=user)
 
 

@@ -61,6 +61,8 @@ def _load_chain(path: Path, seen: set[Path]) -> dict:
         raise _LoadError(path, f"does not parse: {e.where}") from None
     except ValueError as e:   # fdl.json
         raise _LoadError(path, f"does not parse: {' '.join(str(e).split())}") from None
+    except RecursionError:    # fdl.json nested thousands deep
+        raise _LoadError(path, "does not parse: nested too deeply") from None
     if data is None:
         data = {}  # empty or comment-only: all defaults
     if not isinstance(data, dict):
@@ -103,9 +105,10 @@ def load_project(start: Path | str | None = None,
                     overlay = cand
                     break
             if overlay is None:
-                raise _LoadError(path, f"FDL_ENV={name} names an overlay fdl.{name}."
+                raise _LoadError(path, f"env {name!r} (FDL_ENV={name}, set by --env {name} or "
+                                       f"@{name}) names an overlay fdl.{name}."
                                        f"{{{','.join(OVERLAY_EXTS)}}} that does not exist "
-                                       f"in {path.parent}")
+                                       f"in {path.parent}; name an existing one or unset it")
             data = _deep_merge(data, _load_chain(overlay, seen))
         root = path.parent.absolute()
         try:

@@ -26,6 +26,10 @@ JOIN_KEYS = ("controller", "ssh", "token", "bin", "source", "libtorch", "host",
 SSH_KEYS = ("target", "port", "user", "identity_file", "options")
 SOURCE_KEYS = ("from", "cwd", "build", "bin")
 FDLENV_KEYS = ("lock", "mirrors", "home")
+# `cluster.controller.join:` (flodl's ClusterJoin, deny_unknown_fields) and its `start:` values.
+CLUSTER_JOIN_KEYS = ("min_rank_start", "join_timeout", "target_ranks", "max_join_timeout",
+                     "open_admission", "discovery", "token", "tunnel_only", "start")
+CLUSTER_JOIN_START = ("auto", "manual", "hybrid")
 
 
 class SshConfig(NamedTuple):

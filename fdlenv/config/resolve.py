@@ -157,7 +157,8 @@ def _controller(flags: JoinFlags, block: JoinBlock,
     named = _pick(flags.controller, block.controller)
     if named is None:
         return DEFAULT_CONTROLLER_HOST, DEFAULT_CONTROLLER_PORT, ssh is None
-    host, port = parse_controller(named)
+    host, port = parse_controller(named, "CONTROLLER" if flags.controller is not None
+                                  else "join.controller")
     return host, port, False
 
 

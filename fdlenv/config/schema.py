@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from .grammar import check_share, type_name
-from .model import (FDLENV_KEYS, JOIN_KEYS, SOURCE_KEYS, SSH_KEYS, FdlenvBlock, JoinBlock,
-                    SourceSpec, SshConfig)
+from .model import (CLUSTER_JOIN_KEYS, CLUSTER_JOIN_START, FDLENV_KEYS, JOIN_KEYS, SOURCE_KEYS,
+                    SSH_KEYS, FdlenvBlock, JoinBlock, SourceSpec, SshConfig)
 
 
 def _strict_keys(d: Any, where: str, allowed: tuple[str, ...]) -> dict:
@@ -65,6 +65,8 @@ def parse_ssh_block(d: Any, where: str = "join.ssh") -> SshConfig:
     if not isinstance(opts, list) or not all(isinstance(o, str) for o in opts):
         raise ValueError(f"{where}.options: expected a list of Key=Value strings")
     target = _opt_str(d, "target", where)
+    if target and target.startswith("[") and target.endswith("]"):
+        target = target[1:-1]   # an IPv6 host as `--ssh` spells it: kept without brackets
     return SshConfig(target=target, port=port, user=_opt_str(d, "user", where),
                      identity_file=_opt_str(d, "identity_file", where), options=tuple(opts))
 
@@ -137,22 +139,52 @@ def parse_fdlenv_block(d: Any, root: Path) -> FdlenvBlock:
                        home=_anchor(home, root) if home else None)
 
 
-def _validate_cluster(c: Any) -> None:
-    """The parts of `cluster:` that make flodl's loader (and so `fdl join`) fail."""
-    if not isinstance(c, dict):
+def _validate_cluster_join(j: Any, where: str) -> None:
+    """`cluster.controller.join:`: flodl's strict ClusterJoin, whose `start` is an enum."""
+    if j is None:
         return
+    j = _strict_keys(j, where, CLUSTER_JOIN_KEYS)
+    for key in ("min_rank_start", "join_timeout", "target_ranks", "max_join_timeout"):
+        v = j.get(key)
+        if v is not None and not _int_in(v, 0, 2**64 - 1):
+            raise ValueError(f"{where}.{key}: expected a whole number >= 0, got {v!r}")
+    for key in ("open_admission", "discovery", "tunnel_only"):
+        _opt_bool(j, key, where)
+    _opt_str(j, "token", where)
+    start = j.get("start")
+    if start is not None and start not in CLUSTER_JOIN_START:
+        raise ValueError(f"{where}.start: expected one of {', '.join(CLUSTER_JOIN_START)}, "
+                         f"got {start!r}")
+
+
+def _validate_cluster(c: Any) -> None:
+    """The parts of `cluster:` that make flodl's loader (and so `fdl join`) fail: the
+    shares (finite, >= 0), a user-written `ranks:`, and `controller.join:` (its keys, their
+    types and `start`). The rest of `cluster:` is the controller's business and passes."""
+    if c is None:
+        return
+    if not isinstance(c, dict):
+        raise ValueError(f"cluster: expected a mapping, got {type_name(c)}")
     if c.get("gpu_ram_share") is not None:
         check_share(c["gpu_ram_share"], "cluster.gpu_ram_share")
+    controller = c.get("controller")
+    if controller is not None:
+        if not isinstance(controller, dict):
+            raise ValueError(f"cluster.controller: expected a mapping, got {type_name(controller)}")
+        _validate_cluster_join(controller.get("join"), "cluster.controller.join")
     workers = c.get("workers")
-    if isinstance(workers, list):
-        for i, wk in enumerate(workers):
-            if not isinstance(wk, dict):
-                continue
-            if wk.get("gpu_ram_share") is not None:
-                check_share(wk["gpu_ram_share"], f"cluster.workers[{i}].gpu_ram_share")
-            if "ranks" in wk:
-                raise ValueError(f"cluster.workers[{i}].ranks: derived from the devices; "
-                                 "do not write it")
+    if workers is None:
+        return
+    if not isinstance(workers, list):
+        raise ValueError(f"cluster.workers: expected a list of worker mappings, got {type_name(workers)}")
+    for i, wk in enumerate(workers):
+        if not isinstance(wk, dict):
+            raise ValueError(f"cluster.workers[{i}]: expected a mapping, got {type_name(wk)}")
+        if wk.get("gpu_ram_share") is not None:
+            check_share(wk["gpu_ram_share"], f"cluster.workers[{i}].gpu_ram_share")
+        if "ranks" in wk and wk["ranks"] != []:
+            raise ValueError(f"cluster.workers[{i}].ranks: not user configuration (ranks are "
+                             "computed from the probed device counts at launch); remove the key")
 
 
 def validate(data: dict, root: Path) -> tuple[JoinBlock | None, FdlenvBlock]:

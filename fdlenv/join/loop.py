@@ -11,7 +11,9 @@ a transient failure 1, a permanent one 2. Under persist, agent exits and
 transient failures re-dial after a backoff of 5 s doubling to 60 s, reset to
 5 s after a clean exit or an attempt that lasted over 120 s, with up to 25 %
 jitter added so a fleet does not re-dial in lockstep; a permanent failure
-still stops with 2; a stop signal ends the loop with the agent's status.
+still stops with 2; a stop signal ends the loop with the agent's status. Any
+exception an attempt lets out is a failure too, classified by its cause
+(`errors.classify`, named by the phase: `join (tunnel): ...`), never a traceback.
 Clock, sleep, rng, prepare and the tunnel opener are injectable.
 """
 
@@ -27,7 +29,7 @@ from typing import Callable
 
 from .. import variants
 from ..config.model import JoinSettings
-from ..errors import EXIT_PERMANENT, EXIT_TRANSIENT, Fail, os_failure
+from ..errors import EXIT_PERMANENT, EXIT_TRANSIENT, Fail, classify
 from ..progress import note
 from .probe import ENV_PROBE, Prober
 from .spec import ENV_AGENT_JSON, AgentSpec
@@ -81,6 +83,7 @@ class Runner:
     say: Callable[[str], None] = functools.partial(note, "join")
     stopper: Stopper = field(default_factory=Stopper)
     attempts: int = 0
+    phase: str = "prepare"                             # names the cause of an unclassified failure
 
     def __post_init__(self) -> None:
         if self.prober is None:
@@ -96,6 +99,7 @@ class Runner:
         """One attempt; returns the agent's raw exit status, raises Fail/Interrupted."""
         s = self.settings
         self.attempts += 1
+        self.phase = "prepare"
         try:
             prepared = self.prepare(s)
         except Fail as f:
@@ -123,10 +127,12 @@ class Runner:
         env.pop(ENV_AGENT_JSON, None)
         env[ENV_HOST_NAME] = s.host
 
+        self.phase = "probe"
         lease = leases.take(prepared.env.path) if prepared.env is not None else None
         tunnel = None
         try:
             sig = self.prober(bin_path, args, cwd=cwd, env=env, on_spawn=self.stopper.watch).sig
+            self.phase = "tunnel"
             if s.ssh is not None:
                 tunnel = self.open_tunnel(s.ssh, s.controller_host, s.controller_port,
                                           say=self.say)
@@ -135,11 +141,12 @@ class Runner:
                 dial = (s.controller_host, s.controller_port)
             spec = AgentSpec(
                 host=s.host, controller_host=dial[0], controller_port=dial[1],
-                libtorch=flodl_label(prepared.variant), salt_hex=s.token,
+                libtorch=prepared.label or flodl_label(prepared.variant), salt_hex=s.token,
                 local_devices=s.devices,
                 data_path=str(prepared.data_path) if prepared.data_path is not None else None,
                 run_id=prepared.run_id, gpu_ram_share=s.gpu_ram_share, model_sig_hex=sig)
             env[ENV_AGENT_JSON] = spec.encode()
+            self.phase = "agent"
             proc = spawn_agent([bin_path, *args], cwd=cwd, env=env, stopper=self.stopper,
                                keep_fds=(lease,) if lease is not None else ())
             return wait_agent(proc, self.stopper)
@@ -163,8 +170,8 @@ class Runner:
             except Interrupted as i:
                 self.say(f"stopped by {_signame(i.signum)} before the agent ran; not re-dialing")
                 return EXIT_TRANSIENT
-            except (Fail, OSError) as e:   # an OSError from any step: errors.os_failure's one rule
-                f = e if isinstance(e, Fail) else os_failure(e)
+            except Exception as e:   # a Fail, or any other exception classified by its cause
+                f = classify(e, f"join ({self.phase})")
                 print(f"error: {f.message}", file=sys.stderr, flush=True)
                 if not f.transient:
                     self.say("not re-dialing — retrying cannot fix this (exit 2)")

@@ -15,11 +15,12 @@ import re
 from typing import NamedTuple
 
 from .. import hashing
+from ..config.grammar import bracketed, split_host_port
 from ..errors import Fail
 
 ACCEPTED = (
     "file:///abs/path, rsync://[user@]host[:port]:/abs/path "
-    "(also host:port/abs/path), git+https://host/owner/repo#<ref>, "
+    "(also host:port/abs/path; an IPv6 host in brackets: [::1]), git+https://host/owner/repo#<ref>, "
     "git+ssh://git@host/owner/repo#<ref>, git+file:///abs/repo#<ref>"
 )
 
@@ -53,7 +54,7 @@ class RsyncSpec(NamedTuple):
     @property
     def remote(self) -> str:
         """rsync's own spelling of the far side: `[user@]host:/abs`."""
-        return f"{self.user + '@' if self.user else ''}{self.host}:{self.path}"
+        return f"{self.user + '@' if self.user else ''}{bracketed(self.host)}:{self.path}"
 
     @property
     def origin(self) -> str:
@@ -123,14 +124,10 @@ def _rsync(field: str, raw: str, rest: str) -> RsyncSpec:
         if not user:
             raise _bad(field, raw, "has an empty user before `@`")
     authority = authority[:-1] if authority.endswith(":") else authority  # scp colon
-    port = None
-    if ":" in authority:
-        authority, port_text = authority.rsplit(":", 1)
-        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-            raise _bad(field, raw, f"has port {port_text!r}, not a number in 1-65535")
-        port = int(port_text)
-    if not authority:
-        raise _bad(field, raw, "has an empty host")
+    try:   # host, host:port, [v6], [v6]:port; a bare IPv6 address is refused
+        authority, port = split_host_port(authority)
+    except ValueError as e:
+        raise _bad(field, raw, f"has no usable host[:port]: {e}") from None
     if authority.startswith("-") or (user or "").startswith("-"):
         raise _bad(field, raw, "has a host or user starting with `-`")
     return RsyncSpec(raw, authority, user, port, _abs_path(field, raw, path, "the host"))

@@ -2,18 +2,27 @@
 
 py-rattler only *writes* an activation script (PATH, CONDA_PREFIX, and a
 `source` of every etc/conda/activate.d script). fdlenv runs it once per env
-key in `bash --noprofile --norc`, diffs the result, and caches the diff in
-`cache/activation/<key>.json`; later launches apply the cached diff to any
-base environment and exec the child directly, with no shell between fdlenv
-and the trainer (signals and exit codes pass through untouched).
+(key and path) in `bash --noprofile --norc`, between two snapshots taken by
+that same shell, so only what the script changed is kept: whatever the shell
+itself owns (PS1, PROMPT_COMMAND, SHLVL, `_`, ...) is equal in both snapshots
+and never enters the diff. The diff is cached in
+`cache/activation/<key>-<path tag>.json`: a home that moved (mv, an image
+bake, rsync to another mount) gets a fresh capture for its new path. Later
+launches apply the cached diff to any base environment and exec the child
+directly, with no shell between fdlenv and the trainer.
 
 Path-list variables are captured against a sentinel value, so the cache
-stores "prepend these, then whatever the caller had" rather than the capture
-moment's full value, and PATH entries are de-duplicated (rattler's script
-repeats PATH). flodl's variables go on top: LIBTORCH_PATH, FDL_GPU_FEATURE,
-and LD_LIBRARY_PATH = host ROCm lib dir (AMD only; libtorch-rocm bundles a
-ROCm userspace that must not win over the host's), then libtorch's lib dir,
-then what was inherited.
+stores "prepend these, then whatever the caller had", and entries are
+de-duplicated (rattler's script repeats PATH). flodl's variables go on top:
+LIBTORCH_PATH, FDL_GPU_FEATURE, and LD_LIBRARY_PATH = host ROCm lib dir (AMD
+only; libtorch-rocm bundles a ROCm userspace that must not win over the
+host's), then libtorch's lib dir, then what was inherited.
+
+Switching and deactivating: a shell activated by `shell-hook` carries
+`_FDLENV_STATE`, each changed variable's value before and after. `restored`
+undoes it before anything is applied, so activating cu126 over cpu leaves no
+cpu entry on PATH or LD_LIBRARY_PATH, and a child started from such a shell
+(`fdlenv run`, join's agent) never sees two envs.
 """
 
 from __future__ import annotations
@@ -23,7 +32,7 @@ import os
 from pathlib import Path
 from typing import Mapping
 
-from .. import atomic, variants
+from .. import atomic, hashing, variants
 from ..errors import Fail
 from ..home import Home
 from .env import Env
@@ -31,7 +40,16 @@ from .env import Env
 SENTINEL = "/__fdlenv_inherited__"
 PATH_LISTS = ("PATH", "LD_LIBRARY_PATH", "LIBRARY_PATH", "CPATH", "PKG_CONFIG_PATH",
               "CMAKE_PREFIX_PATH", "PYTHONPATH", "MANPATH", "XDG_DATA_DIRS")
-IGNORED = {"SHLVL", "_", "PWD", "OLDPWD"}
+# Owned by the shell, never by an env (the two snapshots already exclude them; belt and braces).
+SHELL_OWNED = {"SHLVL", "_", "PWD", "OLDPWD", "PS1", "PS2", "PS3", "PS4", "PROMPT_COMMAND",
+               "BASH_EXECUTION_STRING", "BASHOPTS", "SHELLOPTS", "IFS", "OPTIND", "COLUMNS", "LINES"}
+STATE = "_FDLENV_STATE"
+_SPLIT = "__fdlenv_snapshot__"
+
+
+def _environ_of(blob: bytes) -> dict[str, str]:
+    return dict(item.split("=", 1) for item in blob.decode(errors="surrogateescape").split("\0")
+                if "=" in item)
 
 
 def _capture(env: Env, base: Mapping[str, str]) -> dict:
@@ -39,26 +57,30 @@ def _capture(env: Env, base: Mapping[str, str]) -> dict:
 
     from rattler.shell import ActivationVariables, Shell, activate
 
-    probe = dict(base)
+    probe = {k: v for k, v in base.items() if k != STATE}
     for var in PATH_LISTS:
         probe[var] = SENTINEL
     # Commands inside activate.d scripts still need a PATH that finds them.
     search = f"{SENTINEL}:{base.get('PATH', '/usr/bin:/bin')}"
     probe["PATH"] = search
     script = activate(env.path, ActivationVariables(None, search.split(":")), Shell.bash).script
-    res = subprocess.run(["bash", "--noprofile", "--norc", "-c", script + "\nenv -0"],
+    res = subprocess.run(["bash", "--noprofile", "--norc", "-c",
+                          f"env -0; printf '\\0{_SPLIT}\\0'\n{script}\nenv -0"],
                          env=probe, capture_output=True, stdin=subprocess.DEVNULL)
-    if res.returncode != 0:
-        raise Fail.permanent(f"activating {env.path} failed: {res.stderr.decode(errors='replace').strip()[-300:]}")
-    after = dict(item.split("=", 1) for item in res.stdout.decode().split("\0") if "=" in item)
+    before, sep, after = res.stdout.partition(f"\0{_SPLIT}\0".encode())
+    if res.returncode != 0 or not sep:
+        raise Fail.permanent(f"activating {env.path} failed: "
+                             f"{res.stderr.decode(errors='replace').strip()[-300:]}")
+    before, after = _environ_of(before), _environ_of(after)
     diff: dict = {"set": {}, "unset": []}
     for var, value in after.items():
-        if var in IGNORED or probe.get(var) == value:
+        if var in SHELL_OWNED or before.get(var) == value:
             continue
         if var == "PATH":
             value = value.replace(search, SENTINEL)
         diff["set"][var] = value
-    diff["unset"] = sorted(v for v in probe if v not in after and v not in IGNORED and v not in PATH_LISTS)
+    diff["unset"] = sorted(v for v in before if v not in after and v not in SHELL_OWNED
+                           and v not in PATH_LISTS)
     return diff
 
 
@@ -84,8 +106,9 @@ def _apply(diff: dict, base: Mapping[str, str]) -> dict[str, str]:
 
 
 def activation_diff(home: Home, env: Env) -> dict:
-    """The env's activation as a diff, captured on first use and cached by env key."""
-    cached = home.cache / "activation" / f"{env.key}.json"
+    """The env's activation as a diff, captured on first use and cached by env key and path."""
+    tag = hashing.of_text(str(Path(env.path).absolute()))[:12]
+    cached = home.cache / "activation" / f"{env.key}-{tag}.json"
     try:
         return json.loads(cached.read_text())
     except (OSError, ValueError):
@@ -105,15 +128,69 @@ def host_rocm_lib(environ: Mapping[str, str], rocm_root: Path | None = None) -> 
     return None
 
 
+def restored(environ: Mapping[str, str]) -> dict[str, str]:
+    """`environ` with a shell activation (`_FDLENV_STATE`) undone: each variable gets its value
+    from before, unless it was changed since. A path list changed since loses only the entries
+    the activation added."""
+    out = dict(environ)
+    raw = out.pop(STATE, None)
+    try:
+        state = json.loads(raw)["vars"] if raw else {}
+    except (ValueError, KeyError, TypeError):
+        return out          # not ours to read: dropped, nothing else touched
+    for var, pair in state.items():
+        try:
+            was, now = pair
+        except (TypeError, ValueError):
+            continue
+        cur = out.get(var)
+        if cur == now:
+            if was is None:
+                out.pop(var, None)
+            else:
+                out[var] = was
+        elif var in PATH_LISTS and cur is not None and now is not None:
+            added = set(now.split(":")) - set((was or "").split(":"))
+            out[var] = ":".join(p for p in cur.split(":") if p not in added)
+    return out
+
+
 def child_environ(home: Home, env: Env, base: Mapping[str, str] | None = None,
                   rocm_root: Path | None = None) -> dict[str, str]:
-    """Everything a child of this env runs with: base + activation + flodl's variables."""
-    base = dict(os.environ if base is None else base)
+    """Everything a child of this env runs with: base (a shell activation undone) + the env's
+    activation + flodl's variables."""
+    base = restored(os.environ if base is None else base)
     out = _apply(activation_diff(home, env), base)
     v = variants.get(env.variant)
-    out["LIBTORCH_PATH"] = str(env.libtorch_root)
-    out["FDL_GPU_FEATURE"] = v.gpu_feature
-    rocm = host_rocm_lib(base, rocm_root) if v.vendor == "amd" else None
-    out["LD_LIBRARY_PATH"] = _join([str(rocm) if rocm else "", str(env.libtorch_root / "lib"),
+    return libtorch_environ(out, Path(env.libtorch_root), v.vendor, v.gpu_feature, rocm_root)
+
+
+def libtorch_environ(base: Mapping[str, str], libtorch: Path, vendor: str, feature: str,
+                     rocm_root: Path | None = None) -> dict[str, str]:
+    """flodl's variables for a libtorch dir, over `base`: the whole activation of a libtorch
+    flodl installed itself (precompiled/<dir>, builds/<name>), and the top of an env's."""
+    out = dict(base)
+    out["LIBTORCH_PATH"] = str(libtorch)
+    out["FDL_GPU_FEATURE"] = feature
+    rocm = host_rocm_lib(base, rocm_root) if vendor == "amd" else None
+    out["LD_LIBRARY_PATH"] = _join([str(rocm) if rocm else "", str(libtorch / "lib"),
                                     *out.get("LD_LIBRARY_PATH", "").split(":")])
     return out
+
+
+def shell_state(before: Mapping[str, str], after: Mapping[str, str]) -> str:
+    """The `_FDLENV_STATE` value recording how `before` became `after` (for `restored`)."""
+    changed = {k: [before.get(k), after.get(k)] for k in set(before) | set(after)
+               if k != STATE and before.get(k) != after.get(k)}
+    return json.dumps({"vars": changed}, sort_keys=True, separators=(",", ":"))
+
+
+def environ_for(home: Home, active, base: Mapping[str, str] | None = None,
+                rocm_root: Path | None = None) -> dict[str, str]:
+    """The child environment for a settled libtorch (`store.active.Active`): an fdlenv env is
+    activated whole; a libtorch flodl installed itself gets flodl's variables only."""
+    if active.env is not None:
+        return child_environ(home, active.env, base, rocm_root)
+    from .active import FEATURE
+    base = restored(os.environ if base is None else base)
+    return libtorch_environ(base, Path(active.dir), active.vendor, FEATURE[active.vendor], rocm_root)

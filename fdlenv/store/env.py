@@ -39,6 +39,26 @@ def read_manifest(env_dir: Path) -> dict:
     return json.loads((env_dir / MANIFEST).read_text())
 
 
+def moved_from(env_dir: Path, m: dict) -> Path | None:
+    """Where the env was when its manifest was written, when that is not `env_dir` (a moved
+    home); None when it has not moved."""
+    recorded = Path(m["libtorch_root"])
+    parts = recorded.parts
+    if env_dir.name not in parts:
+        return None
+    i = len(parts) - 1 - parts[::-1].index(env_dir.name)
+    old = Path(*parts[:i + 1])
+    return None if old == Path(env_dir).absolute() else old
+
+
 def from_dir(env_dir: Path) -> Env:
+    """The env at `env_dir`, wherever its home is now: the manifest's libtorch root is taken
+    relative to the env (an image bake or `mv` of the home keeps every env usable)."""
     m = read_manifest(env_dir)
-    return Env(m["variant"], m["key"], env_dir, Path(m["libtorch_root"]))
+    parts = Path(m["libtorch_root"]).parts
+    if env_dir.name in parts:
+        i = len(parts) - 1 - parts[::-1].index(env_dir.name)
+        root = Path(env_dir).joinpath(*parts[i + 1:])
+    else:
+        root = Path(m["libtorch_root"])
+    return Env(m["variant"], m["key"], env_dir, root)

@@ -21,7 +21,7 @@ from ..home import Home
 from ..filelocks import exclusive, held
 from .leases import in_use, store_lock
 from . import pointers
-from .env import MANIFEST, read_manifest
+from .env import MANIFEST, moved_from, read_manifest
 
 
 @dataclass
@@ -82,9 +82,15 @@ class Problem:
 class Report:
     env: Path
     problems: list[Problem] = field(default_factory=list)
+    moved_from: str | None = None       # where the env was built, when its home moved since
+    # Files whose install wrote the env's path into them (a prefix placeholder): after a move they
+    # still name the old path. Reported, not a failure: libtorch, its loader path and activation
+    # do not depend on them; a fresh realise under the new home rewrites them.
+    stale: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
-        return {"path": str(self.env), "ok": not self.problems,
+        return {"path": str(self.env), "ok": not self.problems, "moved_from": self.moved_from,
+                "names_old_path": self.stale,
                 "problems": [p.__dict__ for p in self.problems]}
 
 
@@ -92,6 +98,8 @@ def verify(env_dir: Path, full: bool = False) -> Report:
     """Record set vs manifest, every file present with its size; `full` re-hashes contents."""
     rep = Report(env_dir)
     manifest = read_manifest(env_dir)
+    old = moved_from(env_dir, manifest)
+    rep.moved_from = str(old) if old else None
     want = {r["name"]: r["sha256"] for r in manifest["records"] if r["manager"] == "conda"}
     have = {}
     for meta in (env_dir / "conda-meta").glob("*.json"):
@@ -106,6 +114,8 @@ def verify(env_dir: Path, full: bool = False) -> Report:
             if not path.exists():
                 rep.problems.append(Problem(p["_path"], "missing", rec["name"]))
                 continue
+            if old is not None and p.get("prefix_placeholder"):
+                rep.stale.append(p["_path"])
             expected = p.get("sha256_in_prefix") or p.get("sha256")
             if p.get("size_in_bytes") is not None and not p.get("prefix_placeholder") \
                     and path.stat().st_size != p["size_in_bytes"]:
@@ -169,7 +179,8 @@ def repair(home: Home, env_dir: Path, report: Report, mirrors: dict[str, str] | 
         for r in records:
             if r.name in bad:
                 evict_cache_entry(home, r)
-        trash = home.staging / f"{m['key']}-trash-{os.getpid()}"
+        # Not `<key>-*`: the build sweeps those as debris of killed runs.
+        trash = home.staging / f"trash-{m['key']}-{os.getpid()}"
         home.ensure(home.staging)
         os.rename(env_dir, trash)
         try:

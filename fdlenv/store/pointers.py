@@ -4,9 +4,21 @@ flodl's own tooling on the same box looks for `libtorch/.active` (one line
 `precompiled/<dir>`) and `libtorch/precompiled/<dir>/{lib,include,.arch}`;
 fdlenv keeps those pointing into the immutable envs. `roots/` holds one
 symlink per (lock file, variant): `env gc` removes what no root and no
-pointer reaches. Every update is write-temp-then-rename, so a reader never
-sees a missing or half-written pointer, and an unchanged pointer is not
-rewritten (the re-dial path only reads).
+pointer reaches.
+
+Rules, in the order they matter:
+- Never fight flodl's files. A real directory at `precompiled/<dir>` is
+  flodl's own download (`fdl libtorch download`): fdlenv never deletes, moves
+  over or writes into it. Its own pointer then lives beside it, at
+  `precompiled/<dir>-fdlenv` (flodl reads that name as the same vendor), and
+  `.active` names whichever of the two was activated last.
+- Links are relative (`../../envs/<env>/libtorch`), so a home that moved
+  (mv, an image bake into another path, rsync to another mount) keeps
+  working; `env verify` reports absolute links left by an older fdlenv or a
+  moved home, and `--repair` rewrites them (`relink`).
+- Every update is write-temp-then-rename, so a reader never sees a missing
+  or half-written pointer, temp names are removed on every path, and an
+  unchanged pointer is not rewritten (the re-dial path only reads).
 """
 
 from __future__ import annotations
@@ -18,14 +30,17 @@ from .. import atomic, hashing, variants
 from ..home import Home
 from .env import MANIFEST, Env, from_dir
 
+OWN_SUFFIX = "-fdlenv"
+
 
 def _symlink(link: Path, target: Path) -> None:
+    rel = os.path.relpath(target, link.parent)
     try:
-        if os.readlink(link) == str(target):
+        if os.readlink(link) == rel:
             return
     except OSError:
         pass
-    atomic.symlink(link, target)
+    atomic.symlink(link, rel)
 
 
 def _write_line(path: Path, text: str) -> None:
@@ -37,22 +52,23 @@ def _write_line(path: Path, text: str) -> None:
     atomic.write_text(path, text)
 
 
-def link_variant(home: Home, env: Env) -> None:
-    """libtorch/precompiled/<dir> -> the env's libtorch root. A real directory there is flodl's
-    own download (`fdl libtorch download`): it is never deleted, moved over or written into;
-    fdlenv then points nothing there (its env still serves `fdlenv run`, prepare and join)."""
-    link = home.libtorch / "precompiled" / variants.get(env.variant).flodl_dir
-    if os.path.lexists(link) and not link.is_symlink():
-        from ..progress import say
+def _is_flodls(path: Path) -> bool:
+    """A real directory (not our link): flodl's own download."""
+    return os.path.lexists(path) and not path.is_symlink()
 
-        say(f"note: {link} is flodl's own libtorch (a real directory); fdlenv leaves it as it is")
-        return
-    _symlink(link, env.libtorch_root)
+
+def link_variant(home: Home, env: Env) -> str:
+    """Point flodl's `precompiled/<dir>` (or, beside flodl's own download, `<dir>-fdlenv`) at the
+    env's libtorch root; returns the pointer's label (`precompiled/<name>`)."""
+    d = variants.get(env.variant).flodl_dir
+    pre = home.libtorch / "precompiled"
+    name = d + OWN_SUFFIX if _is_flodls(pre / d) else d
+    _symlink(pre / name, Path(env.libtorch_root))
+    return f"precompiled/{name}"
 
 
 def set_active(home: Home, env: Env) -> None:
-    link_variant(home, env)
-    _write_line(home.libtorch / ".active", variants.get(env.variant).flodl_label + "\n")
+    _write_line(home.libtorch / ".active", link_variant(home, env) + "\n")
 
 
 def active_label(home: Home) -> str | None:
@@ -62,22 +78,57 @@ def active_label(home: Home) -> str | None:
         return None
 
 
+def variant_of_label(label: str | None) -> str | None:
+    """`precompiled/cu128` or `precompiled/cu128-fdlenv` -> `cu128`; anything else -> None."""
+    family, _, name = (label or "").partition("/")
+    if family != "precompiled":
+        return None
+    name = name.removesuffix(OWN_SUFFIX)
+    return next((v.name for v in variants.VARIANTS.values() if v.flodl_dir == name), None)
+
+
 def active_variant(home: Home) -> str | None:
     """The variant `.active` names (flodl's label mapped back), or None."""
-    label = active_label(home)
-    return next((v.name for v in variants.VARIANTS.values() if v.flodl_label == label), None)
+    return variant_of_label(active_label(home))
 
 
-def pointed_env(home: Home, variant: str) -> Env | None:
-    """The env flodl's precompiled/<dir> pointer names for `variant`; None when it is
-    missing or is not an fdlenv env (a libtorch flodl downloaded itself)."""
-    link = home.libtorch / "precompiled" / variants.get(variant).flodl_dir
-    target = Path(os.path.realpath(link)) if link.is_symlink() else None
-    while target is not None and target != target.parent:
+def env_of(path: Path) -> Env | None:
+    """The fdlenv env `path` lies in (through links), or None."""
+    target = Path(os.path.realpath(path))
+    while target != target.parent:
         if (target / MANIFEST).is_file():
             return from_dir(target)
         target = target.parent
     return None
+
+
+def pointed_env(home: Home, variant: str) -> Env | None:
+    """The env fdlenv's pointer names for `variant` (`precompiled/<dir>`, else `<dir>-fdlenv`);
+    None when neither is an fdlenv env (flodl's own download, or nothing)."""
+    pre = home.libtorch / "precompiled"
+    d = variants.get(variant).flodl_dir
+    for link in (pre / d, pre / (d + OWN_SUFFIX)):
+        if link.is_symlink():
+            env = env_of(follow(home, link) or link)
+            if env is not None:
+                return env
+    return None
+
+
+def follow(home: Home, link: Path) -> Path | None:
+    """`link` when it leads somewhere; a link left dangling by a moved home leads to the same
+    env under this home instead (and is rewritten relative when the home is writable)."""
+    if os.path.exists(link):
+        return link
+    if not link.is_symlink():
+        return None
+    cand = _here(home, link)
+    if cand is not None:
+        try:
+            _symlink(link, cand)
+        except OSError:
+            pass        # a read-only home still works, through `cand`
+    return cand
 
 
 def root(home: Home, lock: Path, env: Env) -> None:
@@ -86,17 +137,53 @@ def root(home: Home, lock: Path, env: Env) -> None:
     _symlink(home.roots / f"{env.variant}-{tag}", env.path)
 
 
+def _links(home: Home):
+    for d in (home.roots, home.libtorch / "precompiled"):
+        if d.is_dir():
+            yield from (p for p in d.iterdir() if p.is_symlink())
+
+
 def live_targets(home: Home) -> set[Path]:
     """Env dirs something still uses: roots and flodl's precompiled pointers."""
     out: set[Path] = set()
-    for d in (home.roots, home.libtorch / "precompiled"):
-        if not d.is_dir():
-            continue
-        for link in d.iterdir():
-            if link.is_symlink():
-                target = Path(os.path.realpath(link))
-                # A precompiled pointer names <env>/libtorch; the env is its parent.
-                while target != target.parent and target.parent != home.envs.resolve():
-                    target = target.parent
-                out.add(target)
+    envs = home.envs.resolve()
+    for link in _links(home):
+        target = Path(os.path.realpath(link))
+        # A precompiled pointer names <env>/libtorch; the env is its parent.
+        while target != target.parent and target.parent != envs:
+            target = target.parent
+        out.add(target)
     return out
+
+
+def _here(home: Home, link: Path) -> Path | None:
+    """Where a stale link's target lives in this home: the same env dir name under envs/."""
+    parts = Path(os.readlink(link)).parts
+    if "envs" not in parts:
+        return None
+    i = len(parts) - 1 - parts[::-1].index("envs")
+    cand = home.envs.joinpath(*parts[i + 1:])
+    return cand if cand.exists() else None
+
+
+def stale_links(home: Home) -> list[tuple[Path, str]]:
+    """Pointers and roots that are absolute or lead nowhere: (link, what is wrong)."""
+    out = []
+    for link in _links(home):
+        target = os.readlink(link)
+        if not os.path.exists(link):
+            out.append((link, f"leads nowhere ({target}): the home moved?"))
+        elif os.path.isabs(target):
+            out.append((link, f"absolute ({target}): breaks if the home moves"))
+    return out
+
+
+def relink(home: Home) -> list[Path]:
+    """Rewrite stale links relative, to the same env under this home; returns what was fixed."""
+    fixed = []
+    for link, _what in stale_links(home):
+        cand = _here(home, link) if not os.path.exists(link) else Path(os.path.realpath(link))
+        if cand is not None:
+            _symlink(link, cand)
+            fixed.append(link)
+    return fixed

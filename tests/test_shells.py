@@ -1,0 +1,255 @@
+"""Activation a shell user can live with: shell-hook in real bash, zsh, fish and dash, and `run`.
+
+Each shell test runs the real shell with no profile and a small exported
+environment, evaluates what `fdlenv shell-hook` prints, and dumps the
+environment (`env -0`) at the points that matter. zsh and fish come from
+Debian (README's test line installs them); without them these tests fail
+under CI rather than skip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers_store import fdlenv, make_world, realise_json
+
+from fdlenv.filelocks import exclusive
+from fdlenv.store.leases import store_lock
+
+SHELLS = ("bash", "zsh", "fish", "dash")
+HOOK = f"{sys.executable} -m fdlenv shell-hook"
+
+
+def _shell(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        pytest.skip(f"{name} is not installed (apt-get install {name})")
+    return path
+
+
+def _flag(name: str) -> str:
+    return {"bash": "bash", "zsh": "zsh", "fish": "fish", "dash": "sh"}[name]
+
+
+def _script(name: str, steps: list[str], dump: Path) -> str:
+    """`steps`: "hook ARGS" (evaluate the hook) or "dump" (append `env -0` to dump.N)."""
+    out, n = [], 0
+    for step in steps:
+        if step == "dump":
+            out.append(f"env -0 > {dump}.{n}")
+            n += 1
+        else:
+            args = f"--shell {_flag(name)} {step}"
+            out.append(f"{HOOK} {args} | source" if name == "fish" else f'eval "$({HOOK} {args})"')
+    return "\n".join(out) + "\n"
+
+
+def _run_shell(name: str, script: str, env: dict, tmp: Path) -> subprocess.CompletedProcess:
+    path = _shell(name)
+    argv = {"bash": [path, "--noprofile", "--norc"], "zsh": [path, "-f"],
+            "fish": [path, "--no-config"], "dash": [path]}[name]
+    f = tmp / f"script.{name}"
+    f.write_text(script)
+    return subprocess.run([*argv, str(f)], env=env, capture_output=True, text=True, timeout=120)
+
+
+def _dumps(dump: Path) -> list[dict]:
+    out, n = [], 0
+    while Path(f"{dump}.{n}").exists():
+        raw = Path(f"{dump}.{n}").read_bytes().split(b"\0")
+        out.append(dict(item.decode().split("=", 1) for item in raw if b"=" in item))
+        n += 1
+    return out
+
+
+@pytest.fixture(scope="module")
+def two(tmp_path_factory):
+    """A home with cpu and cu126 realised from a real lock."""
+    tmp = tmp_path_factory.mktemp("two")
+    w = make_world(tmp, variants=("cpu", "cu126"))
+    envs = {v: realise_json(w, v) for v in ("cpu", "cu126")}
+    return w, envs
+
+
+def _base_env(w, **extra) -> dict:
+    return {"PATH": f"/opt/tool/bin:{os.path.dirname(sys.executable)}:/usr/bin:/bin",
+            "LD_LIBRARY_PATH": "/opt/tool/lib", "HOME": os.environ["HOME"], "LANG": "C.UTF-8",
+            "FLODL_HOME": str(w.home.root), "VIRTUAL_ENV": "/opt/venv", **extra}
+
+
+def _comparable(env: dict) -> dict:
+    # What the shell itself rewrites between two commands, whatever fdlenv does.
+    return {k: v for k, v in env.items() if k not in ("_", "SHLVL", "PWD", "OLDPWD")}
+
+
+@pytest.mark.parametrize("name", SHELLS)
+def test_switching_cpu_to_cu126_leaves_only_cu126_and_deactivate_restores_the_shell_exactly(name, two, tmp_path):
+    w, envs = two
+    lock = f"--lock {w.lock}"
+    script = _script(name, ["dump", f"--libtorch cpu {lock}", "dump", f"--libtorch cu126 {lock}", "dump",
+                            "--deactivate", "dump"], tmp_path / "d")
+    res = _run_shell(name, script, _base_env(w), tmp_path)
+    assert res.returncode == 0, res.stderr
+    before, on_cpu, on_cu126, after = _dumps(tmp_path / "d")
+    cpu, cu126 = envs["cpu"]["path"], envs["cu126"]["path"]
+    assert on_cpu["PATH"].split(":")[0] == f"{cpu}/bin" and on_cpu["LIBTORCH_PATH"].startswith(cpu)
+    for var in ("PATH", "LD_LIBRARY_PATH"):
+        assert cpu not in on_cu126[var], f"{var} still holds the cpu env: {on_cu126[var]}"
+        assert cu126 in on_cu126[var].split(":")[0]
+    assert on_cu126["LD_LIBRARY_PATH"].split(":") == [f"{envs['cu126']['libtorch_root']}/lib", "/opt/tool/lib"]
+    assert on_cu126["CONDA_PREFIX"] == cu126 and on_cu126["HOOK_MARK"] == f"hooked:{cu126}"
+    assert _comparable(after) == _comparable(before)
+
+
+@pytest.mark.parametrize("name", SHELLS)
+def test_the_prompt_and_shell_owned_variables_are_never_touched(name, two, tmp_path):
+    w, _ = two
+    env = _base_env(w, PS1="my-prompt$ ", PROMPT_COMMAND="echo pc", PS2="more> ")
+    script = _script(name, ["dump", f"--libtorch cpu --lock {w.lock}", "dump"], tmp_path / "d")
+    if name != "fish":
+        script += 'printf "%s" "$PS1" > ' + str(tmp_path / "ps1") + "\n"
+    res = _run_shell(name, script, env, tmp_path)
+    assert res.returncode == 0, res.stderr
+    before, after = _dumps(tmp_path / "d")
+    for var in ("PS1", "PS2", "PROMPT_COMMAND", "SHLVL"):    # a non-interactive bash drops PS1 itself
+        assert after.get(var) == before.get(var)
+    assert after["PROMPT_COMMAND"] == "echo pc"
+    if name != "fish":
+        assert (tmp_path / "ps1").read_text() == ("" if name == "bash" else "my-prompt$ ")
+    hook = fdlenv("shell-hook", "--libtorch", "cpu", "--lock", str(w.lock), env=env, check=True).stdout
+    assert not re.search(r"(^|\s)(PS1|PS2|PROMPT_COMMAND|SHLVL)\b", hook, re.M), hook
+    cached = "".join(p.read_text() for p in (w.home.cache / "activation").iterdir())
+    assert not re.search(r'"(PS1|PS2|PROMPT_COMMAND|SHLVL|_)"', cached), cached
+
+
+def test_shell_hook_json_carries_pixis_environment_variables_key(two):
+    w, envs = two
+    out = json.loads(fdlenv("shell-hook", "--libtorch", "cu126", "--lock", str(w.lock), "--json",
+                            env=_base_env(w), check=True).stdout)
+    ev = out["environment_variables"]
+    assert ev["CONDA_PREFIX"] == envs["cu126"]["path"] and ev["FDL_GPU_FEATURE"] == "cuda"
+    assert out["variant"] == "cu126" and out["label"] == "precompiled/cu126"
+    assert all(isinstance(v, str) for v in ev.values())
+
+
+def test_deactivate_in_a_shell_never_activated_changes_nothing(two):
+    w, _ = two
+    res = fdlenv("shell-hook", "--deactivate", env=_base_env(w), check=True)
+    assert res.stdout == ""
+
+
+def test_run_and_shell_hook_need_no_lock_for_a_realised_variant(two, tmp_path):
+    w, envs = two
+    fdlenv("env", "use", "cpu", "--home", str(w.home.root), check=True)
+    env = _base_env(w)
+    # no lock anywhere near the cwd, no --lock: the active env, then the pointed one
+    res = fdlenv("run", "sh", "-c", 'echo "$CONDA_PREFIX"', env=env, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == envs["cpu"]["path"]
+    res = fdlenv("run", "--libtorch", "cu126", "printenv", "LIBTORCH_PATH", env=env, cwd=tmp_path)
+    assert res.returncode == 0 and res.stdout.strip() == envs["cu126"]["libtorch_root"], res.stderr
+    hook = fdlenv("shell-hook", "--libtorch", "cu126", env=env, cwd=tmp_path, check=True).stdout
+    assert f"export CONDA_PREFIX={envs['cu126']['path']}" in hook
+
+
+def test_run_takes_the_command_without_a_double_dash_and_keeps_a_later_one(two, tmp_path):
+    w, _ = two
+    env = _base_env(w)
+    res = fdlenv("run", "--libtorch", "cpu", "--lock", str(w.lock), "echo", "a", "--libtorch", "--", "b", env=env)
+    assert res.returncode == 0 and res.stdout == "a --libtorch -- b\n", res.stderr
+    res = fdlenv("run", "--libtorch", "cpu", "--lock", str(w.lock), env=env)
+    assert res.returncode == 2 and "no command" in res.stderr and "CMD" in res.stderr
+
+
+def test_run_exit_codes_are_a_shells(two, tmp_path):
+    w, _ = two
+    env = _base_env(w)
+    base = ["run", "--libtorch", "cpu", "--lock", str(w.lock)]
+    assert fdlenv(*base, "sh", "-c", "exit 7", env=env).returncode == 7
+    missing = fdlenv(*base, "no-such-command-xyz", env=env)
+    assert missing.returncode == 127 and "not found" in missing.stderr
+    plain = tmp_path / "plain.txt"
+    plain.write_text("not a program\n")
+    refused = fdlenv(*base, str(plain), env=env)
+    assert refused.returncode == 126 and "cannot execute" in refused.stderr
+
+
+def test_ctrl_c_before_the_command_starts_exits_130(tmp_path):
+    w = make_world(tmp_path)
+    cmd = [sys.executable, "-m", "fdlenv", "run", "--libtorch", "cpu", "--lock", str(w.lock),
+           "--home", str(w.home.root), "true"]
+    with exclusive(store_lock(w.home.locks), "the test"):
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert "waiting for" in proc.stderr.readline()      # the barrier: it waits on the store
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+
+
+def test_a_closed_stdout_is_quiet(two):
+    w, _ = two
+    r, wfd = os.pipe()
+    os.close(r)                        # the reader is gone before anything is written
+    try:
+        res = subprocess.run([sys.executable, "-m", "fdlenv", "shell-hook", "--libtorch", "cpu",
+                              "--lock", str(w.lock)], stdout=wfd, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, **_base_env(w)})
+    finally:
+        os.close(wfd)
+    assert res.stderr == "" and res.returncode == 141
+
+
+def _absolute_pointer(home, env: dict) -> None:
+    """The precompiled pointer as an older fdlenv left it: an absolute link."""
+    pre = home / "libtorch" / "precompiled" / "cpu"
+    os.unlink(pre)
+    os.symlink(f"{home}/envs/{Path(env['path']).name}/libtorch", pre)
+
+
+def test_a_moved_home_works_with_run_and_shell_hook_and_verify_reports_and_repairs_it(tmp_path):
+    w = make_world(tmp_path, variants=("cpu",))
+    old = realise_json(w)
+    fdlenv("env", "use", "cpu", "--home", str(w.home.root), check=True)
+    _absolute_pointer(w.home.root, old)
+    fdlenv("run", "true", env={"FLODL_HOME": str(w.home.root)}, check=True)   # captures at the old path
+    moved = tmp_path / "moved"
+    os.rename(w.home.root, moved)
+    env = {"FLODL_HOME": str(moved)}
+    name = Path(old["path"]).name
+    new_path = str(moved / "envs" / name)
+    pointer = moved / "libtorch" / "precompiled" / "cpu"
+
+    report = fdlenv("env", "verify", "--json", env=env)
+    assert report.returncode == 2
+    out = json.loads(report.stdout)
+    assert out["envs"][0]["moved_from"] == old["path"] and out["envs"][0]["ok"]
+    assert [x["link"] for x in out["links"]] == [str(pointer)]
+
+    res = fdlenv("run", "sh", "-c", 'echo "$CONDA_PREFIX|$LIBTORCH_PATH|$LD_LIBRARY_PATH"; hello', env=env, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    prefix, libtorch, ld = res.stdout.splitlines()[0].split("|")
+    assert prefix == new_path and libtorch == f"{new_path}/libtorch" and ld.split(":")[0] == f"{new_path}/libtorch/lib"
+    assert res.stdout.splitlines()[1] == "hello-from-env"
+    hook = fdlenv("shell-hook", "--libtorch", "cpu", env=env, cwd=tmp_path, check=True).stdout
+    assert str(w.home.root) + "/" not in hook and new_path in hook
+    assert os.readlink(pointer) == f"../../envs/{name}/libtorch"   # using it fixed the pointer
+    assert fdlenv("env", "verify", env=env).returncode == 0
+
+    _absolute_pointer(moved, old)
+    again = tmp_path / "again"
+    os.rename(moved, again)
+    env = {"FLODL_HOME": str(again)}
+    assert fdlenv("env", "verify", env=env).returncode == 2
+    fixed = fdlenv("env", "verify", "--repair", env=env)
+    assert fixed.returncode == 0, fixed.stderr
+    assert os.readlink(again / "libtorch" / "precompiled" / "cpu") == f"../../envs/{name}/libtorch"
+    assert fdlenv("env", "verify", env=env).returncode == 0

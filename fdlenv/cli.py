@@ -57,7 +57,7 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.print_usage(sys.stderr)
-        print(f"error: {self.prog}: {message}", file=sys.stderr)
+        fail(f"{self.prog}: {message}", EXIT_PERMANENT)
         sys.exit(EXIT_PERMANENT)
 
 
@@ -87,7 +87,19 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     sub.required = True
     for name in COMMANDS if only is None else (only,):
         importlib.import_module(f"fdlenv.commands.{name}").add_parser(sub)
+    _add_quiet(parser, False)
     return parser
+
+
+def _add_quiet(parser: argparse.ArgumentParser, default) -> None:
+    """`-q`/`--quiet` on every (sub)command: no progress, only results and errors. Below the
+    root its default is SUPPRESS, so a `-q` given earlier on the line is not undone."""
+    parser.add_argument("-q", "--quiet", action="store_true", default=default,
+                        help="no progress lines: only results and errors")
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in {id(c): c for c in action.choices.values()}.values():
+                _add_quiet(child, argparse.SUPPRESS)
 
 
 def _command_of(argv: list[str]) -> str | None:
@@ -163,31 +175,46 @@ def main(argv: list[str] | None = None) -> int:
     return rc
 
 
+# Set from the argv before parsing: a failure under --json is also a JSON object on stdout.
+_JSON = False
+
+
+def fail(message: str, code: int) -> int:
+    """The one way a failure is told: an `error:` line on stderr and, under --json,
+    {"error": message, "exit": code} on stdout (a machine reading stdout gets an object)."""
+    print(f"error: {message}", file=sys.stderr)
+    if _JSON:
+        import json
+        print(json.dumps({"error": message, "exit": code}))
+    return code
+
+
 def _main(argv: list[str]) -> int:
+    global _JSON
     head, tail = split_tail(argv)
+    _JSON = "--json" in head
     try:
         head = take_env(head)   # --env X, --env=X, @X: exported as FDL_ENV
     except Fail as f:
-        print(f"error: {f.message}", file=sys.stderr)
-        return f.exit_code
+        return fail(f.message, f.exit_code)
     args = build_parser(_command_of(head)).parse_args(head)
     args.tail = tail
     args.owns_process = OWNS_PROCESS   # only then may the store fork its install worker
+    if getattr(args, "quiet", False):
+        from .progress import set_quiet
+        set_quiet(True)
     try:
         return int(args.func(args) or 0)
     except Fail as f:
-        print(f"error: {f.message}", file=sys.stderr)
-        return f.exit_code
+        return fail(f.message, f.exit_code)
     except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return EXIT_TRANSIENT
+        return fail("interrupted", EXIT_TRANSIENT)
     except BrokenPipeError:
         raise           # main() makes it quiet
     except OSError as e:
         # Disk full, permission denied, ...: errors.os_failure's one rule; the message names the path.
         f = os_failure(e)
-        print(f"error: {f.message}", file=sys.stderr)
-        return f.exit_code
+        return fail(f.message, f.exit_code)
 
 
 if __name__ == "__main__":

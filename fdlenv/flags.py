@@ -38,6 +38,28 @@ def store_options(p: argparse.ArgumentParser, variant_required: bool) -> None:
     mirror_option(p)
 
 
+def variant_option(p: argparse.ArgumentParser, required: bool) -> None:
+    """The variant of `env path|use|verify|remove`: `--libtorch V` as everywhere, or the
+    positional V (kept as an alias); giving both with different values is refused."""
+    p.add_argument("variant", nargs="?", metavar="VARIANT", help=argparse.SUPPRESS)
+    p.add_argument("--libtorch", metavar="VARIANT", help="cpu, cu126, cu128, rocm7.0, rocm7.1"
+                   + ("" if required else " (default: every realised variant)"))
+    p.set_defaults(_variant_required=required)
+
+
+def settle_variant_option(args) -> None:
+    """Fold the positional alias into `args.libtorch` (called by the CLI front after parsing)."""
+    from .errors import Fail
+
+    pos = getattr(args, "variant", None)
+    if pos is not None and args.libtorch is not None and pos != args.libtorch:
+        raise Fail.permanent(f"--libtorch: given twice ({args.libtorch!r} and {pos!r}); give one")
+    args.libtorch = args.libtorch or pos
+    if args.libtorch is None and getattr(args, "_variant_required", False):
+        from . import variants
+        raise Fail.permanent("--libtorch: which variant? accepted: " + variants.ACCEPTED.replace("auto, ", ""))
+
+
 def owns_process(args) -> bool:
     return bool(getattr(args, "owns_process", False))
 
@@ -200,4 +222,4 @@ def join_flags(args: argparse.Namespace):
         lock=g("lock"), mirrors=tuple(g("mirror") or ()), home=g("home"), host=g("host"),
         devices=g("devices"), persist=bool(g("persist", False)), data_path=g("data_path"),
         data_source=g("data_source"), gpu_ram_share=g("gpu_ram_share"),
-        no_sig_probe=bool(g("no_sig_probe", False)), tail=g("tail"))
+        no_sig_probe=bool(g("no_sig_probe", False)), tail=g("tail"), token_file=g("token_file"))

@@ -11,8 +11,17 @@ Index names and where their URL comes from, first hit wins:
 - `--mirror NAME=URL` / `fdlenv: mirrors:` for the exact name (`pypi`,
   `pytorch/cu126`), else for its longest prefix (`pytorch=URL` serves
   `pytorch/cu126` as `URL/cu126`, the layout of PyTorch's wheel index);
-- `pypi` only: the index your pip is configured with (`PIP_INDEX_URL`, pip's
-  config files, else pip's own default).
+- `pypi` only: the index your installer is configured with (`configured_index`),
+  read without running pip, so an install with no pip in it (`uv tool install`)
+  finds the same index: `PIP_INDEX_URL` > `UV_DEFAULT_INDEX` > `UV_INDEX_URL` >
+  pip's config files (`PIP_CONFIG_FILE`, the venv's, the user's, the global ones
+  pip documents; `[install]` over `[download]` over `[global]`, as pip reads a
+  command's section over `[global]`) > uv's `uv.toml` (`UV_CONFIG_FILE`, the
+  user's, the system's; `[[index]] default = true`, else `index-url`) > pip's own
+  default, taken from pip where it is importable, else from the pip wheel this
+  Python bundles for `ensurepip`. No fdlenv file names a registry's host, so that
+  default comes from pip itself or not at all; with none, one `error:` line asks
+  for `--mirror pypi=URL` or PIP_INDEX_URL.
 """
 
 from __future__ import annotations
@@ -23,6 +32,8 @@ import re
 import subprocess
 import sys
 import urllib.parse
+from collections.abc import Mapping
+from pathlib import Path
 
 from .errors import Fail
 
@@ -71,38 +82,170 @@ def base_url(index: str, mirrors: dict[str, str] | None = None) -> str:
            "gives, without the variant folder)" if parts[0] == "pytorch" else ""))
 
 
-_PIP_CONFIG = r"""
-import json
+def configured_pip_index() -> str:
+    """The URL behind the index name `pypi` here (see the module's docstring for the order)."""
+    return configured_index()[0]
+
+
+def configured_index(environ: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """(index URL, where it was found): env, then pip's and uv's files, then pip's default."""
+    env = os.environ if environ is None else environ
+    for var in ("PIP_INDEX_URL", "UV_DEFAULT_INDEX", "UV_INDEX_URL"):
+        if env.get(var, "").strip():
+            return env[var].split()[0], var
+    for found in (_pip_config_index(env), _uv_config_index(env)):
+        if found:
+            return found
+    url = _pip_default()
+    if url:
+        return url, "pip's default index"
+    raise Fail.permanent(
+        "--mirror: no URL for the wheel index 'pypi': PIP_INDEX_URL, UV_DEFAULT_INDEX, pip's config "
+        "files and uv.toml name none, and no pip is installed to take its default from; "
+        "give --mirror pypi=URL (or set PIP_INDEX_URL)")
+
+
+def _home(env: Mapping[str, str]) -> Path:
+    return Path(env.get("HOME") or os.path.expanduser("~"))
+
+
+def _config_dirs(env: Mapping[str, str]) -> tuple[list[Path], Path]:
+    """(XDG system config dirs, XDG user config dir), as pip's and uv's platformdirs read them."""
+    system = [Path(d) for d in (env.get("XDG_CONFIG_DIRS", "").strip() or "/etc/xdg").split(os.pathsep) if d]
+    user = env.get("XDG_CONFIG_HOME", "").strip()
+    return system, Path(user) if user else _home(env) / ".config"
+
+
+def pip_config_files(env: Mapping[str, str]) -> list[Path]:
+    """pip's config files, lowest priority first (pip's `Configuration`: global < user < site <
+    PIP_CONFIG_FILE; PIP_CONFIG_FILE=os.devnull loads none, an existing one hides the user's)."""
+    given = env.get("PIP_CONFIG_FILE")
+    if given == os.devnull:
+        return []
+    system, user = _config_dirs(env)
+    files = [d / "pip" / "pip.conf" for d in system] + [Path("/etc/pip.conf")]
+    if not (given and os.path.exists(given)):
+        mac = _home(env) / "Library" / "Application Support" / "pip"
+        user_dir = mac if sys.platform == "darwin" and mac.is_dir() else user / "pip"
+        files += [_home(env) / ".pip" / "pip.conf", user_dir / "pip.conf"]
+    files.append(Path(sys.prefix) / "pip.conf")
+    if given:
+        files.append(Path(given))
+    return files
+
+
+def _pip_config_index(env: Mapping[str, str]) -> tuple[str, str] | None:
+    import configparser
+
+    found: dict[str, tuple[str, Path]] = {}   # section -> (index-url, file); later files override
+    for path in pip_config_files(env):
+        parser = configparser.RawConfigParser()
+        try:
+            with open(path, encoding="utf-8") as f:
+                parser.read_file(f)
+        except OSError:
+            continue   # absent or unreadable: pip skips it as well
+        except (configparser.Error, UnicodeDecodeError) as e:
+            raise Fail.permanent(f"pip config {path}: cannot parse it ({str(e).splitlines()[0]}); fix it, "
+                                 "or give --mirror pypi=URL") from None
+        for section in parser.sections():
+            for key, value in parser.items(section):
+                if key.lower().replace("_", "-").removeprefix("--") == "index-url" and value.strip():
+                    found[section] = (value.split()[0], path)   # sections match case, as pip's
+    for section in ("install", "download", "global"):
+        if section in found:
+            url, path = found[section]
+            return url, f"{path} [{section}]"
+    return None
+
+
+def uv_config_files(env: Mapping[str, str]) -> list[Path]:
+    """uv's `uv.toml` files, highest priority first (UV_CONFIG_FILE alone when set)."""
+    if env.get("UV_NO_CONFIG", "").strip() not in ("", "0", "false"):
+        return []
+    if env.get("UV_CONFIG_FILE"):
+        return [Path(env["UV_CONFIG_FILE"])]
+    system, user = _config_dirs(env)
+    return [user / "uv" / "uv.toml", *(d / "uv" / "uv.toml" for d in system), Path("/etc/uv/uv.toml")]
+
+
+def _uv_config_index(env: Mapping[str, str]) -> tuple[str, str] | None:
+    try:
+        import tomllib
+    except ImportError:   # Python 3.10: no TOML reader in the standard library
+        try:
+            import tomli as tomllib
+        except ImportError:
+            return None
+    for path in uv_config_files(env):
+        try:
+            with open(path, "rb") as f:
+                doc = tomllib.load(f)
+        except OSError:
+            continue
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+            raise Fail.permanent(f"uv config {path}: cannot parse it ({e}); fix it, "
+                                 "or give --mirror pypi=URL") from None
+        indexes = doc.get("index") if isinstance(doc.get("index"), list) else []
+        candidates = [(i.get("url"), "[[index]] default") for i in indexes
+                      if isinstance(i, dict) and i.get("default") is True]
+        candidates.append((doc.get("index-url"), "index-url"))
+        pip = doc.get("pip") if isinstance(doc.get("pip"), dict) else {}
+        candidates.append((pip.get("index-url"), "[pip] index-url"))
+        for url, key in candidates:
+            if isinstance(url, str) and url.strip():
+                return url.strip(), f"{path} {key}"
+    return None
+
+
+_PIP_DEFAULT = """import sys
 try:
-    from pip._internal.configuration import Configuration
-    c = Configuration(isolated=False); c.load()
-    vals = dict(c.items())
-except Exception:
-    vals = {}
-url = None
-for k in (":env:.index-url", "install.index-url", "download.index-url", "global.index-url"):
-    if vals.get(k):
-        url = vals[k]; break
-if url is None:
     from pip._internal.models.index import PyPI
-    url = PyPI.simple_url
-print(json.dumps(url.split()[0]))
+except ImportError:
+    sys.path[:0] = sys.argv[1:]
+    from pip._internal.models.index import PyPI
+print(PyPI.simple_url)
 """
 
 
-def configured_pip_index() -> str:
-    """The index URL pip would use here (asked of pip itself: its config files and PIP_INDEX_URL)."""
-    env = os.environ.get("PIP_INDEX_URL")
-    if env:
-        return env.split()[0]
+def bundled_pip_wheels() -> list[Path]:
+    """The pip wheel(s) this Python ships for `ensurepip` (its `_bundled` folder, or the folder a
+    distribution moved them to, sysconfig's WHEEL_PKG_DIR), newest first."""
+    import importlib.util
+    import sysconfig
+
+    dirs = [Path(d) for d in (sysconfig.get_config_var("WHEEL_PKG_DIR") or "").split(os.pathsep) if d]
     try:
-        proc = subprocess.run([sys.executable, "-c", _PIP_CONFIG], capture_output=True, text=True, timeout=60)
-        if proc.returncode == 0:
-            return json.loads(proc.stdout)
-    except (OSError, ValueError, subprocess.TimeoutExpired):
-        pass
-    raise Fail.permanent("--mirror: cannot ask pip for its index URL (is pip installed beside fdlenv?); "
-                         "give --mirror pypi=URL")
+        spec = importlib.util.find_spec("ensurepip")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.origin:
+        dirs.append(Path(spec.origin).parent / "_bundled")
+
+    def version(p: Path) -> tuple[int, ...]:   # pip-23.2.1-py3-none-any.whl -> (23, 2, 1)
+        parts = p.name.split("-")
+        return tuple(int(n) for n in re.findall(r"\d+", parts[1])) if len(parts) > 1 else ()
+
+    found = []
+    for d in dirs:
+        try:
+            found += [p for p in d.glob("pip-*.whl") if p.is_file()]
+        except OSError:
+            continue
+    return sorted(found, key=version, reverse=True)
+
+
+def _pip_default() -> str | None:
+    """pip's own default index URL: from pip where this Python imports it, else from the pip
+    wheel bundled with this Python (a wheel is importable as it is). In a child process, so
+    pip's logging set-up stays out of fdlenv's."""
+    try:
+        proc = subprocess.run([sys.executable, "-c", _PIP_DEFAULT, *map(str, bundled_pip_wheels()[:1])],
+                              capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    url = proc.stdout.strip()
+    return url if proc.returncode == 0 and "://" in url else None
 
 
 def _read(url: str) -> tuple[bytes, str, str]:

@@ -45,11 +45,11 @@ class Variant(namedtuple("Variant", "name flodl_dir vendor cuda rocm")):
     def how_to_lock(self) -> str:
         """What a user runs to add this variant to a lock (for errors about a missing variant)."""
         if self.wheel_index == "pypi":
-            return (f"your pip's index serves it: add it with `fdlenv lock --variant {self.name}` "
+            return (f"your pip's index serves it: add it with `fdlenv lock --libtorch {self.name}` "
                     "(beside fdl.yml, or give --out)")
-        return (f"PyTorch's {self.name} wheel index serves it: add it with `fdlenv lock --variant {self.name} "
+        return (f"PyTorch's {self.name} wheel index serves it: add it with `fdlenv lock --libtorch {self.name} "
                 "--mirror pytorch=URL`, URL being the root of PyTorch's wheel index (its install page's "
-                "--index-url without the variant folder); air-gapped: `fdlenv pack libtorch --variant "
+                "--index-url without the variant folder); air-gapped: `fdlenv pack libtorch --libtorch "
                 f"{self.name} --from <PyTorch's zip>` (docs/LOCK.md)")
 
     @property

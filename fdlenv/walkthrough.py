@@ -5,9 +5,10 @@ Four steps, each timed, each reusing what an earlier run left in the home:
    torch 2.10.0 wheel and its CUDA 12.8 runtime wheels, as the default pip
    index serves them; `--libtorch`/`--lock` pick another);
 2. realise the env through the store: the wheels are looked up through the
-   index your pip uses, downloaded side by side (about 3.9 GB for cu128),
-   verified, extracted once into the package cache and hard-linked into one
-   site-packages (about 6 GB on disk);
+   index your pip or uv is configured with (read from their settings, so no
+   pip needs to be installed: `pipindex.configured_index`), downloaded side
+   by side (about 3.9 GB for cu128), verified, extracted once into the
+   package cache and hard-linked into one site-packages (about 6 GB on disk);
 3. build examples/agent inside its activation with the host's g++ (a build
    keyed by sources + env key is reused);
 4. run the binary through `fdlenv run`: it prints the product on the CPU, and
@@ -102,6 +103,7 @@ def run_walkthrough(home: Home, variant: str = "cu128", lock: Path | None = None
     def realise_env() -> str:
         from .store.realise import realise
 
+        _say_index(result.lock, variant, mirrors)
         env = realise(home, variant, lock=result.lock, mirrors=mirrors, fork=fork)
         result.env, result.env_key, result.libtorch_root = env.path, env.key, env.libtorch_root
         return f"{env.path}" + ("" if env.created else " (already realised)")
@@ -131,7 +133,7 @@ def run_walkthrough(home: Home, variant: str = "cu128", lock: Path | None = None
               f"conda-lock v1; variant {variant} is PyTorch's own wheels, recorded index-relative "
               "with their sha256", find_lock)
     steps.run(f"realise the locked {variant} env",
-              "wheels come through the index your pip uses, side by side, sha256-checked while they "
+              "wheels come through the index your pip or uv uses, side by side, sha256-checked while they "
               "stream, extracted once into the package cache and hard-linked into one site-packages; "
               "the env is published by rename (first run: about 3.9 GB down, 6 GB on disk for cu128)",
               realise_env)
@@ -147,11 +149,35 @@ def run_walkthrough(home: Home, variant: str = "cu128", lock: Path | None = None
     return result
 
 
+def _say_index(lock: Path, variant: str, mirrors: dict[str, str] | None) -> None:
+    """Name the index the lock's `pypi` wheels come from, and why (a newcomer's first question)."""
+    from . import pipindex
+    from .lockpath import split_sibling
+
+    texts = []
+    for f in (lock, split_sibling(lock, variant)):
+        try:
+            texts.append(f.read_text(errors="replace") if f else "")
+        except OSError:
+            pass   # the realise names an unreadable lock
+    if not any(f"{pipindex.SCHEME}{pipindex.DEFAULT}/" in t for t in texts):
+        return
+    if mirrors and pipindex.DEFAULT in mirrors:
+        say(f"  wheel index {pipindex.DEFAULT}: {mirrors[pipindex.DEFAULT]} (a mirror you gave)")
+        return
+    try:
+        url, source = pipindex.configured_index()
+    except Fail:
+        return   # the realise fails with the one line that says what to give
+    say(f"  wheel index {pipindex.DEFAULT}: {url} (from {source})")
+
+
 def build_example(environ: dict[str, str], builds: Path, env_key: str) -> tuple[Path, bool]:
     """Compile examples/agent with its build.sh in `environ`; reuse a build of the same inputs."""
     example = example_dir()
     if not (example / "build.sh").is_file():
-        raise Fail.permanent(f"walkthrough: {example} is missing (a broken install of fdlenv?)")
+        raise Fail.permanent(f"walkthrough: the example's sources are missing from this install ({example}); "
+                             "reinstall fdlenv, or run it from a source checkout")
     if not shutil.which(environ.get("CXX") or "g++", path=environ.get("PATH")):
         raise Fail.permanent("walkthrough: no C++ compiler: install g++ (or set CXX)")
     h = hashing.Digest()

@@ -59,13 +59,13 @@ def test_no_variant_is_null_with_the_fix_and_still_exit_0(monkeypatch, capsys):
     assert auto["variant"] is None and "update the NVIDIA driver" in auto["reason"]
 
 
-def test_the_human_table_goes_to_stderr(monkeypatch, capsys):
+def test_the_human_table_is_the_result_on_stdout(monkeypatch, capsys):
     assert run(["detect"], monkeypatch, BOX) == 0
     out, err = capsys.readouterr()
-    assert out == ""
-    rows = err.splitlines()
+    assert err == ""
+    rows = out.splitlines()
     assert any("nvidia" in r and "12.0" in r and "32607 MiB" in r and "RTX 5090" in r for r in rows)
-    assert any(r.startswith("fdlenv: auto: cu128: ") for r in rows)
+    assert any(r.startswith("auto: cu128: ") for r in rows)
     assert any("CUDA 12.8" in r and "ROCm 7.1.0" in r for r in rows)
 
 
@@ -74,8 +74,8 @@ def test_the_human_table_says_none_and_the_findings(monkeypatch, capsys):
     monkeypatch.setenv(VAR, json.dumps(BOX["devices"][:1]))
     args = parser().parse_args(["detect"])
     args.func(args)
-    err = capsys.readouterr().err
-    assert "(none)" in err and "finding [mask_applied]" in err and "auto: cpu" in err
+    out = capsys.readouterr().out
+    assert "(none)" in out and "finding [mask_applied]" in out and "auto: cpu" in out
 
 
 def test_a_malformed_spoof_fails_permanently(monkeypatch):

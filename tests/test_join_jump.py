@@ -191,7 +191,7 @@ def test_a_jump_host_that_cannot_reach_the_next_hop_is_transient_and_names_both(
         open_tunnel(ssh, "127.0.0.1", 1, say=lambda m: None, home=str(tmp_path))
     assert e.value.transient
     assert f"jump host 127.0.0.1:{j1.port}" in e.value.message
-    assert f"cannot reach 127.0.0.1:{dead}" in e.value.message
+    assert f"cannot reach the next hop 127.0.0.1:{dead}" in e.value.message
 
 
 RELAY = """\

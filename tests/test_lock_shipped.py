@@ -1,6 +1,6 @@
 """The shipped ./conda-lock.yml: present, conda-lock's format, current with envs/, found by default.
 
-It is written by `fdlenv lock --variant cu128` against the default pip index
+It is written by `fdlenv lock --libtorch cu128` against the default pip index
 (never by hand) and holds at least cu128: torch 2.10.0 and its CUDA 12.8
 runtime wheels, index-relative. `fdlenv lock --check` is offline, so CI runs it.
 """
@@ -97,6 +97,6 @@ def test_auto_on_a_pascal_box_names_the_index_serving_cu126_and_the_command(tmp_
                           "--home", str(tmp_path / "home")], cwd=tmp_path, capture_output=True, text=True,
                          env={**os.environ, "FLODL_TESTING_GPU_JSON": gpu})
     assert res.returncode == 2 and res.stderr.count("error:") == 1, res.stderr
-    assert "cu126" in res.stderr and "fdlenv lock --variant cu126 --mirror pytorch=URL" in res.stderr
+    assert "cu126" in res.stderr and "fdlenv lock --libtorch cu126 --mirror pytorch=URL" in res.stderr
     assert "no lock file found" not in res.stderr
     assert not (tmp_path / "home" / "envs").exists()

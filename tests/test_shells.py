@@ -242,6 +242,9 @@ def test_a_moved_home_works_with_run_and_shell_hook_and_verify_reports_and_repai
     hook = fdlenv("shell-hook", "--libtorch", "cpu", env=env, cwd=tmp_path, check=True).stdout
     assert str(w.home.root) + "/" not in hook and new_path in hook
     assert os.readlink(pointer) == f"../../envs/{name}/libtorch"   # using it fixed the pointer
+    again = json.loads(fdlenv("env", "realize", "--libtorch", "cpu", "--lock", str(w.lock), "--json",
+                              env=env, check=True).stdout)            # the re-dial fast path
+    assert again["path"] == new_path and again["libtorch_root"] == f"{new_path}/libtorch"
     assert fdlenv("env", "verify", env=env).returncode == 0
 
     _absolute_pointer(moved, old)

@@ -64,16 +64,17 @@ def test_the_json_names_the_artifact_and_a_redial_reuses_it(fdlenv, tmp_path):
 @needs_rsync
 def test_a_lock_at_the_trees_root_is_used_when_none_is_given(fdlenv, tmp_path):
     src = write_tree(tmp_path / "src", {"main.rs": "x", "conda-lock.yml": "version: 1\n"})
-    code, _, err = fdlenv("--libtorch", "cpu", "--source", f"file://{src}", "--source-build", RECIPE,
-                          "--source-bin", "target/release/train", lock=False)
+    code, out, err = fdlenv("--libtorch", "cpu", "--source", f"file://{src}", "--source-build", RECIPE,
+                            "--source-bin", "target/release/train", lock=False)
     assert code == 0, err
     assert fdlenv.seen[0][1].name == "conda-lock.yml" and fdlenv.seen[0][1].parent != src
-    assert "built" in err
+    assert out.startswith("built ")       # the result on stdout, progress on stderr
 
 
 def test_a_broken_spec_exits_2_before_anything_moves(fdlenv, tmp_path):
     code, out, err = fdlenv("--libtorch", "cpu", "--source", "git+https://h/r", "--json")
-    assert code == 2 and out == "" and err.startswith("error: source:") and "not a pin" in err
+    assert code == 2 and err.startswith("error: source:") and "not a pin" in err
+    assert json.loads(out) == {"error": err[len("error: "):].strip(), "exit": 2}   # --json: an object
     assert not (tmp_path / "home" / "source").exists() and fdlenv.seen == []
 
 
@@ -82,7 +83,7 @@ def test_a_failing_build_exits_1_and_an_empty_one_exits_2(fdlenv, tmp_path):
     src = write_tree(tmp_path / "src", {"main.rs": "x"})
     code, out, err = fdlenv("--libtorch", "cpu", "--source", f"file://{src}", "--source-build", "exit 4",
                             "--source-bin", "t", "--json")
-    assert code == 1 and out == "" and "exit 4" in err
+    assert code == 1 and "exit 4" in err and json.loads(out)["exit"] == 1
     code, _, err = fdlenv("--libtorch", "cpu", "--source", f"file://{src}", "--source-build", "true",
                           "--source-bin", "t")
     assert code == 2 and "is not a file" in err

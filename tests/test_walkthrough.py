@@ -1,8 +1,11 @@
-"""The walk-through: the shipped lock's flow on a local index (fast), and the real wheels (opt-in).
+"""The walk-through: the shipped lock's flow on a local index (fast), from a regular install
+without pip (slow), and the real wheels (opt-in).
 
 The fast test runs every step against a small index of wheels shaped like
 PyTorch's, with a stand-in compiler (CXX) that writes a program printing what
-the env gave it; the real test downloads PyTorch's 3.9 GB cu128 wheels and
+the env gave it; the regular-install test does the same with fdlenv's own wheel
+installed into a venv that has no pip and no `lock` extra, the index named only
+by the user's pip.conf; the real test downloads PyTorch's 3.9 GB cu128 wheels and
 compiles examples/agent with g++, so it runs only with FDLENV_REAL_WHEELS=1
 (README line 1 runs the same path on every fresh machine).
 """
@@ -14,8 +17,10 @@ import os
 import stat
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from helpers_install import clean_environ, fdlenv_wheel, install_wheel, plain_venv
 from helpers_wheels import make_index, make_wheels, write_wheel_env
 
 from fdlenv.home import Home
@@ -29,7 +34,8 @@ chmod +x "$out"
 """
 
 
-def test_walkthrough_runs_every_step_and_a_second_run_reuses_them(tmp_path):
+def local_lock(tmp_path: Path) -> tuple[str, Path, Path]:
+    """(index URL, a cu128 lock of the small wheels on it, the stand-in compiler)."""
     url = make_index(tmp_path / "simple", make_wheels(tmp_path / "built"))
     envs = tmp_path / "envs"
     write_wheel_env(envs, "cu128")
@@ -38,6 +44,11 @@ def test_walkthrough_runs_every_step_and_a_second_run_reuses_them(tmp_path):
     cxx = tmp_path / "fake-cxx"
     cxx.write_text(FAKE_CXX)
     cxx.chmod(cxx.stat().st_mode | stat.S_IEXEC)
+    return url, lock, cxx
+
+
+def test_walkthrough_runs_every_step_and_a_second_run_reuses_them(tmp_path):
+    url, lock, cxx = local_lock(tmp_path)
     cmd = [sys.executable, "-m", "fdlenv", "walkthrough", "--home", str(tmp_path / "home"), "--lock", str(lock),
            "--mirror", f"pypi={url}", "--json"]
     env = {**os.environ, "CXX": str(cxx)}
@@ -52,6 +63,42 @@ def test_walkthrough_runs_every_step_and_a_second_run_reuses_them(tmp_path):
     second = json.loads(subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout)
     assert "already realised" in second["steps"][1]["detail"] and "reused" in second["steps"][2]["detail"]
     assert second["output"] == one["output"]
+
+
+@pytest.mark.slow
+def test_the_walkthrough_runs_from_a_regular_install_with_no_pip_and_no_lock_extra(tmp_path):
+    """fdlenv's own wheel in a venv that has neither pip nor conda-lock, as `uv tool install
+    fdlenv` leaves it: the index comes from the user's pip.conf (read without pip), the
+    example from the wheel, and `fdlenv lock` names the extra it needs."""
+    url, lock, cxx = local_lock(tmp_path)
+    py = plain_venv(tmp_path / "venv")
+    install_wheel(py, fdlenv_wheel(tmp_path / "dist"))
+    user = tmp_path / "user"
+    conf = user / ".config" / "pip" / "pip.conf"
+    conf.parent.mkdir(parents=True)
+    conf.write_text(f"[global]\nindex-url = {url}\n")
+    env = clean_environ(HOME=str(user), CXX=str(cxx))
+    cwd = tmp_path / "elsewhere"
+    cwd.mkdir()
+    assert subprocess.run([py, "-c", "import pip"], cwd=cwd, env=env, capture_output=True).returncode != 0
+    probe = ("from fdlenv.walkthrough import example_dir; from fdlenv.lockpath import shipped_lock; "
+             "print(example_dir()); print(shipped_lock())")
+    shipped = subprocess.run([py, "-c", probe], cwd=cwd, env=env, capture_output=True, text=True, check=True)
+    for path in map(Path, shipped.stdout.split()):
+        assert path.is_relative_to(tmp_path / "venv") and path.exists(), path
+    fdlenv = py.parent / "fdlenv"
+    res = subprocess.run([fdlenv, "walkthrough", "--home", str(tmp_path / "home"), "--lock", str(lock), "--json"],
+                         cwd=cwd, env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert f"wheel index pypi: {url} (from {conf} [global])" in res.stderr
+    out = json.loads(res.stdout)
+    assert out["output"].splitlines() == ["libtorch 2.10.0+cu128", "sum = 30"]
+    assert "already realised" not in out["steps"][1]["detail"]
+    check = subprocess.run([fdlenv, "lock", "--check", "--out", str(lock), "--home", str(tmp_path / "home")],
+                           cwd=cwd, env=env, capture_output=True, text=True)
+    errors = [ln for ln in check.stderr.splitlines() if ln.startswith("error:")]
+    assert check.returncode == 2 and len(errors) == 1 and "Traceback" not in check.stderr, check.stderr
+    assert "conda-lock" in errors[0] and "pip install 'fdlenv[lock]'" in errors[0]
 
 
 @pytest.mark.slow

@@ -126,7 +126,7 @@ def test_a_variant_missing_from_the_lock_names_its_index_and_the_command(world):
     home, lock, url, _ = world
     res = realise(home, lock, url, "cu126")
     assert res.returncode == 2 and res.stderr.count("error:") == 1
-    assert "cu126" in res.stderr and "fdlenv lock --variant cu126" in res.stderr
+    assert "cu126" in res.stderr and "fdlenv lock --libtorch cu126" in res.stderr
     assert "PyTorch" in res.stderr and "--mirror pytorch=" in res.stderr
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 from ..flags import add_source_flags, join_flags, run_prepare
 
@@ -64,5 +63,5 @@ def run(args: argparse.Namespace) -> int:
                           "run_id": out.run_id, "args": run_args,
                           "seconds": {k: round(v, 4) for k, v in out.seconds.items()}}))
     else:
-        print(f"{'built' if out.built else 'reused'} {out.bin} (run in {out.cwd})", file=sys.stderr)
+        print(f"{'built' if out.built else 'reused'} {out.bin} (run in {out.cwd})")
     return 0

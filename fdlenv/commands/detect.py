@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..progress import say
 
 EPILOG = """examples:
   fdlenv detect
@@ -44,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
                           "driver": s.driver_json(), "auto": r.as_json()}))
         return 0
     for line in report(s, r):
-        say(line)
+        print(line)
     return 0
 
 

@@ -1,4 +1,10 @@
-"""`fdlenv env realize|list|path|use|verify|gc`: the store from the command line."""
+"""`fdlenv env realize|list|path|use|remove|verify|gc`: the store from the command line.
+
+Where output goes, in every command: what was asked for (a list, a path, a
+report, a summary) on stdout, as JSON with `--json`; progress, notes and
+warnings on stderr; a failure is one `error:` line on stderr (and, with
+`--json`, `{"error", "exit"}` on stdout: the CLI front prints it).
+"""
 
 from __future__ import annotations
 
@@ -20,7 +26,7 @@ EPILOG = """examples:
 
 
 def add_parser(sub) -> None:
-    from ..flags import home_option, mirror_option, store_options
+    from ..flags import home_option, mirror_option, store_options, variant_option
 
     p = sub.add_parser("env", help="realise, inspect, verify and collect locked environments",
                        description="Locked, content-addressed libtorch environments under $FLODL_HOME/envs.",
@@ -41,19 +47,28 @@ def add_parser(sub) -> None:
     ls.set_defaults(func=cmd_list)
 
     pa = s.add_parser("path", help="print the env path of a realised variant")
-    pa.add_argument("variant")
+    variant_option(pa, required=True)
+    pa.add_argument("--json", action="store_true")
     home_option(pa)
     pa.set_defaults(func=cmd_path)
 
     u = s.add_parser("use", help="make a variant flodl's active libtorch (realising it when a lock is given)")
-    u.add_argument("variant")
+    variant_option(u, required=True)
     u.add_argument("--lock", metavar="FILE", help="realise the variant from this lock first")
+    u.add_argument("--json", action="store_true")
     mirror_option(u)
     home_option(u)
     u.set_defaults(func=cmd_use)
 
+    rm = s.add_parser("remove", help="drop a variant's roots and pointers, then collect what nothing uses")
+    variant_option(rm, required=True)
+    rm.add_argument("--dry-run", action="store_true", help="only say what would go")
+    rm.add_argument("--json", action="store_true")
+    home_option(rm)
+    rm.set_defaults(func=cmd_remove)
+
     v = s.add_parser("verify", help="check envs against their records; --full re-hashes every file")
-    v.add_argument("variant", nargs="?")
+    variant_option(v, required=False)
     v.add_argument("--full", action="store_true", help="re-hash file contents (sha256_in_prefix or sha256)")
     v.add_argument("--repair", action="store_true", help="rebuild envs that fail, from their manifest")
     mirror_option(v, "channel or wheel-index mirror for what --repair fetches again (repeatable)")
@@ -61,8 +76,9 @@ def add_parser(sub) -> None:
     home_option(v)
     v.set_defaults(func=cmd_verify)
 
-    g = s.add_parser("gc", help="remove envs, cache entries and archives nothing uses")
+    g = s.add_parser("gc", help="remove what nothing uses: envs, cache entries, archives, leftovers")
     g.add_argument("--dry-run", action="store_true", help="only say what would go")
+    g.add_argument("--sources", action="store_true", help="also drop fetched source trees no join holds")
     g.add_argument("--json", action="store_true")
     home_option(g)
     g.set_defaults(func=cmd_gc)
@@ -102,25 +118,31 @@ def cmd_list(args) -> int:
 
 
 def cmd_path(args) -> int:
+    from ..flags import settle_variant_option
+
+    settle_variant_option(args)
     from .. import variants
     from ..store.pointers import pointed_env
 
     home = _home(args)
-    name = variants.parse_token(args.variant, allow_auto=False)
+    name = variants.parse_token(args.libtorch, allow_auto=False)
     env = pointed_env(home, name)
     if env is None:
-        raise Fail.permanent(f"variant {name!r} is not realised in {home.root}; "
+        raise Fail.permanent(f"--libtorch: variant {name!r} is not realised in {home.root}; "
                              f"run `fdlenv env realize --libtorch {name}`")
-    print(env.path)
+    print(json.dumps(env.to_json()) if args.json else env.path)
     return 0
 
 
 def cmd_use(args) -> int:
+    from ..flags import settle_variant_option
+
+    settle_variant_option(args)
     from .. import variants
     from ..store.pointers import pointed_env, set_active
 
     home = _home(args)
-    name = variants.parse_token(args.variant, allow_auto=False)
+    name = variants.parse_token(args.libtorch, allow_auto=False)
     env = None if args.lock else pointed_env(home, name)
     if env is None:
         from ..flags import realise_from_args
@@ -129,17 +151,25 @@ def cmd_use(args) -> int:
         _st, env = realise_from_args(args, activate=True)
     else:
         set_active(home, env)
-    print(f"active: {variants.get(name).flodl_label} -> {env.libtorch_root}", file=sys.stderr)
+    from ..store.pointers import active_label
+
+    if args.json:
+        print(json.dumps(dict(env.to_json(), active=active_label(home))))
+    else:
+        print(f"active: {active_label(home)} -> {env.libtorch_root}")
     return 0
 
 
 def cmd_verify(args) -> int:
+    from ..flags import settle_variant_option
+
+    settle_variant_option(args)
     from .. import variants
     from ..store.maintain import env_dirs, repair, verify
     from ..store.env import read_manifest
 
     home = _home(args)
-    want = variants.parse_token(args.variant, allow_auto=False) if args.variant else None
+    want = variants.parse_token(args.libtorch, allow_auto=False) if args.libtorch else None
     dirs = [d for d in env_dirs(home) if want is None or read_manifest(d)["variant"] == want]
     if want and not dirs:
         raise Fail.permanent(f"variant {want!r} is not realised in {home.root}")
@@ -155,13 +185,13 @@ def cmd_verify(args) -> int:
         reports.append(dict(rep.to_json(), repaired=repaired))
         if not args.json:
             state = "ok" if not rep.problems else ("repaired" if repaired else "FAILED")
-            print(f"{state:8} {d}", file=sys.stderr)
+            print(f"{state:8} {d}")
             if rep.moved_from:
                 print(f"         note: its home moved (built at {rep.moved_from}); it works here, "
                       f"but {len(rep.stale)} file(s) with an embedded prefix still name the old "
-                      "path" + (f" ({', '.join(rep.stale[:3])})" if rep.stale else ""), file=sys.stderr)
+                      "path" + (f" ({', '.join(rep.stale[:3])})" if rep.stale else ""))
             for p in rep.problems[:20]:
-                print(f"         {p.package}: {p.path}: {p.what}", file=sys.stderr)
+                print(f"         {p.package}: {p.path}: {p.what}")
     links = _verify_links(home, args)
     bad += sum(1 for x in links if not x["repaired"])
     if args.json:
@@ -184,21 +214,51 @@ def _verify_links(home, args) -> list[dict]:
         out.append({"link": str(link), "problem": what, "repaired": link in fixed})
         if not args.json:
             state = "repaired" if link in fixed else "FAILED"
-            print(f"{state:8} {link}: {what}", file=sys.stderr)
+            print(f"{state:8} {link}: {what}")
     return out
 
 
 def cmd_gc(args) -> int:
-    from ..store.maintain import collect
+    from ..store.gc import collect
+
+    plan, _ = collect(_home(args), dry_run=args.dry_run, sources=args.sources)
+    _report_plan(args, plan)
+    return 0
+
+
+def cmd_remove(args) -> int:
+    from ..flags import settle_variant_option
+
+    settle_variant_option(args)
+    from .. import variants
+    from ..store.env import read_manifest
+    from ..store.gc import collect
+    from ..store.maintain import env_dirs
 
     home = _home(args)
-    plan = collect(home, dry_run=args.dry_run)
-    if args.json:
-        print(json.dumps(dict(plan.to_json(), dry_run=args.dry_run)))
-    else:
-        verb = "would free" if args.dry_run else "freed"
-        print(f"{verb} {plan.bytes / (1 << 20):.1f} MiB: {len(plan.envs)} env(s), "
-              f"{len(plan.cache_entries)} cache entr(ies), {len(plan.archives)} archive(s)", file=sys.stderr)
-        for p in plan.envs:
-            print(f"  env {p}", file=sys.stderr)
+    name = variants.parse_token(args.libtorch, allow_auto=False)
+    mine = [d for d in env_dirs(home) if read_manifest(d)["variant"] == name]
+    if not mine:
+        raise Fail.permanent(f"--libtorch: variant {name!r} is not realised in {home.root}")
+    plan, links = collect(home, dry_run=args.dry_run, remove=name)
+    stay = [str(d) for d in mine if d not in plan.envs]
+    _report_plan(args, plan, dropped=[str(p) for p in links], still_in_use=stay)
     return 0
+
+
+def _report_plan(args, plan, **extra) -> None:
+    if args.json:
+        print(json.dumps(dict(plan.to_json(), dry_run=args.dry_run, **extra)))
+        return
+    verb = "would free" if args.dry_run else "freed"
+    print(f"{verb} {plan.bytes / (1 << 20):.1f} MiB: {len(plan.envs)} env(s), "
+          f"{len(plan.cache_entries)} cache entr(ies), {len(plan.archives)} archive(s), "
+          f"{len(plan.other)} other")
+    for p in plan.envs:
+        print(f"  env {p}")
+    for p, why in plan.other[:20]:
+        print(f"  {p}: {why}")
+    for p in extra.get("still_in_use") or ():
+        print(f"  kept {p}: a running process still uses it (gc takes it once that ends)")
+    for what, size in plan.kept.items():
+        print(f"  kept {what}: {size / (1 << 20):.1f} MiB")

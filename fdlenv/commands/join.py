@@ -20,8 +20,12 @@ EPILOG = """examples:
   fdlenv join --ssh join@gateway:2222 --identity ~/.ssh/farm_ed25519 \\
       --source git+https://git.example/me/model#main --libtorch auto --persist
 
-  # everything baked into fdl.yml's join: block (golden image)
+  # everything baked into fdl.yml's join: block (golden image), the token in a root-only
+  # file that systemd hands over (LoadCredential=fdlenv-token:/etc/fdlenv/token)
   fdlenv join
+
+  # the token from a file, never on argv
+  fdlenv join ctrl.lan:1337 --token-file ~/.config/flodl/token --bin ./train
 
 exit codes: the agent's own code (one-shot; killed by a signal -> 1),
             1 transient (retrying may help), 2 permanent (config, bad input).
@@ -38,8 +42,13 @@ def add_parser(sub) -> None:
     p.add_argument("controller", nargs="?", metavar="CONTROLLER",
                    help="controller host[:port] ([v6]:port); under --ssh as seen from the hop "
                         "(default 127.0.0.1:1337)")
-    p.add_argument("--token", metavar="T", help="pre-shared session token (never on argv of "
-                   "the agent; prefer join.token in fdl.yml over this flag)")
+    p.add_argument("--token", metavar="T", help="pre-shared session token (readable by every "
+                   "user through `ps`: prefer --token-file)")
+    p.add_argument("--token-file", metavar="FILE",
+                   help="read the token from FILE (one line; one trailing newline dropped). "
+                        "Without --token/--token-file: fdlenv.token_file in fdl.yml, then "
+                        "$CREDENTIALS_DIRECTORY/fdlenv-token (systemd LoadCredential=), "
+                        "then join.token")
     add_join_flags(p)
     add_dial_flags(p)
     p.set_defaults(func=run)
@@ -60,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ..config.load import load_project  # noqa: PLC0415
     from ..config.resolve import check_given_bin, resolve  # noqa: PLC0415
+    from ..config.token import settle as settle_token  # noqa: PLC0415
     from ..join.loop import run_join  # noqa: PLC0415
     from ..progress import say  # noqa: PLC0415
 
@@ -67,5 +77,5 @@ def run(args: argparse.Namespace) -> int:
     if settings.controller_defaulted:
         say(f"no controller named: dialing {settings.controller_host}:"
             f"{settings.controller_port} (give CONTROLLER, --ssh, or join.controller)")
-    settings = check_given_bin(settings)
+    settings = settle_token(check_given_bin(settings))
     return run_join(settings, functools.partial(real_prepare, fork=owns_process(args)))

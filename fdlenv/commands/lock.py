@@ -11,8 +11,8 @@ from ..flags import home_option, mirror_option
 from ..progress import say
 
 EPILOG = """examples:
-  fdlenv lock --variant cu128                   # envs/cu128.yml -> conda-lock.yml (others kept)
-  fdlenv lock --variant cu126 --mirror pytorch=URL   # PyTorch's index root; -> cu126.conda-lock.yml
+  fdlenv lock --libtorch cu128                   # envs/cu128.yml -> conda-lock.yml (others kept)
+  fdlenv lock --libtorch cu126 --mirror pytorch=URL   # PyTorch's index root; -> cu126.conda-lock.yml
   fdlenv lock --split                           # <variant>.conda-lock.yml, one per variant
   fdlenv lock --layer toolchain                 # add envs/toolchain.yml (conda-forge) to each variant
   fdlenv lock --mirror conda-forge=file:///srv/mirror/conda-forge
@@ -40,7 +40,8 @@ def add_parser(sub) -> None:
                    help="env files directory (default: ./envs, else the env files shipped with fdlenv)")
     p.add_argument("--layer", metavar="NAME", action="append",
                    help="add envs/NAME.yml's conda specs to every variant (repeatable), e.g. toolchain")
-    p.add_argument("--variant", metavar="V", action="append", help="lock only this variant (repeatable)")
+    p.add_argument("--libtorch", "--variant", dest="variant", metavar="V", action="append",
+                   help="lock only this variant (repeatable; --variant is the older spelling)")
     p.add_argument("--platform", metavar="P", action="append",
                    help="platform when an env file names none (repeatable), e.g. linux-64")
     mirror_option(p, "channel or wheel-index mirror (repeatable), e.g. pytorch=URL")

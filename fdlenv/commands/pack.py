@@ -9,9 +9,9 @@ import json
 from ..flags import home_option
 
 EPILOG = """examples:
-  fdlenv pack libtorch --variant cu128 --from libtorch-shared-with-deps-2.10.0+cu128.zip
-  fdlenv pack libtorch --variant cpu --from torch-2.10.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl
-  fdlenv pack libtorch --variant rocm7.1 --from https://host/libtorch.zip --channel /srv/flodl
+  fdlenv pack libtorch --libtorch cu128 --from libtorch-shared-with-deps-2.10.0+cu128.zip
+  fdlenv pack libtorch --libtorch cpu --from torch-2.10.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl
+  fdlenv pack libtorch --libtorch rocm7.1 --from https://host/libtorch.zip --channel /srv/flodl
 
 The package is libtorch-<variant> (libtorch-cpu, libtorch-cu126, libtorch-cu128,
 libtorch-rocm70, libtorch-rocm71) in CHANNEL/linux-64; the channel is re-indexed.
@@ -30,8 +30,9 @@ def add_parser(sub) -> None:
     lt = what.add_parser("libtorch", help="pack a libtorch zip or torch wheel as libtorch-<variant>",
                          description=__doc__, epilog=EPILOG,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
-    lt.add_argument("--variant", required=True, metavar="V",
-                    help="cpu, cu126 (12.6), cu128 (12.8), rocm7.0 (rocm70), rocm7.1 (rocm71)")
+    lt.add_argument("--libtorch", "--variant", dest="variant", required=True, metavar="V",
+                    help="cpu, cu126 (12.6), cu128 (12.8), rocm7.0 (rocm70), rocm7.1 (rocm71) "
+                         "(--variant is the older spelling)")
     lt.add_argument("--from", dest="source", required=True, metavar="PATH_OR_URL",
                     help="libtorch-shared-with-deps-*.zip or torch-*.whl, a path or URL")
     lt.add_argument("--channel", metavar="DIR", default=None,

@@ -1,41 +1,125 @@
-"""`fdlenv recipe systemd`: print deployment recipes around `fdlenv join`."""
+"""`fdlenv recipe systemd|cloud-init`: print deployment recipes around `fdlenv join`.
+
+Everything is checked before a line is printed: bad input is one `error:` line and
+exit 2 with nothing on stdout. Warnings about where the token sits go to stderr.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 EPILOG = """examples:
-  fdlenv recipe systemd --user flodl --workdir /srv/flodl > /etc/systemd/system/fdlenv-join.service
+  fdlenv recipe systemd --user flodl --workdir /srv/flodl \\
+      --token-file /etc/fdlenv/token > /etc/systemd/system/fdlenv-join.service
   # extra join flags go after `--` (the unit always adds --persist):
   fdlenv recipe systemd --workdir /srv/flodl -- --libtorch auto
+  # pin the fdlenv the unit starts (default: fdlenv on PATH, ~/.local/bin first):
+  fdlenv recipe systemd --exec /opt/fdlenv/bin/fdlenv --user flodl
+  # user-data for a stock Ubuntu image; the token file is provisioned apart:
+  fdlenv recipe cloud-init --fdl-yml worker.yml --token-file /etc/fdlenv/token > user-data.yml
+
+the token: --token-file F emits LoadCredential=fdlenv-token:F; systemd hands the service
+a private copy, which join reads as $CREDENTIALS_DIRECTORY/fdlenv-token. F may stay
+root-only (0600). No token is ever written into the unit.
 """
 
 
+def _common(s: argparse.ArgumentParser) -> None:
+    s.add_argument("--workdir", metavar="D",
+                   help="working directory, where join finds fdl.yml")
+    s.add_argument("--home", metavar="DIR", help="set FLODL_HOME in the unit")
+    s.add_argument("--token-file", metavar="FILE",
+                   help="root-only token file on the box, passed as a systemd credential")
+    s.add_argument("--sshfs", action="store_true",
+                   help="the join mounts an sshfs:// data source (found by itself from "
+                        "`-- --data-source` or fdl.yml's join.data_source)")
+
+
 def add_parser(sub) -> None:
-    p = sub.add_parser("recipe", help="print deployment recipes (systemd unit)",
+    p = sub.add_parser("recipe", help="print deployment recipes (systemd unit, cloud-init)",
                        description="Print a deployment recipe for `fdlenv join` on stdout.",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     rs = p.add_subparsers(dest="recipe", metavar="RECIPE")
     rs.required = True
-    s = rs.add_parser("systemd", help="a unit that re-dials forever and stops on exit 2",
+    s = rs.add_parser("systemd", help="a hardened unit that re-dials forever and stops on exit 2",
                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    s.add_argument("--user", metavar="U", help="run as this user (default: the unit's default)")
-    s.add_argument("--workdir", metavar="D",
-                   help="working directory, where fdl.yml is found (default: the cwd)")
-    s.add_argument("--home", metavar="DIR", help="set FLODL_HOME in the unit")
+    s.add_argument("--user", metavar="U", help="run as this user (default: root)")
+    _common(s)
+    s.add_argument("--exec", metavar="PATH", dest="exec_path",
+                   help="the fdlenv console script to start (default: fdlenv on the unit's PATH)")
+    s.add_argument("--gpu-groups", metavar="auto|none|G,G", default="auto",
+                   help="SupplementaryGroups for AMD's /dev/kfd and /dev/dri (default auto: "
+                        "those of render, video this box has)")
     s.set_defaults(func=run_systemd)
+    c = rs.add_parser("cloud-init", help="#cloud-config user-data: fdlenv, fdl.yml and the unit",
+                      epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    c.add_argument("--user", metavar="U", default="ubuntu",
+                   help="service user (default: ubuntu, the image's own; another is created)")
+    _common(c)
+    c.add_argument("--fdl-yml", metavar="FILE", help="fdl.yml to ship into the working directory")
+    c.add_argument("--install", metavar="SPEC", default="fdlenv",
+                   help="pip requirement installing fdlenv on the box (default: fdlenv)")
+    c.add_argument("--embed-token", metavar="LOCAL_FILE",
+                   help="write this token into the --token-file path (makes the output a secret)")
+    c.set_defaults(func=run_cloud_init)
 
 
 def run_systemd(args: argparse.Namespace) -> int:
     from ..progress import say  # noqa: PLC0415
-    from ..recipes import systemd_unit  # noqa: PLC0415
+    from ..recipes import plan  # noqa: PLC0415
+    from ..recipes.systemd import check_name, check_path, systemd_unit  # noqa: PLC0415
 
     tail = list(getattr(args, "tail", None) or [])
-    if any(a == "--token" or a.startswith("--token=") for a in tail):
-        say("warning: --token in ExecStart is readable by every user through `ps`; "
-            "put it in fdl.yml's join.token (readable only by the service user) instead")
-    sys.stdout.write(systemd_unit(user=args.user, workdir=args.workdir,
-                                  join_args=tail,
-                                  home=args.home))
+    user = check_name(args.user, "--user") if args.user else None
+    workdir = check_path(os.path.abspath(args.workdir or os.getcwd()), "--workdir")
+    raw_home = args.home or (os.environ.get("FLODL_HOME") or "").strip() or None
+    home = check_path(os.path.abspath(os.path.expanduser(raw_home)), "--home") if raw_home else None
+    token_file = check_path(args.token_file, "--token-file") if args.token_file else None
+    command = plan.exec_command(args.exec_path)
+    groups = plan.gpu_groups(args.gpu_groups)
+    facts = plan.facts(tail, plan.project_at(workdir), workdir)
+    fdl_env = (os.environ.get("FDL_ENV") or "").strip() or None
+    text = systemd_unit(user=user, workdir=workdir, join_args=tail, command=command, home=home,
+                        rw_home=facts.home or home, token_file=token_file,
+                        sshfs=args.sshfs or facts.sshfs, groups=groups, fdl_env=fdl_env,
+                        mountpoint=facts.mountpoint)
+    for w in plan.warnings(facts, token_file):
+        say(w)
+    sys.stdout.write(text)
+    return 0
+
+
+def run_cloud_init(args: argparse.Namespace) -> int:
+    from ..config.token import read_token_file  # noqa: PLC0415
+    from ..progress import say  # noqa: PLC0415
+    from ..recipes import plan  # noqa: PLC0415
+    from ..recipes.cloudinit import cloud_config  # noqa: PLC0415
+    from ..recipes.systemd import check_name, check_path  # noqa: PLC0415
+
+    tail = list(getattr(args, "tail", None) or [])
+    user = check_name(args.user, "--user")
+    workdir = check_path(args.workdir, "--workdir") if args.workdir else \
+        ("/root" if user == "root" else f"/home/{user}") + "/training"
+    home = check_path(args.home, "--home") if args.home else None
+    token_file = check_path(args.token_file, "--token-file") if args.token_file else None
+    embedded = read_token_file(args.embed_token, "--embed-token") if args.embed_token else None
+    if not args.install.strip() or any(ord(c) < 0x20 for c in args.install):
+        from ..errors import Fail  # noqa: PLC0415
+        raise Fail.permanent(f"--install: expected a pip requirement (fdlenv, fdlenv==X.Y, a "
+                             f"wheel or git URL), got {args.install!r}")
+    text, project = plan.project_file(args.fdl_yml, workdir) if args.fdl_yml else (None, None)
+    facts = plan.facts(tail, project, workdir)
+    facts = facts._replace(sshfs=args.sshfs or facts.sshfs)
+    out = cloud_config(user=user, install=args.install.strip(), fdl_yml=text, project=project,
+                       facts=facts, join_args=tail, workdir=workdir, home=home,
+                       token_file=token_file, embedded_token=embedded,
+                       tail_source=plan.tail_value(tail, "--source"))
+    for w in plan.warnings(facts, token_file or (embedded and "embedded")):
+        say(w)
+    if embedded is not None:
+        say("warning: --embed-token: the cloud-config holds the token; most clouds let any "
+            "process on the instance read user-data, so provision the file apart if you can")
+    sys.stdout.write(out)
     return 0

@@ -12,8 +12,10 @@ EPILOG = """examples:
   fdlenv walkthrough --home ./fdlenv-demo --json
   fdlenv walkthrough --libtorch cpu --lock conda-lock.yml   # a variant you locked yourself
 
-Needs an index that serves PyTorch's wheels (your pip's index does, for cu128),
-g++, and for cu128 about 3.9 GB of download and 6 GB of disk; no conda channel.
+Needs an index that serves PyTorch's wheels (pip's and uv's default index does,
+for cu128), g++, and for cu128 about 3.9 GB of download and 6 GB of disk; no conda
+channel and no pip. The index: --mirror pypi=URL, else PIP_INDEX_URL, UV_DEFAULT_INDEX,
+pip's config files (index-url), uv.toml, else pip's own default.
 A second run reuses the env and the build and takes a couple of seconds.
 """
 

@@ -25,7 +25,7 @@ JOIN_KEYS = ("controller", "ssh", "token", "bin", "source", "libtorch", "host",
              "sig_probe", "args")
 SSH_KEYS = ("target", "port", "user", "identity_file", "options")
 SOURCE_KEYS = ("from", "cwd", "build", "bin")
-FDLENV_KEYS = ("lock", "mirrors", "home")
+FDLENV_KEYS = ("lock", "mirrors", "home", "token_file")
 # `cluster.controller.join:` (flodl's ClusterJoin, deny_unknown_fields) and its `start:` values.
 CLUSTER_JOIN_KEYS = ("min_rank_start", "join_timeout", "target_ranks", "max_join_timeout",
                      "open_admission", "discovery", "token", "tunnel_only", "start")
@@ -78,6 +78,7 @@ class FdlenvBlock(NamedTuple):
     lock: str | None = None
     mirrors: Mapping[str, str] = MappingProxyType({})
     home: str | None = None
+    token_file: str | None = None   # the session token's file (join.token's, kept out of fdl.yml)
 
 
 class Project(NamedTuple):
@@ -111,6 +112,7 @@ class JoinFlags(NamedTuple):
     gpu_ram_share: float | None = None
     no_sig_probe: bool = False
     tail: list[str] | None = None
+    token_file: str | None = None
 
 
 class JoinSettings(NamedTuple):
@@ -135,3 +137,7 @@ class JoinSettings(NamedTuple):
     sig_probe: bool = True
     args: tuple[str, ...] = ()
     project_root: str | None = None
+    # A file still to be read for the token (`config.token.settle`, once before the loop) and
+    # the field that named it, for its errors; `token` is then the fallback (join.token).
+    token_file: str | None = None
+    token_file_field: str | None = None

@@ -16,11 +16,13 @@ things are wrong the first step's error is the one reported.
 3. the controller address (a dial only);
 4. the training binary or the source that builds it (one, not both; a dial
    needs one of them, `fdlenv prepare` may name neither);
-5. the devices, then libtorch, gpu_ram_share, the token and mirrors;
+5. the devices, then libtorch, gpu_ram_share, the token (or the file to read it from:
+   `config.token`) and mirrors;
 6. the host name, last, so `hostname()` runs only for settings that are valid;
 7. the fields that cannot fail (lock, home, persist, data paths,
    sig-probe, args).
-`check_given_bin()` is the one impure step, run once by the caller afterwards.
+`check_given_bin()` and `config.token.settle()` (the token file) are the impure
+steps, run once by the caller afterwards.
 """
 
 from __future__ import annotations
@@ -63,7 +65,8 @@ def resolve(flags: JoinFlags, project: Project | None, *,
     devices = _devices(flags, block)
     libtorch = _libtorch(flags, block)
     share = _gpu_ram_share(flags, block)
-    token = _token(flags, block) if dial else None
+    token, token_file, token_field = (_token(flags, block, project, env) if dial
+                                      else (None, None, None))
     store = _store(flags, project, env)
     host = _host(flags, block, hostname)
 
@@ -88,6 +91,8 @@ def resolve(flags: JoinFlags, project: Project | None, *,
         sig_probe=_sig_probe(flags, block, dial),
         args=_args(flags, block, dial),
         project_root=str(project.root) if project else None,
+        token_file=token_file,
+        token_file_field=token_field,
     )
 
 
@@ -223,15 +228,27 @@ def _gpu_ram_share(flags: JoinFlags, block: JoinBlock) -> float | None:
         raise Fail.permanent(str(e)) from None
 
 
-def _token(flags: JoinFlags, block: JoinBlock) -> str | None:
-    """`--token` over `join.token`: one line of printable characters (a newline would split
-    the secret where the agent and the controller read it)."""
+def _token(flags: JoinFlags, block: JoinBlock, project: Project | None,
+           env: Mapping[str, str]) -> tuple[str | None, str | None, str | None]:
+    """`--token` > `--token-file` > `fdlenv.token_file` > `$CREDENTIALS_DIRECTORY/fdlenv-token`
+    > `join.token` (why: `config.token`). Returns (token, file still to read, its field); a
+    token is one line of printable characters (a newline would split the secret where the
+    agent and the controller read it). Nothing is read or stat'ed here."""
+    from .token import CREDENTIAL_FIELD, credential_path  # noqa: PLC0415
+
+    if flags.token is None:
+        fdl_file = project.fdlenv.token_file if project is not None else None
+        if flags.token_file is not None:
+            return None, flags.token_file, "--token-file"
+        if fdl_file is not None:
+            return None, fdl_file, "fdlenv.token_file"
     token = _pick(flags.token, block.token)
     if token is not None and any(ord(c) < 0x20 or ord(c) == 0x7f for c in token):
         where = "--token" if flags.token is not None else "join.token"
         raise Fail.permanent(f"{where}: the token holds a newline or another control character; "
                              "accepted: one line of printable characters")
-    return token
+    cred = credential_path(env) if flags.token is None else None
+    return token, cred, CREDENTIAL_FIELD if cred else None
 
 
 def _store(flags: JoinFlags, project: Project | None, env: Mapping[str, str]):

@@ -124,7 +124,9 @@ def _anchor(p: str, root: Path) -> str:
 
 
 def parse_fdlenv_block(d: Any, root: Path) -> FdlenvBlock:
-    """Validate `fdlenv:` (lock, mirrors, home); relative paths anchor at the project root."""
+    """Validate `fdlenv:` (lock, mirrors, home, token_file); relative paths anchor at the
+    project root. `token_file` lives here, not in `join:`: flodl's strict `join:` schema
+    would refuse the key, and with it the whole file, in `fdl join`."""
     if d is None:
         return FdlenvBlock()
     w = "fdlenv"
@@ -135,8 +137,13 @@ def parse_fdlenv_block(d: Any, root: Path) -> FdlenvBlock:
         raise ValueError(f"{w}.mirrors: expected a mapping NAME: URL of non-empty strings")
     lock = _opt_str(d, "lock", w)
     home = _opt_str(d, "home", w)
+    token_file = _opt_str(d, "token_file", w)
+    if token_file is not None and not token_file.strip():
+        raise ValueError(f"{w}.token_file: expected the path of a file holding the session token, "
+                         "got an empty string")
     return FdlenvBlock(lock=_anchor(lock, root) if lock else None, mirrors=dict(mirrors),
-                       home=_anchor(home, root) if home else None)
+                       home=_anchor(home, root) if home else None,
+                       token_file=_anchor(token_file, root) if token_file else None)
 
 
 def _validate_cluster_join(j: Any, where: str) -> None:

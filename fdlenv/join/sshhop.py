@@ -41,6 +41,18 @@ from .sshplan import HopPlan
 _SHELL = "/bin/sh"
 
 
+def quiet_library_logs() -> None:
+    """No paramiko log lines on stderr: its transport thread logs every failure, traceback
+    included, at ERROR, and with no logging configured Python prints those. Each failure
+    reaches the user once, as the Fail we name it; a program that configures logging
+    still gets the records."""
+    import logging  # noqa: PLC0415
+
+    log = logging.getLogger("paramiko")
+    if not any(isinstance(h, logging.NullHandler) for h in log.handlers):
+        log.addHandler(logging.NullHandler())
+
+
 def fingerprint(key) -> str:
     """OpenSSH's SHA256:... form."""
     digest = hashlib.sha256(key.asbytes()).digest()
@@ -55,8 +67,13 @@ def _proxy_class(paramiko):
             self.command = command
             self.cmd = [_SHELL, "-c", f"exec {command}"]
             self.err = tempfile.TemporaryFile()
-            self.process = subprocess.Popen(self.cmd, stdin=subprocess.PIPE,
-                                            stdout=subprocess.PIPE, stderr=self.err, bufsize=0)
+            try:
+                self.process = subprocess.Popen(self.cmd, stdin=subprocess.PIPE,
+                                                stdout=subprocess.PIPE, stderr=self.err,
+                                                bufsize=0)
+            except BaseException:
+                self.err.close()
+                raise
             self.timeout = None
 
         def recv(self, size):
@@ -109,7 +126,7 @@ def open_stream(paramiko, hop: HopPlan, prev, what: str):
                 "direct-tcpip", (hop.hostname, hop.port), ("127.0.0.1", 0),
                 timeout=hop.connect_timeout)
         except Exception as e:  # noqa: BLE001 - ChannelException, SSHException, EOFError
-            raise Fail.retry(f"{what}: the previous hop cannot reach {hop.hostname}:{hop.port} "
+            raise Fail.retry(f"{what}: cannot reach the next hop {hop.hostname}:{hop.port} "
                              f"(forward refused: {_why(e)})") from None
     if hop.proxy_command:
         try:
@@ -249,5 +266,6 @@ def failure(paramiko, e: Exception, hop: HopPlan, what: str, stream=None) -> Fai
     if isinstance(e, EOFError):
         return Fail.retry(f"{what}: {where} closed the connection during the ssh handshake")
     if isinstance(e, paramiko.SSHException):
-        return Fail.retry(f"{what}: ssh handshake with {where} failed: {e}")
+        why = str(e).replace("banner[", "banner: [")     # paramiko glues the socket error on
+        return Fail.retry(f"{what}: ssh handshake with {where} failed: {why}")
     return Fail.retry(f"{what}: unexpected ssh failure with {where} ({type(e).__name__}: {e})")

@@ -278,6 +278,8 @@ def plan_hop(ssh: SshConfig, *, ssh_config_path: str | None = None,
     gkh = _first(opts.get("globalknownhostsfile"), conf.get("globalknownhostsfile"))
     strict_raw = (_first(opts.get("stricthostkeychecking"), conf.get("stricthostkeychecking"),
                          "accept-new") or "").lower()
+    timeout = _number(_first(opts.get("connecttimeout"), conf.get("connecttimeout"),
+                             TUNNEL_READY_BUDGET), f"{what}: ConnectTimeout", float)
     plan = HopPlan(
         label=SshConfig(target=hostname, port=port if port != DEFAULT_SSH_PORT else None,
                         user=user).display(),
@@ -287,9 +289,7 @@ def plan_hop(ssh: SshConfig, *, ssh_config_path: str | None = None,
                             else list(GLOBAL_KNOWN_HOSTS)),
         strict={"no": "no", "off": "no", "accept-new": "accept-new",
                 "yes": "yes", "ask": "yes"}.get(strict_raw, "yes"),
-        connect_timeout=_number(_first(opts.get("connecttimeout"), conf.get("connecttimeout"),
-                                       TUNNEL_READY_BUDGET), f"{what}: ConnectTimeout", float)
-        or TUNNEL_READY_BUDGET,
+        connect_timeout=timeout or TUNNEL_READY_BUDGET,     # 0: OpenSSH's "no timeout"
         keepalive=_number(_first(opts.get("serveraliveinterval"),
                                  conf.get("serveraliveinterval"), DEFAULT_KEEPALIVE),
                           f"{what}: ServerAliveInterval"),

@@ -42,7 +42,7 @@ from ..config.model import SshConfig
 from ..errors import Fail
 from ..progress import say as _say
 from . import knownhosts
-from .sshhop import connect_hop, failure, open_stream
+from .sshhop import connect_hop, failure, open_stream, quiet_library_logs
 from .sshplan import TUNNEL_READY_BUDGET, HopPlan, parse_options, plan_hop
 
 __all__ = ["Tunnel", "open_tunnel", "plan_hop", "parse_options", "HopPlan"]
@@ -170,6 +170,7 @@ def open_tunnel(ssh: SshConfig, controller_host: str, controller_port: int, *,
     """Bring the forward up (through every hop of the route) and prove it works, or raise Fail."""
     import paramiko  # noqa: PLC0415 - the re-dial path without a hop never pays for it
 
+    quiet_library_logs()
     plan = plan_hop(ssh, ssh_config_path=ssh_config_path, home=home)
     for w in plan.warnings:
         say(w)

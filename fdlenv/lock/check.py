@@ -21,6 +21,7 @@ from ..home import Home
 from ..variants import VARIANTS
 from ..mirrors import ChannelMap
 from .envfile import EnvFile, channel_map, discover, load_layer, with_layer
+from .extra import require
 from ..lockpath import split_path
 from .solve import channel_urls, declared_virtual_packages, solver_spec
 from .write import LAYERS_KEY, VARIANTS_KEY
@@ -41,6 +42,7 @@ def check_locks(envs_dir: Path, out: Path, *, variants: list[str] | None = None,
                 platforms: list[str] | None = None, mirrors: dict[str, str] | None = None,
                 home: Home) -> list[str]:
     """Problems that make the lock at `out` (or its `--split` files) stale; [] when none."""
+    require("conda_lock")
     from conda_lock.lockfile import parse_conda_lock_file
 
     cmap = channel_map(home, mirrors)

@@ -107,7 +107,7 @@ def _variant_files(envs_dir: Path, variants: list[str] | None) -> list[EnvFile]:
         names = [parse_token(v, allow_auto=False) for v in variants]
         missing = [str(env_path(envs_dir, v)) for v in names if not env_path(envs_dir, v).is_file()]
         if missing:
-            raise Fail.permanent(f"--variant: no env file {', '.join(missing)}")
+            raise Fail.permanent(f"--libtorch: no env file {', '.join(missing)}")
     else:
         names = [v for v in VARIANTS if env_path(envs_dir, v).is_file()]
         if not names:

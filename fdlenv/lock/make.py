@@ -5,7 +5,7 @@ solve), solve each variant on each of its platforms, check the one-build-per-
 (manager, name, platform) invariant across variants, then write. Nothing is
 written when any step fails.
 
-Locking some variants (`--variant cu126`) into a lock that already covers
+Locking some variants (`--libtorch cu126`) into a lock that already covers
 others leaves those others as they are: their entries are carried over from
 the file, not solved again. When the new variant cannot share the file (two
 variants need different builds of one name, as every wheel variant's `torch`
@@ -24,6 +24,7 @@ from ..lockpath import split_path
 from ..progress import say
 from .envfile import EnvFile, channel_map, discover, env_path
 from .entry import Entry
+from .extra import require
 from .solve import channel_urls, declared_virtual_packages, solve
 from .write import VARIANTS_KEY, Solved, conflicts, write_lock
 
@@ -44,6 +45,7 @@ def lock_envs(envs_dir: Path, out: Path, *, variants: list[str] | None = None,
               split: bool = False, home: Home, layers: list[str] | None = None) -> list[Path]:
     """Solve `envs_dir/<variant>.yml` for each variant and write conda-lock v1; returns the files.
     `home` holds the local channel (`flodl`) and rattler's caches."""
+    require("conda_lock", "pip")
     cmap = channel_map(home, mirrors)
     envs = discover(Path(envs_dir), variants, layers)
     solved = []

@@ -38,7 +38,7 @@ from pathlib import Path
 from .. import hashing
 from ..errors import Fail
 from ..lock.solve import GLIBC_BASELINE
-from ..progress import Ticker, during, say
+from ..progress import Meter, during, say
 from ..variants import get as get_variant
 from .condapkg import PkgFile, PkgMeta, files_from_tree, index_channel, write_conda
 
@@ -103,7 +103,7 @@ def pack_libtorch(variant: str, source: str, channel: Path, version: str | None 
         tag = build_version.partition("+")[2]
         if tag and tag.replace(".", "") != v.name.replace(".", ""):
             raise Fail.permanent(f"--from: {source} is a {tag} build ({build_version}), "
-                                 f"not variant {v.name}; pass the matching --variant")
+                                 f"not variant {v.name}; pass the matching --libtorch")
         pkg_version = version or build_version.partition("+")[0]
         _check_version(pkg_version)
         meta_doc = {
@@ -142,14 +142,12 @@ def _local(source: str, tmp: Path) -> Path:
             raise Fail.permanent(f"--from: no such file {source}")
         return path
     target = tmp / urllib.parse.unquote(source.rstrip("/").rpartition("/")[2] or "download")
-    done = 0
-    ticker = Ticker(lambda: f"downloading {source}: {done / 1e6:.0f} MB")
     try:
-        with urllib.request.urlopen(source) as r, open(target, "wb") as out:
+        with urllib.request.urlopen(source) as r, open(target, "wb") as out, \
+                Meter(f"downloading {target.name}", int(r.headers.get("Content-Length") or 0)) as meter:
             while chunk := r.read(1 << 20):
                 out.write(chunk)
-                done += len(chunk)
-                ticker.tick()
+                meter.add(len(chunk))
     except OSError as e:
         raise Fail.retry(f"--from: cannot download {source}: {e}") from None
     return target
@@ -157,14 +155,10 @@ def _local(source: str, tmp: Path) -> Path:
 
 def sha256_file(path: Path) -> str:
     """sha256 of a (large) file, saying how far it got every few seconds."""
-    total, done = path.stat().st_size, 0
-    ticker = Ticker(lambda: f"hashing {path.name}: {done * 100 // max(total, 1)}%")
-
-    def tick(n: int) -> None:
-        nonlocal done
-        done = n
-        ticker.tick()
-    return hashing.of_file(path, chunk=1 << 22, tick=tick).sha256
+    with Meter(f"hashing {path.name}", path.stat().st_size) as meter:
+        def tick(n: int) -> None:
+            meter.done = n
+        return hashing.of_file(path, chunk=1 << 22, tick=tick).sha256
 
 
 def _kind(zf: zipfile.ZipFile, filename: str, source: str) -> tuple[str, str]:
@@ -210,9 +204,11 @@ def _extract(zf: zipfile.ZipFile, kind: str, tree: Path) -> None:
         wanted = [(i, i.filename.removeprefix("torch/")) for i in zf.infolist()
                   if i.filename.split("/")[0] == "torch" and i.filename.count("/") >= 2
                   and i.filename.split("/")[1] in WHEEL_PARTS]
-    total = sum(i.file_size for i, _ in wanted)
-    done = 0
-    ticker = Ticker(lambda: f"unpacking: {done / 1e6:.0f} of {total / 1e6:.0f} MB")
+    with Meter("unpacking", sum(i.file_size for i, _ in wanted)) as meter:
+        _write_members(zf, wanted, tree, meter)
+
+
+def _write_members(zf: zipfile.ZipFile, wanted, tree: Path, meter) -> None:
     tree.mkdir(parents=True, exist_ok=True)
     real_tree = os.path.realpath(tree)
     links = []
@@ -231,8 +227,7 @@ def _extract(zf: zipfile.ZipFile, kind: str, tree: Path) -> None:
         with zf.open(info) as src, os.fdopen(fd, "wb") as out:
             while chunk := src.read(1 << 22):
                 out.write(chunk)
-                done += len(chunk)
-                ticker.tick()
+                meter.add(len(chunk))
         mode = info.external_attr >> 16
         dest.chmod(0o755 if mode & 0o111 else 0o644)
     for link, name in links:   # a chain of links (u2 -> u1/.., u1 -> ..) resolves only now

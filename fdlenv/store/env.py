@@ -55,10 +55,13 @@ def from_dir(env_dir: Path) -> Env:
     """The env at `env_dir`, wherever its home is now: the manifest's libtorch root is taken
     relative to the env (an image bake or `mv` of the home keeps every env usable)."""
     m = read_manifest(env_dir)
-    parts = Path(m["libtorch_root"]).parts
-    if env_dir.name in parts:
-        i = len(parts) - 1 - parts[::-1].index(env_dir.name)
-        root = Path(env_dir).joinpath(*parts[i + 1:])
-    else:
-        root = Path(m["libtorch_root"])
-    return Env(m["variant"], m["key"], env_dir, root)
+    return Env(m["variant"], m["key"], env_dir, rebase(env_dir, m["libtorch_root"]))
+
+
+def rebase(env_dir: Path, recorded: str) -> Path:
+    """A path recorded inside an env (its libtorch root), taken relative to where the env is now."""
+    parts = Path(recorded).parts
+    if env_dir.name not in parts:
+        return Path(recorded)
+    i = len(parts) - 1 - parts[::-1].index(env_dir.name)
+    return Path(env_dir).joinpath(*parts[i + 1:])

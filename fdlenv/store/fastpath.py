@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .. import atomic, hashing
 from ..home import Home
-from .env import MANIFEST, Env
+from .env import MANIFEST, Env, rebase
 
 
 def lock_digest(lock: Path) -> str:
@@ -33,7 +33,7 @@ def lookup(home: Home, digest: str, variant: str, platform: str) -> Env | None:
     path = home.envs / d["dir"]
     if not (path / MANIFEST).is_file():
         return None
-    return Env(variant, d["key"], path, Path(d["libtorch_root"]))
+    return Env(variant, d["key"], path, rebase(path, d["libtorch_root"]))   # the home may have moved
 
 
 def remember(home: Home, digest: str, variant: str, platform: str, env: Env) -> None:

@@ -143,8 +143,9 @@ def _install(home: Home, worker: WorkerProcess, archives: list[Archive], wheel_r
 
     hasher = threading.Thread(target=hash_all, daemon=True)
     hasher.start()
-    with during(f"installing {len(archives)} package(s) for {variant}", every=3.0) if archives \
-            else contextlib.nullcontext():
+    poll, size = _installed(stage, archives)
+    with during(f"installing {len(archives)} package(s) for {variant}", every=3.0, poll=poll,
+                total=size) if archives else contextlib.nullcontext():
         returncode = worker.run(req)
         hasher.join()
     if wheel_records:
@@ -183,6 +184,27 @@ def _install(home: Home, worker: WorkerProcess, archives: list[Archive], wheel_r
     finally:
         for p in (marker, err):
             p.unlink(missing_ok=True)
+
+
+def _installed(stage: Path, archives: list[Archive]):
+    """Progress of the worker, which reports none: the packages whose conda-meta record exists
+    in the staging prefix, weighed by their archives' sizes (a listdir per look)."""
+    sizes = {}
+    for a in archives:
+        r = a.record
+        try:
+            sizes[f"{r.name}-{r.version}-{r.build}.json"] = a.path.stat().st_size
+        except OSError:
+            sizes[f"{r.name}-{r.version}-{r.build}.json"] = 0
+
+    def poll():
+        try:
+            names = set(os.listdir(stage / "conda-meta"))
+        except OSError:
+            names = set()
+        done = [n for n in sizes if n in names]
+        return sum(sizes[n] for n in done), f"{len(done)}/{len(sizes)} linked"
+    return poll, sum(sizes.values())
 
 
 def _share_metadata(stage: Path, mode: int) -> None:

@@ -1,4 +1,4 @@
-"""Looking after realised envs: list, verify (and repair), garbage-collect.
+"""Looking after realised envs: list, verify (and repair); gc is `store/gc.py`.
 
 Everything here reads `.fdlenv/manifest.json` and `conda-meta/`, never the
 lock: an env must stay checkable and repairable after its lock moved on.
@@ -18,8 +18,8 @@ from pathlib import Path
 
 from .. import hashing
 from ..home import Home
-from ..filelocks import exclusive, held
-from .leases import in_use, store_lock
+from ..filelocks import exclusive
+from .leases import store_lock
 from . import pointers
 from .env import MANIFEST, moved_from, read_manifest
 
@@ -45,15 +45,22 @@ def env_dirs(home: Home) -> list[Path]:
     return sorted(p for p in home.envs.iterdir() if (p / MANIFEST).is_file())
 
 
-def _size(root: Path) -> int:
-    """Bytes of the env's own inodes (hard links shared with the cache count once, here)."""
-    total, seen = 0, set()
+def file_stats(root: Path):
+    if root.is_file() or root.is_symlink():
+        yield os.lstat(root)
+        return
     for dirpath, _dirs, files in os.walk(root):
         for name in files:
-            st = os.lstat(os.path.join(dirpath, name))
-            if (st.st_dev, st.st_ino) not in seen:
-                seen.add((st.st_dev, st.st_ino))
-                total += st.st_size
+            yield os.lstat(os.path.join(dirpath, name))
+
+
+def size_of(root: Path) -> int:
+    """Bytes of the distinct inodes under `root` (hard links shared with the cache count once)."""
+    seen, total = set(), 0
+    for st in file_stats(root):
+        if (st.st_dev, st.st_ino) not in seen:
+            seen.add((st.st_dev, st.st_ino))
+            total += st.st_size
     return total
 
 
@@ -65,7 +72,7 @@ def listing(home: Home) -> list[EnvInfo]:
     for d in env_dirs(home):
         m = read_manifest(d)
         real = Path(os.path.realpath(d))
-        out.append(EnvInfo(m["variant"], m["key"], d, _size(d), m["created"],
+        out.append(EnvInfo(m["variant"], m["key"], d, size_of(d), m["created"],
                            active is not None and (active == real or real in active.parents),
                            real in live))
     return out
@@ -191,76 +198,3 @@ def repair(home: Home, env_dir: Path, report: Report, mirrors: dict[str, str] | 
                 os.rename(trash, env_dir)  # keep the old env rather than none
             raise
         shutil.rmtree(trash, ignore_errors=True)
-
-
-@dataclass
-class GcPlan:
-    envs: list[Path]
-    cache_entries: list[Path]
-    archives: list[Path]
-    bytes: int
-
-    def to_json(self) -> dict:
-        return {"envs": [str(p) for p in self.envs], "cache_entries": [str(p) for p in self.cache_entries],
-                "archives": [str(p) for p in self.archives], "bytes": self.bytes}
-
-
-def collect(home: Home, dry_run: bool = False) -> GcPlan:
-    """Plan and (unless `dry_run`) delete, holding the store lock exclusively: no realise is
-    between finding an env and rooting it, no install links from the cache meanwhile."""
-    with exclusive(store_lock(home.locks), "collecting garbage"):
-        plan = gc_plan(home)
-        if not dry_run:
-            gc(home, plan)
-    return plan
-
-
-def gc_plan(home: Home) -> GcPlan:
-    """Envs no root or pointer reaches, no realise is building and no process leases; cache
-    entries only those envs link; archives no kept env names. Call it under `collect`'s lock."""
-    live = pointers.live_targets(home)
-    dead, kept = [], []
-    for d in env_dirs(home):
-        m = read_manifest(d)
-        busy = held(home.locks / f"{m['key']}.lock") or in_use(d)
-        (kept if Path(os.path.realpath(d)) in live or busy else dead).append(d)
-    total = sum(_size(d) for d in dead)
-    dead_inodes = {(st.st_dev, st.st_ino) for d in dead for st in _stats(d)}
-    entries = []
-    if home.pkgs.is_dir():
-        for e in sorted(home.pkgs.iterdir()):
-            if not e.is_dir() or e.name.startswith("."):
-                continue
-            stats = list(_stats(e))
-            # An entry nothing links once the dead envs are gone: every file's other links are dead ones.
-            if all(st.st_nlink == 1 or ((st.st_dev, st.st_ino) in dead_inodes and st.st_nlink <= 2)
-                   for st in stats):
-                entries.append(e)
-                total += sum(st.st_size for st in stats)
-    wanted = {r["sha256"] for d in kept for r in read_manifest(d)["records"]}
-    archives = [a for a in sorted(home.archives.glob("*")) if a.is_file()
-                and a.name.split(".", 1)[0] not in wanted] if home.archives.is_dir() else []
-    total += sum(a.stat().st_size for a in archives)
-    return GcPlan(dead, entries, archives, total)
-
-
-def _stats(root: Path):
-    for dirpath, _dirs, files in os.walk(root):
-        for name in files:
-            yield os.lstat(os.path.join(dirpath, name))
-
-
-def gc(home: Home, plan: GcPlan) -> None:
-    home.ensure(home.staging)
-    for d in plan.envs:
-        # Rename first: the env vanishes at once, deletion happens out of sight.
-        key = read_manifest(d)["key"]
-        trash = home.staging / f"gc-{d.name}-{os.getpid()}"
-        os.rename(d, trash)
-        shutil.rmtree(trash, ignore_errors=True)
-        (home.cache / "activation" / f"{key}.json").unlink(missing_ok=True)
-    for e in plan.cache_entries:
-        shutil.rmtree(e, ignore_errors=True)
-        e.with_name(e.name + ".lock").unlink(missing_ok=True)
-    for a in plan.archives:
-        a.unlink(missing_ok=True)

@@ -143,11 +143,13 @@ def _links(home: Home):
             yield from (p for p in d.iterdir() if p.is_symlink())
 
 
-def live_targets(home: Home) -> set[Path]:
-    """Env dirs something still uses: roots and flodl's precompiled pointers."""
+def live_targets(home: Home, skip=frozenset()) -> set[Path]:
+    """Env dirs something still uses: roots and flodl's precompiled pointers (but `skip`)."""
     out: set[Path] = set()
     envs = home.envs.resolve()
     for link in _links(home):
+        if link in skip:
+            continue
         target = Path(os.path.realpath(link))
         # A precompiled pointer names <env>/libtorch; the env is its parent.
         while target != target.parent and target.parent != envs:

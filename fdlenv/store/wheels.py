@@ -43,7 +43,7 @@ from pathlib import Path
 from .. import filelocks, hashing, pipindex
 from ..errors import Fail
 from ..home import Home
-from ..progress import say
+from ..progress import Meter, say
 from . import streamzip, wheelfile
 from .wheelfile import CHUNK, entry_dir
 from .records import Record
@@ -51,44 +51,23 @@ from .records import Record
 DOWNLOADS = 16         # wheels fetched side by side (one connection each, as uv does)
 
 
-class Bytes:
-    """Byte-level progress of a batch of wheels: size, rate, ETA and what is extracted, printed
-    every few seconds from its own thread (extraction goes on after the last byte arrives)."""
+class Bytes(Meter):
+    """Byte-level progress of a batch of wheels: size, rate, ETA and what is extracted (live on a
+    terminal, a line every few seconds elsewhere; extraction goes on after the last byte)."""
 
     def __init__(self, count: int, total: int, every: float = 3.0):
-        self.count, self.total = count, total
-        self.done = self.finished = self.extracted = 0
-        self._lock = threading.Lock()
-        self._start = time.monotonic()
-        self._stop = threading.Event()
+        super().__init__("wheels", total, every)
+        self.count = count
+        self.finished = self.extracted = 0
         self.stopped = threading.Event()    # set when one wheel failed: the others give up
-        self._thread = threading.Thread(target=self._run, args=(every,), daemon=True)
 
     def add(self, n: int = 0, *, finished: int = 0, extracted: int = 0) -> None:
         with self._lock:
             self.done += n
             self.finished += finished
             self.extracted += extracted
-
-    def line(self) -> str:
-        elapsed = max(time.monotonic() - self._start, 1e-6)
-        rate = self.done / elapsed
-        size = f"{self.done / 1e9:.2f} of {self.total / 1e9:.2f} GB" if self.total else f"{self.done / 1e9:.2f} GB"
-        eta = f", ETA {(self.total - self.done) / rate:.0f} s" if self.total and rate > 0 and self.done < self.total else ""
-        return (f"wheels: {size} at {rate / 1e6:.0f} MB/s{eta}; "
-                f"{self.finished}/{self.count} downloaded, {self.extracted}/{self.count} extracted")
-
-    def _run(self, every: float) -> None:
-        while not self._stop.wait(every):
-            say(self.line())
-
-    def __enter__(self) -> "Bytes":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
+            self.detail = (f"{self.finished}/{self.count} downloaded, "
+                           f"{self.extracted}/{self.count} extracted")
 
 
 def ensure(home: Home, records: list[Record], mirrors: dict[str, str]) -> dict[str, Path]:

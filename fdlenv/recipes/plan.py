@@ -1,0 +1,127 @@
+"""What a recipe must know about the join it deploys: from its flags, the `--` tail and fdl.yml.
+
+Why it exists: the unit's sandbox has to leave writable what join writes and open
+what an sshfs:// mount needs, and the recipe must say when a token would sit in
+clear; all of that is decided by the same settings join reads at run time. Their
+order is join's own: a tail flag (`-- --home X`) beats the unit's environment
+(FLODL_HOME), which beats fdl.yml (`fdlenv.home`, `join.data_source`, `join.token`).
+fdl.yml is read only where it is on this box: found from the unit's working
+directory (systemd), or given as the file to ship (cloud-init).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import NamedTuple
+
+from ..errors import Fail
+from .systemd import GPU_GROUPS, check_name, check_path, present_groups
+
+DEFAULT_MOUNT = "/flodl/data"      # flodl's mountpoint for a data_source without data_path
+
+
+class JoinFacts(NamedTuple):
+    sshfs: bool = False
+    home: str | None = None          # the fdlenv home a tail flag or fdl.yml names
+    token_in_clear: str | None = None   # "--token" or "join.token" when a token sits there
+    token_file_in_tail: bool = False
+    mountpoint: str | None = None    # where an sshfs:// source mounts (data_path, /flodl/data)
+
+
+def tail_value(tail: list[str], flag: str) -> str | None:
+    """The last value of `flag X` or `flag=X` in the join arguments."""
+    found = None
+    for i, a in enumerate(tail):
+        if a == flag and i + 1 < len(tail):
+            found = tail[i + 1]
+        elif a.startswith(flag + "="):
+            found = a[len(flag) + 1:]
+    return found
+
+
+def facts(tail: list[str], project, base: str) -> JoinFacts:
+    """`project`: a loaded config.model.Project or None; `base`: where a relative tail path
+    is read from (join's working directory)."""
+    join = project.join if project is not None else None
+    source = tail_value(tail, "--data-source") or (join.data_source if join else None)
+    home = tail_value(tail, "--home")
+    if home is not None:
+        home = os.path.join(base, os.path.expanduser(home))
+    elif project is not None and project.fdlenv.home:
+        home = project.fdlenv.home
+    sshfs = bool(source and source.startswith("sshfs://"))
+    mount = tail_value(tail, "--data-path") or (join.data_path if join else None) or DEFAULT_MOUNT
+    clear = ("--token" if tail_value(tail, "--token") is not None
+             else "join.token" if join is not None and join.token else None)
+    return JoinFacts(sshfs=sshfs, home=os.path.normpath(home) if home else None,
+                     token_in_clear=clear,
+                     token_file_in_tail=tail_value(tail, "--token-file") is not None,
+                     mountpoint=os.path.normpath(os.path.join(base, mount)))
+
+
+def project_at(workdir: str):
+    """fdl.yml as join will find it from `workdir`, when that directory is on this box."""
+    if not os.path.isdir(workdir):
+        return None
+    from ..config.load import load_project  # noqa: PLC0415
+    return load_project(workdir)
+
+
+def project_file(path: str, root: str):
+    """The fdl.yml a cloud-config ships to `root` on the box: read and validated as join will
+    (exit 2 if bad); its relative `fdlenv:` paths anchor at `root`."""
+    from pathlib import Path  # noqa: PLC0415
+
+    from ..config.model import Project  # noqa: PLC0415
+    from ..config.schema import validate  # noqa: PLC0415
+    from ..yamlfile import YamlError, loads  # noqa: PLC0415
+
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+        data = loads(text, p)
+        if data is not None and not isinstance(data, dict):
+            raise ValueError("expected a mapping at the top level")
+        join, fdl = validate(data or {}, Path(root))
+    except (OSError, UnicodeDecodeError) as e:
+        raise Fail.permanent(f"--fdl-yml {path}: cannot read it ({getattr(e, 'strerror', None) or e}); "
+                             "accepted: a readable fdl.yml") from None
+    except YamlError as e:
+        raise Fail.permanent(f"--fdl-yml {path}: {e.where}; accepted: fdl.yml as fdl join "
+                             "reads it") from None
+    except ValueError as e:
+        raise Fail.permanent(f"--fdl-yml {path}: {e}") from None
+    return text, Project(path=Path(root) / "fdl.yml", root=Path(root), join=join, fdlenv=fdl)
+
+
+def gpu_groups(value: str | None) -> tuple[str, ...]:
+    """`--gpu-groups`: `auto` (default: those of render, video this box has), `none`, or a
+    comma list of names."""
+    if value is None or value == "auto":
+        return present_groups(GPU_GROUPS)
+    if value == "none":
+        return ()
+    names = [g.strip() for g in value.split(",")]
+    if not all(names):
+        raise Fail.permanent(f"--gpu-groups: expected auto, none or NAME[,NAME...], got {value!r}")
+    return tuple(check_name(g, "--gpu-groups") for g in names)
+
+
+def exec_command(value: str | None) -> list[str] | None:
+    """`--exec PATH`: the fdlenv console script the unit starts (default: fdlenv on PATH)."""
+    return None if value is None else [check_path(value, "--exec")]
+
+
+def warnings(f: JoinFacts, token_file: str | None) -> list[str]:
+    """What the operator should hear about the token (stderr; the recipe still prints)."""
+    out = []
+    if f.token_in_clear == "--token":
+        out.append("warning: --token in ExecStart is readable by every user through `ps`; put it "
+                   "in a root-only file (0600) and give the recipe --token-file FILE instead")
+    elif f.token_in_clear == "join.token" and token_file is None:
+        out.append("warning: fdl.yml's join.token is readable by whoever reads fdl.yml; move it to "
+                   "a root-only file (0600) and give the recipe --token-file FILE")
+    if f.token_file_in_tail:
+        out.append("note: join reads -- --token-file as the service user; a root-only file needs "
+                   "the recipe's --token-file (a systemd credential) instead")
+    return out

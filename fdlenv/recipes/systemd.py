@@ -1,0 +1,246 @@
+"""`fdlenv recipe systemd`: the unit that keeps `fdlenv join --persist` dialing, hardened.
+
+Restarts: exit 2 is fdlenv's "retrying cannot fix this" (RestartPreventExitStatus=2),
+so a misprovisioned box stops hot-looping while everything else restarts forever.
+`KillMode=mixed` lets fdlenv forward SIGTERM to the agent's process group itself (it
+would otherwise reach the agent twice); systemd's SIGKILL of the whole cgroup after
+TimeoutStopSec stays the backstop. `User=` is always written (root when none is named):
+only then does systemd set HOME, which fdlenv's home and flodl's dataset cache hang on.
+
+Hardening, everything that costs a GPU worker nothing (`systemd-analyze security`
+scores the default unit 4.0 or lower): the OS read-only (ProtectSystem=strict), homes
+read-only (ProtectHome=read-only) but for what join writes (ReadWritePaths=: the fdlenv
+home, ~/.flodl with flodl's dataset cache, the working directory; ~/.ssh for the hop's
+known_hosts; build and JIT caches when they exist), a private /tmp (the disk stage), no
+capabilities, no new privileges, no kernel knobs. Not set, because they break GPUs:
+PrivateDevices= (hides /dev/nvidia*, /dev/kfd, /dev/dri), MemoryDenyWriteExecute= (CUDA's
+and ROCm's JIT map pages writable and executable), ProcSubset=pid (CUDA reads
+/proc/driver/nvidia), SystemCallFilter= (libtorch, NCCL and RCCL need calls no fixed set
+names). Two ExecStartPre=+ lines run outside the sandbox: one creates the writable dirs
+(a path in ReadWritePaths= must exist before the sandbox is built), one creates NVIDIA's
+device nodes (CUDA would run the setuid nvidia-modprobe, which NoNewPrivileges= blocks).
+
+An sshfs:// data source needs the setuid fusermount3 and CAP_SYS_ADMIN in the bounding
+set: the unit then relaxes exactly those two, with a comment saying how to avoid it.
+
+ExecStart is `/usr/bin/env fdlenv` with a PATH that puts the user's ~/.local/bin (pipx,
+pip --user) first, never the interpreter that generated the unit: `--exec PATH` pins one.
+The token never goes in the unit: `--token-file` becomes `LoadCredential=` (config.token).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from ..errors import Fail
+
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+ENV_COMMAND = ("/usr/bin/env", "fdlenv")
+GPU_GROUPS = ("render", "video")        # AMD: /dev/kfd and /dev/dri/renderD* (older: video)
+CREDENTIAL = "fdlenv-token"             # config.token.CREDENTIAL, the name join reads
+CACHE_DIRS = (".cargo", ".rustup", ".cache", ".nv", ".config/miopen")
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}")
+
+HARDENING = (
+    "# --- Hardening: what a GPU worker never needs. `systemd-analyze security` reads it.",
+    "ProtectSystem=strict",
+    "ProtectHome=read-only",
+    "PrivateTmp=yes",
+    "PrivateMounts=yes",
+    "# 0027: what the training writes (checkpoints, logs) is readable by the user's group,",
+    "# never by other users; use 0077 when even the group must not read it.",
+    "UMask=0027",
+    "ProtectKernelTunables=yes",
+    "ProtectKernelModules=yes",
+    "ProtectKernelLogs=yes",
+    "ProtectControlGroups=yes",
+    "ProtectClock=yes",
+    "ProtectHostname=yes",
+    "RestrictSUIDSGID=yes",
+    "LockPersonality=yes",
+    "RestrictRealtime=yes",
+    "RestrictNamespaces=yes",
+    "SystemCallArchitectures=native",
+    "# AF_NETLINK: NCCL, RCCL and gloo list the network interfaces through it.",
+    "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK",
+    "# Not set, on purpose: PrivateDevices=yes hides /dev/nvidia*, /dev/kfd and /dev/dri;",
+    "# MemoryDenyWriteExecute=yes breaks CUDA's and ROCm's JIT (they map pages W+X);",
+    "# ProcSubset=pid hides /proc/driver/nvidia; SystemCallFilter= would refuse calls",
+    "# libtorch, NCCL and RCCL make; PrivateNetwork=/IPAddressDeny=: the controller may be",
+    "# anywhere.",
+)
+STRICT_PRIVILEGES = ("NoNewPrivileges=yes", "CapabilityBoundingSet=")
+SSHFS_PRIVILEGES = (
+    "# sshfs:// data source: the mount goes through the setuid fusermount3, which needs new",
+    "# privileges and CAP_SYS_ADMIN in the bounding set, so those two stay open (the service",
+    "# itself still holds no capability unless it runs as root). fusermount3 wants the",
+    "# mountpoint writable (ReadWritePaths=) and existing: create it at provisioning, owned",
+    "# by the user. To keep both closed, mount the dataset at provisioning (fstab) and name",
+    "# only its data_path.",
+    "NoNewPrivileges=no",
+    "CapabilityBoundingSet=CAP_SYS_ADMIN",
+)
+NVIDIA_NODES = ("command -v nvidia-modprobe >/dev/null || exit 0; "
+                "nvidia-modprobe -u -c=0; nvidia-smi -L >/dev/null")
+MAKE_DIRS = 'for d; do [ -d "$d" ] || install -d -o "$0" -m 0700 "$d"; done'
+
+
+def systemd_quote(arg: str) -> str:
+    """One ExecStart word: `%` and `$` escaped, quoted when it holds blanks or quotes."""
+    s = arg.replace("%", "%%").replace("$", "$$")
+    if s and not any(c in s for c in " \t\n\"'\\;"):
+        return s
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def value_quote(s: str) -> str:
+    """One word of Environment= or ReadWritePaths=: `%` escaped (no `$` expansion there),
+    quoted when it holds blanks, quotes, backslashes or control characters (C-escaped: a
+    newline must never start a unit line of its own)."""
+    s = s.replace("%", "%%")
+    printable = all(ord(c) >= 0x20 and ord(c) != 0x7f for c in s)
+    if s and printable and not any(c in s for c in " \"'\\"):
+        return s
+    s = s.replace("\\", "\\\\").replace('"', '\\"')
+    return '"' + "".join(c if ord(c) >= 0x20 and ord(c) != 0x7f else f"\\x{ord(c):02x}"
+                         for c in s) + '"'
+
+
+def check_path(value: str, field: str) -> str:
+    """An absolute path without control characters (a newline would add a unit line)."""
+    if any(ord(c) < 0x20 or ord(c) == 0x7f for c in value) or not os.path.isabs(value):
+        raise Fail.permanent(f"{field}: expected an absolute path without control characters, "
+                             f"got {value!r}")
+    return os.path.normpath(value)
+
+
+def check_name(value: str, field: str) -> str:
+    if not _NAME.fullmatch(value):
+        raise Fail.permanent(f"{field}: expected a user or group name (letters, digits, _ . -; "
+                             f"at most 32), got {value!r}")
+    return value
+
+
+def user_home(user: str | None) -> str:
+    """The unit user's home: from this box's passwd when it knows the user, else what a
+    stock image gives (`/root`, `/home/<user>`)."""
+    if not user or user == "root":
+        return "/root"
+    import pwd  # noqa: PLC0415
+    try:
+        return pwd.getpwnam(user).pw_dir or f"/home/{user}"
+    except KeyError:
+        return f"/home/{user}"
+
+
+def present_groups(names=GPU_GROUPS) -> tuple[str, ...]:
+    """The GPU groups this box has: systemd refuses to start a unit naming a missing group."""
+    import grp  # noqa: PLC0415
+    out = []
+    for g in names:
+        try:
+            grp.getgrnam(g)
+        except KeyError:
+            continue
+        out.append(g)
+    return tuple(out)
+
+
+def _dedupe(paths: list[str]) -> list[str]:
+    seen: set[str] = set()
+    return [p for p in paths if not (p.lstrip("-") in seen or seen.add(p.lstrip("-")))]
+
+
+def writable(uhome: str, home: str | None, workdir: str) -> tuple[list[str], list[str]]:
+    """(dirs created when missing, ReadWritePaths entries): the fdlenv home, ~/.flodl (flodl's
+    dataset cache), ~/.ssh (known_hosts), the working directory; caches only when present."""
+    flodl = os.path.join(uhome, ".flodl")
+    make = _dedupe([flodl, *([home] if home else []), os.path.join(uhome, ".ssh")])
+    rw = _dedupe([*make, workdir, *("-" + os.path.join(uhome, c) for c in CACHE_DIRS)])
+    return make, rw
+
+
+def systemd_unit(*, user: str | None = None, workdir: str | None = None,
+                 join_args: list[str] | None = None, command: list[str] | None = None,
+                 home: str | None = None, uhome: str | None = None,
+                 token_file: str | None = None, sshfs: bool = False,
+                 groups: tuple[str, ...] = (), fdl_env: str | None = None,
+                 rw_home: str | None = None, mountpoint: str = "/flodl/data") -> str:
+    """The unit text. `workdir`: where fdl.yml discovery starts (default: the cwd); `home`: the
+    FLODL_HOME carried into the unit; `rw_home`: the fdlenv home join will settle (default
+    `home`); `uhome`: the user's home (default: `user_home(user)`); `mountpoint`: where an
+    sshfs:// source mounts (writable when `sshfs`)."""
+    user = user or "root"
+    uhome = uhome or user_home(user)
+    workdir = os.path.abspath(workdir or os.getcwd())
+    argv = [*(command or ENV_COMMAND), "join", "--persist", *(join_args or [])]
+    make, rw = writable(uhome, rw_home or home, workdir)
+    if sshfs:
+        rw = _dedupe([*rw, "-" + mountpoint])
+    path = ":".join([os.path.join(uhome, ".local/bin"), os.path.join(uhome, ".cargo/bin"),
+                     DEFAULT_PATH])
+    lines = [
+        "# fdlenv join as a dial-in worker (generated by `fdlenv recipe systemd`).",
+        "# Install: save as /etc/systemd/system/fdlenv-join.service, then",
+        "#   systemctl daemon-reload && systemctl enable --now fdlenv-join",
+        "[Unit]",
+        "Description=flodl dial-in worker (fdlenv join)",
+        "Wants=network-online.target",
+        "After=network-online.target",
+        "",
+        "[Service]",
+        "Type=simple",
+    ]
+    if user == "root":
+        lines.append("# root by default: a user of its own (--user flodl) is better.")
+    lines += [
+        f"User={user}",
+        f"WorkingDirectory={workdir.replace('%', '%%')}",
+        "Environment=PYTHONUNBUFFERED=1",
+        "# fdlenv from PATH (pipx and pip --user put it in ~/.local/bin), cargo for source builds.",
+        f"Environment={value_quote('PATH=' + path)}",
+    ]
+    if home:
+        lines.append(f"Environment={value_quote('FLODL_HOME=' + home)}")
+    if fdl_env:
+        lines.append(f"Environment={value_quote('FDL_ENV=' + fdl_env)}")
+    if token_file:
+        lines += [
+            "# The token: systemd copies this root-only file to $CREDENTIALS_DIRECTORY/"
+            f"{CREDENTIAL},",
+            "# readable by this service alone, where fdlenv join reads it (systemd 247+).",
+            f"LoadCredential={CREDENTIAL}:{token_file.replace('%', '%%')}",
+        ]
+    if groups:
+        lines += [
+            "# AMD GPUs: /dev/kfd and /dev/dri/renderD* belong to these groups. A group the box",
+            "# lacks stops the unit from starting (216/GROUP): change them with --gpu-groups.",
+            f"SupplementaryGroups={' '.join(groups)}",
+        ]
+    lines += [
+        "# '+': outside the sandbox. NVIDIA's device nodes (CUDA would create them through the",
+        "# setuid nvidia-modprobe, which NoNewPrivileges= blocks); '-': no NVIDIA is fine.",
+        f"ExecStartPre=-+/bin/sh -c {systemd_quote(NVIDIA_NODES)}",
+        "# The writable dirs must exist before the sandbox is built: made (0700) when missing.",
+        "ExecStartPre=+/bin/sh -c " + " ".join(systemd_quote(a) for a in (MAKE_DIRS, user, *make)),
+        f"ExecStart={' '.join(systemd_quote(a) for a in argv)}",
+        "Restart=always",
+        "RestartSec=5",
+        "# exit 2 = permanent (bad config, no GPU, arch gap): retrying cannot help.",
+        "RestartPreventExitStatus=2",
+        "KillMode=mixed",
+        "TimeoutStopSec=60",
+        "# Let the instance owner deprovision a misprovisioned box (fdlenv never powers off):",
+        "#FailureAction=poweroff",
+        "",
+        *HARDENING,
+        "# What join writes; '-': only when it exists.",
+        "ReadWritePaths=" + " ".join(value_quote(p) for p in rw),
+        *(SSHFS_PRIVILEGES if sshfs else STRICT_PRIVILEGES),
+        "",
+        "[Install]",
+        "WantedBy=multi-user.target",
+        "",
+    ]
+    return "\n".join(lines)

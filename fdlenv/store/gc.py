@@ -1,0 +1,213 @@
+"""Garbage collection of the home, and `env remove`.
+
+`env gc` plans and deletes under the store lock held exclusively, so no
+realise, repair or install runs meanwhile (they hold it shared). What it
+collects, in this order:
+1. envs that no root, no flodl pointer, no running realise (a held key lock)
+   and no process (a lease) still uses;
+2. package-cache entries only those envs linked, and archives (and partial
+   downloads) no kept env names;
+3. what a killed or finished run left: `staging/` (nothing is staged while
+   the lock is held), the caches of envs that are gone (`cache/activation`,
+   `cache/fast`, `cache/verified` of archives that are gone), their lock
+   files when free, built artifacts (`builds/`) made against an env that is
+   gone, and walk-through builds but the newest.
+What it never touches, and reports as kept: `channels/` (what `fdlenv pack`
+made: the source of an air-gapped realise), `source/` (the trees a re-dial
+pulls into; `--sources` drops those no join holds), `data/` (datasets),
+`libtorch/` (flodl's own downloads and builds, and the pointers) and
+anything it does not know.
+
+`env remove VARIANT` drops the variant's roots and fdlenv's pointers (and
+`.active` when it names them: emptied, as flodl does) and then collects:
+what a running process still leases stays until it ends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections import namedtuple
+from pathlib import Path
+
+from ..filelocks import exclusive, held
+from ..home import Home
+from . import pointers
+from .env import MANIFEST, read_manifest
+from .leases import in_use, store_lock
+from .maintain import file_stats, env_dirs, size_of
+
+# envs, cache_entries, archives: lists of Paths; other: [(Path, why)]; bytes: what goes;
+# kept: {what: bytes} of what stays (and why, in the name).
+GcPlan = namedtuple("GcPlan", "envs cache_entries archives other bytes kept")
+
+NEVER = ("channels", "data", "libtorch")
+
+
+def _plan_json(plan: GcPlan) -> dict:
+    return {"envs": [str(p) for p in plan.envs], "cache_entries": [str(p) for p in plan.cache_entries],
+            "archives": [str(p) for p in plan.archives],
+            "other": [{"path": str(p), "why": why} for p, why in plan.other],
+            "bytes": plan.bytes, "kept": plan.kept}
+
+
+GcPlan.to_json = _plan_json
+
+
+def collect(home: Home, dry_run: bool = False, sources: bool = False,
+            remove: str | None = None) -> tuple[GcPlan, list[Path]]:
+    """Plan and (unless `dry_run`) delete, holding the store lock exclusively; `remove`: a
+    variant whose roots and pointers go first (`env remove`), in the same hold, so no realise
+    roots it again in between. Returns the plan and the links dropped (or to drop)."""
+    home.ensure(home.locks)
+    with exclusive(store_lock(home.locks), "collecting garbage"):
+        links = unroot(home, remove, dry_run) if remove else []
+        plan = gc_plan(home, sources, skip=set(links))
+        if not dry_run:
+            gc(home, plan)
+    return plan, links
+
+
+def gc_plan(home: Home, sources: bool = False, skip: set[Path] = frozenset()) -> GcPlan:
+    """What `collect` removes (see the module docstring). Call it under `collect`'s lock;
+    `skip`: links to read as gone (a dry run of `env remove`)."""
+    live = pointers.live_targets(home, skip)
+    dead, kept = [], []
+    for d in env_dirs(home):
+        m = read_manifest(d)
+        busy = held(home.locks / f"{m['key']}.lock") or in_use(d)
+        (kept if Path(os.path.realpath(d)) in live or busy else dead).append(d)
+    total = sum(size_of(d) for d in dead)
+    dead_inodes = {(st.st_dev, st.st_ino) for d in dead for st in file_stats(d)}
+    entries = []
+    if home.pkgs.is_dir():
+        for e in sorted(home.pkgs.iterdir()):
+            if not e.is_dir() or e.name.startswith("."):
+                continue
+            stats = list(file_stats(e))
+            # An entry nothing links once the dead envs are gone: every file's other links are dead ones.
+            if all(st.st_nlink == 1 or ((st.st_dev, st.st_ino) in dead_inodes and st.st_nlink <= 2)
+                   for st in stats):
+                entries.append(e)
+                total += sum(st.st_size for st in stats)
+    kept_keys = {read_manifest(d)["key"] for d in kept}
+    wanted = {r["sha256"] for d in kept for r in read_manifest(d)["records"]}
+    archives = []
+    if home.archives.is_dir():
+        for a in sorted(home.archives.iterdir()):
+            sha = a.name.lstrip(".").split(".", 1)[0]
+            if a.is_file() and sha not in wanted:
+                archives.append(a)
+                total += a.stat().st_size
+    other = list(_leftovers(home, kept_keys, {d.name for d in dead}, wanted, sources))
+    total += sum(size_of(p) for p, _why in other)
+    return GcPlan(dead, entries, archives, other, total, _kept(home, kept, sources))
+
+
+def _leftovers(home: Home, keys: set[str], dead: set[str], wanted: set[str], sources: bool):
+    """Step 3 of the module docstring: (path, why)."""
+    if home.staging.is_dir():
+        for p in sorted(home.staging.iterdir()):
+            yield p, "left in staging by an earlier run"
+    for name, why in (("activation", "activation of an env that is gone"),
+                      ("fast", "re-dial answer naming an env that is gone")):
+        d = home.cache / name
+        for p in sorted(d.iterdir()) if d.is_dir() else ():
+            if name == "activation" and p.name.split("-", 1)[0] not in keys:
+                yield p, why
+            elif name == "fast" and not _fast_alive(home, p, dead):
+                yield p, why
+    verified = home.cache / "verified"
+    for p in sorted(verified.iterdir()) if verified.is_dir() else ():
+        if p.name.split(".", 1)[0] not in wanted:
+            yield p, "hash memo of an archive no kept env names"
+    for p in sorted(home.locks.glob("*.lock")) if home.locks.is_dir() else ():
+        if len(p.stem) == 64 and p.stem not in keys and not held(p):
+            yield p, "lock of an env that is gone"
+            if p.with_suffix(".holder").exists():
+                yield p.with_suffix(".holder"), "lock of an env that is gone"
+        elif p.stem.startswith("use-") and not (home.envs / p.stem[4:]).exists() and not held(p):
+            yield p, "lease of an env that is gone"
+    for p in sorted(home.builds.iterdir()) if home.builds.is_dir() else ():
+        if p.name.startswith(".staging-") and not held(home.locks / f"build-{p.name[9:].rsplit('-', 1)[0]}.lock"):
+            yield p, "a killed build's staging"
+        elif not p.name.startswith("."):
+            try:
+                env = json.loads((p / ".fdlenv-build.json").read_text()).get("env")
+            except (OSError, ValueError):
+                env = None
+            if env is not None and not env.startswith("flodl-") and env not in keys:
+                yield p, "built against an env that is gone"
+    walk = home.root / "walkthrough" / "build"
+    builds = sorted((p for p in walk.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime) \
+        if walk.is_dir() else []
+    for p in builds[:-1]:
+        yield p, "an older walk-through build"
+    if sources and home.source.is_dir():
+        for p in sorted(home.source.iterdir()):
+            if p.is_dir() and not held(home.locks / f"source-{p.name}.lock"):
+                yield p, "a fetched source tree no join holds (--sources)"
+
+
+def _fast_alive(home: Home, entry: Path, dead: set[str]) -> bool:
+    try:
+        name = json.loads(entry.read_text())["dir"]
+        return name not in dead and (home.envs / name / MANIFEST).is_file()
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def _kept(home: Home, kept_envs: list[Path], sources: bool) -> dict[str, int]:
+    out = {"envs (rooted, pointed at or in use)": sum(size_of(d) for d in kept_envs)}
+    for name in NEVER + (() if sources else ("source",)):
+        d = home.root / name
+        if d.exists():
+            out[f"{name}/ (never collected)" if name != "source" else "source/ (kept; --sources drops it)"] = size_of(d)
+    return out
+
+
+def gc(home: Home, plan: GcPlan) -> None:
+    home.ensure(home.staging)
+    for d in plan.envs:
+        # Rename first: the env vanishes at once, deletion happens out of sight.
+        trash = home.staging / f"gc-{d.name}-{os.getpid()}"
+        os.rename(d, trash)
+        shutil.rmtree(trash, ignore_errors=True)
+    for e in plan.cache_entries:
+        shutil.rmtree(e, ignore_errors=True)
+        e.with_name(e.name + ".lock").unlink(missing_ok=True)
+    for a in plan.archives:
+        a.unlink(missing_ok=True)
+    for p, _why in plan.other:
+        if p.is_dir() and not p.is_symlink():
+            # A tree: out of sight first (one rename), then deleted.
+            trash = home.staging / f"gc-{p.name}-{os.getpid()}" if p.parent != home.staging else p
+            try:
+                os.rename(p, trash)
+            except OSError:
+                trash = p
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+
+
+def unroot(home: Home, variant: str, dry_run: bool = False) -> list[Path]:
+    """Drop `variant`'s roots and fdlenv's pointers to it (and empty `.active` when it names
+    one, as flodl does); returns the links. flodl's own download is never touched."""
+    from .. import variants
+
+    links = [p for p in sorted(home.roots.glob(f"{variant}-*")) if p.is_symlink()] \
+        if home.roots.is_dir() else []
+    d = variants.get(variant).flodl_dir
+    active = pointers.active_label(home)
+    for name in (d, d + pointers.OWN_SUFFIX):
+        link = home.libtorch / "precompiled" / name
+        if link.is_symlink():
+            links.append(link)
+            if not dry_run and active == f"precompiled/{name}":
+                (home.libtorch / ".active").write_text("")
+    if not dry_run:
+        for link in links:
+            link.unlink()
+    return links

@@ -1,0 +1,45 @@
+"""Where output goes, in every command: the result on stdout (JSON with --json), progress and
+notes on stderr, and a failure under --json as one object on stdout, {"error", "exit"}."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from helpers_store import fdlenv
+
+
+@pytest.mark.parametrize("args, code", [
+    (["env", "path", "--libtorch", "cu128", "--json"], 2),               # not realised
+    (["env", "realize", "--libtorch", "cu999", "--json"], 2),            # bad input
+    (["env", "realize", "--json"], 2),                                   # a parse error
+    (["prepare", "--source", "git+https://h/r", "--json"], 2),           # a bad spec
+    (["detect", "--json", "--dev", "0"], 2),                             # no abbreviations
+    (["env", "verify", "--libtorch", "cpu", "--json"], 2),
+])
+def test_a_failure_under_json_is_one_object_on_stdout_and_one_error_line(args, code, tmp_path):
+    res = fdlenv(*args, "--home", str(tmp_path / "home"), cwd=tmp_path)
+    assert res.returncode == code
+    out = json.loads(res.stdout)
+    assert out["exit"] == code and out["error"]
+    errors = [ln for ln in res.stderr.splitlines() if ln.startswith("error: ")]
+    assert len(errors) == 1 and errors[0] == f"error: {out['error']}"
+    assert "Traceback" not in res.stderr
+
+
+def test_without_json_a_failure_leaves_stdout_empty(tmp_path):
+    res = fdlenv("env", "path", "--libtorch", "cu128", "--home", str(tmp_path / "home"))
+    assert res.returncode == 2 and res.stdout == "" and res.stderr.startswith("error: --libtorch:")
+
+
+def test_the_variant_is_spelled_libtorch_everywhere_and_the_old_spellings_still_work(tmp_path):
+    home = ("--home", str(tmp_path / "home"))
+    for args in (["env", "path", "cpu"], ["env", "path", "--libtorch", "cpu"], ["env", "remove", "cpu"],
+                 ["env", "verify", "--libtorch", "cpu"]):
+        res = fdlenv(*args, *home)
+        assert res.returncode == 2 and "'cpu' is not realised" in res.stderr, (args, res.stderr)
+    both = fdlenv("env", "use", "cpu", "--libtorch", "cu128", *home)
+    assert both.returncode == 2 and "given twice" in both.stderr
+    for cmd in (["lock"], ["pack", "libtorch"]):
+        helptext = fdlenv(*cmd, "--help").stdout
+        assert "--libtorch" in helptext and "--variant" in helptext

@@ -1,0 +1,323 @@
+"""`fdlenv recipe systemd` and `fdlenv recipe cloud-init`, run as a user runs them.
+
+The unit is checked by the real `systemd-analyze` where the box has it (verify, and
+`security --offline=yes` for the exposure score); those tests are optional, the rest
+read the printed text. No token may ever reach a unit or a cloud-config unless the
+operator embeds it on purpose.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fdlenv.recipes.systemd import present_groups
+
+ANALYZE = shutil.which("systemd-analyze")
+needs_analyze = pytest.mark.skipif(ANALYZE is None, reason="systemd-analyze is not installed")
+TOKEN = "tok-6f1e2d3c4b5a"
+
+
+def recipe(*args: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    full = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "fdlenv", "recipe", *args], capture_output=True,
+                          text=True, env=full, cwd=cwd)
+
+
+def ok(*args: str, **kw) -> str:
+    res = recipe(*args, **kw)
+    assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
+def directives(unit: str) -> dict[str, list[str]]:
+    """KEY -> every value given, comments left out."""
+    out: dict[str, list[str]] = {}
+    for ln in unit.splitlines():
+        if ln and not ln.startswith(("#", "[")) and "=" in ln:
+            k, v = ln.split("=", 1)
+            out.setdefault(k, []).append(v)
+    return out
+
+
+def me() -> str:
+    return pwd.getpwuid(os.getuid()).pw_name
+
+
+def console_script() -> str:
+    exe = Path(sys.executable).with_name("fdlenv")
+    if not exe.is_file():
+        pytest.skip("fdlenv's console script is not installed beside this interpreter")
+    return str(exe)
+
+
+def exposure(unit_file: Path) -> float:
+    res = subprocess.run([ANALYZE, "security", "--offline=yes", str(unit_file)],
+                         capture_output=True, text=True)
+    if res.returncode != 0 and "offline" in res.stderr:
+        pytest.skip(f"this systemd-analyze has no --offline: {res.stderr.strip()}")
+    m = re.search(r"Overall exposure level for \S+: ([0-9.]+)", res.stdout)
+    assert m, res.stdout + res.stderr
+    return float(m.group(1))
+
+
+# ------------------------------------------------------------------ systemd-analyze
+
+@pytest.mark.optional
+@needs_analyze
+def test_the_default_unit_and_a_pinned_one_pass_systemd_analyze_verify(tmp_path):
+    for name, extra in (("default", ()), ("pinned", ("--exec", console_script()))):
+        unit = tmp_path / name / "fdlenv-join.service"
+        unit.parent.mkdir()
+        unit.write_text(ok("systemd", "--user", me(), "--workdir", str(tmp_path), *extra))
+        res = subprocess.run([ANALYZE, "verify", str(unit)], capture_output=True, text=True)
+        ours = [ln for ln in res.stderr.splitlines() if str(unit) in ln]
+        assert res.returncode == 0 and not ours, res.stderr
+
+
+@pytest.mark.optional
+@needs_analyze
+def test_the_default_unit_exposure_is_at_most_5_0_and_sshfs_keeps_it_there(tmp_path):
+    for name, extra in (("default", ()), ("sshfs", ("--", "--data-source", "sshfs://u@h:/d"))):
+        unit = tmp_path / name / "fdlenv-join.service"
+        unit.parent.mkdir()
+        unit.write_text(ok("systemd", "--workdir", str(tmp_path), *extra))
+        assert exposure(unit) <= 5.0, name
+
+
+# ------------------------------------------------------------------ the unit's text
+
+def test_the_unit_never_sets_what_breaks_gpus_and_says_why(tmp_path):
+    unit = ok("systemd", "--workdir", str(tmp_path))
+    d = directives(unit)
+    for key in ("PrivateDevices", "MemoryDenyWriteExecute", "ProcSubset", "SystemCallFilter",
+                "PrivateUsers", "PrivateNetwork"):
+        assert key not in d, key
+    comments = " ".join(ln for ln in unit.splitlines() if ln.startswith("#"))
+    for why in ("PrivateDevices=yes hides /dev/nvidia*, /dev/kfd and /dev/dri",
+                "MemoryDenyWriteExecute=yes breaks CUDA's and ROCm's JIT"):
+        assert why in comments
+
+
+def test_the_unit_is_hardened_and_leaves_writable_exactly_what_join_writes(tmp_path):
+    home = tmp_path / "fl home"
+    unit = ok("systemd", "--user", "flodl", "--workdir", str(tmp_path), "--home", str(home))
+    d = directives(unit)
+    for key, want in (("NoNewPrivileges", "yes"), ("ProtectSystem", "strict"),
+                      ("ProtectHome", "read-only"), ("PrivateTmp", "yes"), ("UMask", "0027"),
+                      ("ProtectKernelTunables", "yes"), ("ProtectKernelModules", "yes"),
+                      ("ProtectKernelLogs", "yes"), ("ProtectControlGroups", "yes"),
+                      ("ProtectClock", "yes"), ("ProtectHostname", "yes"),
+                      ("RestrictSUIDSGID", "yes"), ("LockPersonality", "yes"),
+                      ("RestrictRealtime", "yes"), ("RestrictNamespaces", "yes"),
+                      ("SystemCallArchitectures", "native"), ("CapabilityBoundingSet", ""),
+                      ("RestrictAddressFamilies", "AF_UNIX AF_INET AF_INET6 AF_NETLINK")):
+        assert d.get(key) == [want], key
+    uhome = pwd.getpwnam("flodl").pw_dir if "flodl" in {p.pw_name for p in pwd.getpwall()} \
+        else "/home/flodl"
+    rw = shlex.split(d["ReadWritePaths"][0])
+    assert rw[:4] == [f"{uhome}/.flodl", str(home), f"{uhome}/.ssh", str(tmp_path)], rw
+    assert f"-{uhome}/.nv" in rw and all(p.startswith("-") for p in rw[4:])   # caches: if present
+    assert d["Environment"].count(f'"FLODL_HOME={home}"') == 1
+    make = next(v for v in d["ExecStartPre"] if "install -d" in v)   # made before the sandbox
+    assert make.startswith("+/bin/sh -c ") and f"flodl {uhome}/.flodl" in make and str(home) in make
+    assert d["User"] == ["flodl"] and d["RestartPreventExitStatus"] == ["2"]
+
+
+def test_flodl_home_set_when_generating_is_carried_into_the_unit(tmp_path):
+    unit = ok("systemd", "--workdir", str(tmp_path), env={"FLODL_HOME": str(tmp_path / "fh")})
+    d = directives(unit)
+    assert f"FLODL_HOME={tmp_path / 'fh'}" in d["Environment"]
+    assert str(tmp_path / "fh") in d["ReadWritePaths"][0].split(" ")
+    assert "FLODL_HOME" not in " ".join(directives(ok("systemd", "--workdir", str(tmp_path)))
+                                        ["Environment"])
+
+
+def test_a_home_named_by_the_join_or_fdl_yml_is_writable_too(tmp_path):
+    (tmp_path / "fdl.yml").write_text("fdlenv:\n  home: state/home\n")
+    rw = directives(ok("systemd", "--workdir", str(tmp_path)))["ReadWritePaths"][0].split(" ")
+    assert str(tmp_path / "state" / "home") in rw
+    rw = directives(ok("systemd", "--workdir", str(tmp_path), "--", "--home", "rel"))[
+        "ReadWritePaths"][0].split(" ")
+    assert str(tmp_path / "rel") in rw and str(tmp_path / "state" / "home") not in rw
+
+
+def test_the_unit_starts_fdlenv_from_path_unless_exec_pins_one(tmp_path):
+    d = directives(ok("systemd", "--user", "nobody-here", "--workdir", str(tmp_path)))
+    assert d["ExecStart"] == ["/usr/bin/env fdlenv join --persist"]
+    path = next(v for v in d["Environment"] if v.startswith("PATH="))
+    assert path.startswith("PATH=/home/nobody-here/.local/bin:") and ":/usr/bin:" in path
+    assert sys.prefix not in "\n".join(d["ExecStart"])            # not the generating venv
+    d = directives(ok("systemd", "--workdir", str(tmp_path), "--exec", "/opt/fx/bin/fdlenv",
+                      "--", "--libtorch", "auto"))
+    assert d["ExecStart"] == ["/opt/fx/bin/fdlenv join --persist --libtorch auto"]
+
+
+def test_an_sshfs_data_source_opens_exactly_what_fuse_needs(tmp_path):
+    strict = directives(ok("systemd", "--workdir", str(tmp_path)))
+    assert strict["NoNewPrivileges"] == ["yes"] and strict["CapabilityBoundingSet"] == [""]
+    (tmp_path / "yml").mkdir()
+    (tmp_path / "yml" / "fdl.yml").write_text("join:\n  data_source: sshfs://u@h:/d\n")
+    for args in (("--workdir", str(tmp_path), "--", "--data-source=sshfs://u@h:/d"),
+                 ("--workdir", str(tmp_path / "yml")),
+                 ("--workdir", str(tmp_path), "--sshfs")):
+        unit = ok("systemd", *args)
+        d = directives(unit)
+        assert d["NoNewPrivileges"] == ["no"] and d["CapabilityBoundingSet"] == ["CAP_SYS_ADMIN"]
+        assert "setuid fusermount3" in unit
+        assert {k: v for k, v in d.items() if k not in ("NoNewPrivileges", "CapabilityBoundingSet",
+                                                        "WorkingDirectory", "ReadWritePaths",
+                                                        "ExecStart")} == \
+            {k: v for k, v in strict.items() if k not in ("NoNewPrivileges", "CapabilityBoundingSet",
+                                                          "WorkingDirectory", "ReadWritePaths",
+                                                          "ExecStart")}
+
+
+def test_gpu_groups_name_only_groups_this_box_has_unless_told(tmp_path):
+    auto = directives(ok("systemd", "--workdir", str(tmp_path))).get("SupplementaryGroups")
+    have = present_groups()
+    assert auto == ([" ".join(have)] if have else None)
+    assert "SupplementaryGroups" not in directives(ok("systemd", "--workdir", str(tmp_path),
+                                                      "--gpu-groups", "none"))
+    assert directives(ok("systemd", "--workdir", str(tmp_path), "--gpu-groups", "render,video"))[
+        "SupplementaryGroups"] == ["render video"]
+
+
+def test_a_token_file_becomes_a_credential_and_the_unit_holds_no_token(tmp_path):
+    tok = tmp_path / "token"
+    tok.write_text(TOKEN + "\n")
+    res = recipe("systemd", "--workdir", str(tmp_path), "--token-file", str(tok))
+    assert res.returncode == 0 and TOKEN not in res.stdout and TOKEN not in res.stderr
+    d = directives(res.stdout)
+    assert d["LoadCredential"] == [f"fdlenv-token:{tok}"]
+    assert "--token" not in d["ExecStart"][0] and "warning" not in res.stderr
+
+
+def test_a_token_given_to_the_unit_still_works_but_warns(tmp_path):
+    res = recipe("systemd", "--workdir", str(tmp_path), "--", "--token", TOKEN)
+    assert res.returncode == 0 and d_exec(res.stdout).endswith(f"--token {TOKEN}")
+    assert "warning: --token in ExecStart is readable by every user" in res.stderr
+    assert "--token-file" in res.stderr
+    (tmp_path / "fdl.yml").write_text(f"join:\n  token: {TOKEN}\n")
+    res = recipe("systemd", "--workdir", str(tmp_path))
+    assert res.returncode == 0 and "warning: fdl.yml's join.token" in res.stderr
+
+
+def d_exec(unit: str) -> str:
+    return directives(unit)["ExecStart"][0]
+
+
+@pytest.mark.parametrize("args, field", [
+    (("--exec", "bin/fdlenv"), "--exec"),
+    (("--token-file", "token"), "--token-file"),
+    (("--user", "a b"), "--user"),
+    (("--gpu-groups", "render,,video"), "--gpu-groups"),
+    (("--home", "/x\nExecStartPre=/bin/evil"), "--home"),
+])
+def test_bad_systemd_recipe_input_is_one_error_line_exit_2_and_no_unit(tmp_path, args, field):
+    res = recipe("systemd", "--workdir", str(tmp_path), *args)
+    errs = [ln for ln in res.stderr.splitlines() if ln.startswith("error: ")]
+    assert res.returncode == 2 and res.stdout == "" and len(errs) == 1, res.stderr
+    assert field in errs[0] and "Traceback" not in res.stderr
+
+
+def test_a_join_argument_with_a_newline_cannot_add_a_unit_line(tmp_path):
+    unit = ok("systemd", "--workdir", str(tmp_path), "--", "--host", "a\nExecStartPre=/bin/evil")
+    assert not any(ln.startswith("ExecStartPre=/bin/evil") for ln in unit.splitlines())
+    assert d_exec(unit).endswith('--host "a\\nExecStartPre=/bin/evil"')
+
+
+# ------------------------------------------------------------------ cloud-init
+
+def cloud(*args: str, **kw) -> tuple[str, dict, subprocess.CompletedProcess]:
+    res = recipe("cloud-init", *args, **kw)
+    assert res.returncode == 0, res.stderr
+    return res.stdout, yaml.safe_load(res.stdout), res
+
+
+def test_cloud_init_is_cloud_config_holding_the_unit_and_no_token(tmp_path):
+    yml = tmp_path / "worker.yml"
+    yml.write_text("join:\n  controller: ctrl.example:1337\n  libtorch: auto\n")
+    (tmp_path / "token").write_text(TOKEN)
+    text, doc, res = cloud("--fdl-yml", str(yml), "--token-file", str(tmp_path / "token"),
+                           "--", "--no-sig-probe")
+    assert text.splitlines()[0] == "#cloud-config"
+    assert TOKEN not in text and TOKEN not in res.stderr
+    files = {f["path"]: f for f in doc["write_files"]}
+    unit = files["/etc/systemd/system/fdlenv-join.service"]["content"]
+    d = directives(unit)
+    assert d["LoadCredential"] == [f"fdlenv-token:{tmp_path / 'token'}"]
+    assert d["User"] == ["ubuntu"] and d["WorkingDirectory"] == ["/home/ubuntu/training"]
+    assert d["ExecStart"] == ["/home/ubuntu/.local/share/fdlenv/bin/fdlenv join --persist "
+                              "--no-sig-probe"]
+    assert d["ProtectSystem"] == ["strict"] and "SupplementaryGroups" not in d
+    shipped = files["/home/ubuntu/training/fdl.yml"]
+    assert shipped["content"] == yml.read_text() and shipped["owner"] == "ubuntu:ubuntu"
+    assert shipped["defer"] is True
+    cmds = [" ".join(c) for c in doc["runcmd"]]
+    assert any("pip install --quiet fdlenv" in c for c in cmds)
+    assert any("usermod -aG" in c for c in cmds)                 # AMD groups, where they exist
+    assert cmds[-1] == "systemctl enable --now fdlenv-join.service"
+    assert doc["packages"] == ["python3-venv"] and "users" not in doc
+
+
+def test_cloud_init_installs_what_the_shipped_join_needs_and_creates_its_user(tmp_path):
+    yml = tmp_path / "worker.yml"
+    yml.write_text("join:\n  data_source: sshfs://u@h:/d\n  source:\n    from: git+https://g.example/m#v1\n")
+    text, doc, _ = cloud("--user", "flodl", "--fdl-yml", str(yml), "--install", "fdlenv==0.1.0")
+    assert doc["packages"] == ["python3-venv", "sshfs", "git"]
+    assert doc["users"] == ["default", {"name": "flodl", "lock_passwd": True, "shell": "/bin/bash"}]
+    unit = next(f["content"] for f in doc["write_files"] if f["path"].endswith(".service"))
+    assert directives(unit)["NoNewPrivileges"] == ["no"]
+    assert any("fdlenv==0.1.0" in c for c in doc["runcmd"])
+
+
+def test_cloud_init_embeds_a_token_only_on_request_root_only_and_says_it_is_secret(tmp_path):
+    (tmp_path / "tok").write_text(TOKEN + "\n")
+    text, doc, res = cloud("--embed-token", str(tmp_path / "tok"))
+    entry = next(f for f in doc["write_files"] if f["path"] == "/etc/fdlenv/token")
+    assert (entry["owner"], entry["permissions"], entry["content"]) == ("root:root", "0600",
+                                                                        TOKEN + "\n")
+    assert text.count(TOKEN) == 1 and "# SECRET" in text
+    assert "warning: --embed-token" in res.stderr
+    unit = next(f["content"] for f in doc["write_files"] if f["path"].endswith(".service"))
+    assert directives(unit)["LoadCredential"] == ["fdlenv-token:/etc/fdlenv/token"]
+
+
+@pytest.mark.parametrize("args, field", [
+    (("--install", ""), "--install"),
+    (("--embed-token", "/nonexistent/tok"), "--embed-token"),
+    (("--user", "no body"), "--user"),
+    (("--token-file", "rel/token"), "--token-file"),
+])
+def test_bad_cloud_init_input_is_one_error_line_exit_2_and_no_output(tmp_path, args, field):
+    res = recipe("cloud-init", *args)
+    errs = [ln for ln in res.stderr.splitlines() if ln.startswith("error: ")]
+    assert res.returncode == 2 and res.stdout == "" and len(errs) == 1, res.stderr
+    assert field in errs[0]
+
+
+def test_cloud_init_refuses_an_fdl_yml_join_would_refuse(tmp_path):
+    for body, why in (("join: {token_file: /t}\n", "unknown key 'token_file'"),
+                      ("join: [\n", "--fdl-yml")):
+        (tmp_path / "w.yml").write_text(body)
+        res = recipe("cloud-init", "--fdl-yml", str(tmp_path / "w.yml"))
+        assert res.returncode == 2 and res.stdout == "" and why in res.stderr, res.stderr
+
+
+@pytest.mark.optional
+@needs_analyze
+def test_the_cloud_init_unit_exposure_is_at_most_5_0(tmp_path):
+    _, doc, _ = cloud("--token-file", "/etc/fdlenv/token")
+    unit = tmp_path / "fdlenv-join.service"
+    unit.write_text(next(f["content"] for f in doc["write_files"] if f["path"].endswith(".service")))
+    assert exposure(unit) <= 5.0

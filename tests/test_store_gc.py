@@ -1,0 +1,119 @@
+"""`env gc` covers everything fdlenv owns under the home, and `env remove` (store/gc.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from helpers_store import fdlenv, make_world, realise_json
+
+from fdlenv.store import leases
+
+
+def _home(w):
+    return ("--home", str(w.home.root))
+
+
+def _leftovers(w, dead_key: str) -> dict[str, Path]:
+    """What killed and finished runs leave, each named by why gc may take it."""
+    h = w.home.root
+    made = {
+        "staging": h / "staging" / f"{dead_key}-4242",
+        "activation": h / "cache" / "activation" / f"{dead_key}-0123456789ab.json",
+        "fast": h / "cache" / "fast" / "00ff-cpu-linux-64.json",
+        "lock": h / "locks" / f"{dead_key}.lock",
+        "build": h / "builds" / ("b" * 64),
+        "build staging": h / "builds" / f".staging-{'c' * 64}-4242",
+        "old walk-through": h / "walkthrough" / "build" / "0000000000000001",
+        "new walk-through": h / "walkthrough" / "build" / "0000000000000002",
+    }
+    made["staging"].mkdir(parents=True)
+    (made["staging"] / "half.so").write_bytes(b"x" * 4096)
+    for k in ("activation", "lock"):
+        made[k].parent.mkdir(parents=True, exist_ok=True)
+        made[k].write_text("{}")
+    made["fast"].parent.mkdir(parents=True, exist_ok=True)
+    made["fast"].write_text(json.dumps({"dir": "cpu-gone", "key": dead_key, "libtorch_root": "/x"}))
+    made["build"].mkdir(parents=True)
+    (made["build"] / ".fdlenv-build.json").write_text(json.dumps({"env": dead_key}))
+    (made["build"] / "train").write_bytes(b"\x7fELF" * 1000)
+    made["build staging"].mkdir()
+    for k in ("old walk-through", "new walk-through"):
+        made[k].mkdir(parents=True)
+        (made[k] / "agent").write_bytes(b"bin")
+    os.utime(made["old walk-through"], (1, 1))
+    return made
+
+
+def test_gc_takes_what_runs_left_and_reports_what_it_never_touches(tmp_path):
+    w = make_world(tmp_path)
+    live = realise_json(w)
+    made = _leftovers(w, "d" * 64)
+    kept = {name: w.home.root / name / "keep.bin" for name in ("channels", "data", "source")}
+    for p in kept.values():
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(b"k" * 1000)
+    plan = json.loads(fdlenv("env", "gc", "--dry-run", "--json", *_home(w), check=True).stdout)
+    planned = {o["path"] for o in plan["other"]}
+    for name in ("staging", "activation", "fast", "lock", "build", "build staging", "old walk-through"):
+        assert str(made[name]) in planned, name
+    assert str(made["new walk-through"]) not in planned and plan["envs"] == []
+    assert plan["bytes"] >= 4096 + 4000
+    assert all(p.exists() for p in made.values())                   # a dry run removes nothing
+    assert any(k.startswith("channels/") for k in plan["kept"]) and any(k.startswith("source/") for k in plan["kept"])
+    res = fdlenv("env", "gc", *_home(w), check=True)
+    assert "never collected" in res.stdout
+    for name in ("staging", "activation", "fast", "lock", "build", "build staging", "old walk-through"):
+        assert not made[name].exists(), name
+    assert made["new walk-through"].exists() and all(p.exists() for p in kept.values())
+    assert fdlenv("env", "verify", "--full", *_home(w)).returncode == 0 and os.path.isdir(live["path"])
+    # the live env's own caches survive: a re-dial still takes the fast path
+    assert fdlenv("run", "--libtorch", "cpu", *_home(w), "true").returncode == 0
+    assert json.loads(fdlenv("env", "gc", "--dry-run", "--json", *_home(w), check=True).stdout)["other"] == []
+
+
+def test_gc_sources_drops_fetched_trees_no_join_holds(tmp_path):
+    w = make_world(tmp_path)
+    tree = w.home.source / ("e" * 16)
+    tree.mkdir(parents=True)
+    (tree / "main.rs").write_text("fn main() {}\n")
+    assert tree.exists() and fdlenv("env", "gc", *_home(w), check=True) and tree.exists()
+    fdlenv("env", "gc", "--sources", *_home(w), check=True)
+    assert not tree.exists()
+
+
+def test_env_remove_drops_the_variant_and_what_only_it_used(tmp_path):
+    w = make_world(tmp_path, variants=("cpu", "cu126"))
+    cpu, cu = realise_json(w, "cpu"), realise_json(w, "cu126")
+    fdlenv("env", "use", "--libtorch", "cpu", *_home(w), check=True)
+    pre = w.home.libtorch / "precompiled"
+    dry = json.loads(fdlenv("env", "remove", "cpu", "--dry-run", "--json", *_home(w), check=True).stdout)
+    assert dry["envs"] == [cpu["path"]] and any("libtorch-cpu" in e for e in dry["cache_entries"])
+    assert os.path.isdir(cpu["path"]) and (pre / "cpu").is_symlink()       # nothing removed yet
+    out = json.loads(fdlenv("env", "remove", "--libtorch", "cpu", "--json", *_home(w), check=True).stdout)
+    assert out["envs"] == [cpu["path"]] and not os.path.exists(cpu["path"])
+    assert not (pre / "cpu").exists() and (w.home.libtorch / ".active").read_text() == ""
+    assert not any(p.name.startswith("cpu-") for p in w.home.roots.iterdir())
+    stems = {p.name for p in w.home.pkgs.iterdir() if p.is_dir()}
+    assert not any(s.startswith("libtorch-cpu") for s in stems) and any(s.startswith("libtorch-cu126") for s in stems)
+    assert os.path.isdir(cu["path"]) and fdlenv("env", "verify", "--full", *_home(w)).returncode == 0
+    again = fdlenv("env", "remove", "cpu", *_home(w))
+    assert again.returncode == 2 and "not realised" in again.stderr
+
+
+def test_env_remove_leaves_an_env_a_process_uses_and_flodls_own_download(tmp_path):
+    w = make_world(tmp_path)
+    env = realise_json(w)
+    flodl = w.home.libtorch / "precompiled" / "cu128"
+    (flodl / "lib").mkdir(parents=True)
+    (flodl / "lib" / "libtorch.so").write_bytes(b"flodl")
+    fd = leases.take(Path(env["path"]))          # a running `fdlenv run` holds this
+    try:
+        out = json.loads(fdlenv("env", "remove", "cpu", "--json", *_home(w), check=True).stdout)
+        assert out["still_in_use"] == [env["path"]] and os.path.isdir(env["path"])
+    finally:
+        leases.release(fd)
+    fdlenv("env", "gc", *_home(w), check=True)
+    assert not os.path.exists(env["path"])                  # unrooted: the next gc takes it
+    assert (flodl / "lib" / "libtorch.so").read_bytes() == b"flodl"

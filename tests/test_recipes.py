@@ -174,12 +174,22 @@ def test_an_sshfs_data_source_opens_exactly_what_fuse_needs(tmp_path):
         d = directives(unit)
         assert d["NoNewPrivileges"] == ["no"] and d["CapabilityBoundingSet"] == ["CAP_SYS_ADMIN"]
         assert "setuid fusermount3" in unit
+        assert "-/flodl/data" in shlex.split(d["ReadWritePaths"][0])   # fusermount3 wants it writable
         assert {k: v for k, v in d.items() if k not in ("NoNewPrivileges", "CapabilityBoundingSet",
                                                         "WorkingDirectory", "ReadWritePaths",
                                                         "ExecStart")} == \
             {k: v for k, v in strict.items() if k not in ("NoNewPrivileges", "CapabilityBoundingSet",
                                                           "WorkingDirectory", "ReadWritePaths",
                                                           "ExecStart")}
+
+
+def test_the_sshfs_mountpoint_is_the_data_path_when_one_is_named(tmp_path):
+    d = directives(ok("systemd", "--workdir", str(tmp_path), "--", "--data-source",
+                      "sshfs://u@h:/d", "--data-path", "ds"))
+    rw = shlex.split(d["ReadWritePaths"][0])
+    assert f"-{tmp_path / 'ds'}" in rw and "-/flodl/data" not in rw
+    assert not any("flodl/data" in p for p in shlex.split(
+        directives(ok("systemd", "--workdir", str(tmp_path)))["ReadWritePaths"][0]))
 
 
 def test_gpu_groups_name_only_groups_this_box_has_unless_told(tmp_path):
@@ -231,9 +241,11 @@ def test_bad_systemd_recipe_input_is_one_error_line_exit_2_and_no_unit(tmp_path,
 
 
 def test_a_join_argument_with_a_newline_cannot_add_a_unit_line(tmp_path):
-    unit = ok("systemd", "--workdir", str(tmp_path), "--", "--host", "a\nExecStartPre=/bin/evil")
+    unit = ok("systemd", "--workdir", str(tmp_path), "--", "--host", "a\nExecStartPre=/bin/evil",
+              "--data-source", "sshfs://h:/d", "--data-path", "/m\nExecStartPre=/bin/evil")
     assert not any(ln.startswith("ExecStartPre=/bin/evil") for ln in unit.splitlines())
-    assert d_exec(unit).endswith('--host "a\\nExecStartPre=/bin/evil"')
+    assert '--host "a\\nExecStartPre=/bin/evil"' in d_exec(unit)
+    assert '"-/m\\x0aExecStartPre=/bin/evil"' in directives(unit)["ReadWritePaths"][0]
 
 
 # ------------------------------------------------------------------ cloud-init

@@ -26,10 +26,10 @@ root-only (0600). No token is ever written into the unit.
 """
 
 
-def _common(s: argparse.ArgumentParser) -> None:
+def _common(s: argparse.ArgumentParser, workdir: str, home: str) -> None:
     s.add_argument("--workdir", metavar="D",
-                   help="working directory, where join finds fdl.yml")
-    s.add_argument("--home", metavar="DIR", help="set FLODL_HOME in the unit")
+                   help=f"working directory, where join finds fdl.yml (default: {workdir})")
+    s.add_argument("--home", metavar="DIR", help=f"set FLODL_HOME in the unit (default: {home})")
     s.add_argument("--token-file", metavar="FILE",
                    help="root-only token file on the box, passed as a systemd credential")
     s.add_argument("--sshfs", action="store_true",
@@ -46,7 +46,7 @@ def add_parser(sub) -> None:
     s = rs.add_parser("systemd", help="a hardened unit that re-dials forever and stops on exit 2",
                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     s.add_argument("--user", metavar="U", help="run as this user (default: root)")
-    _common(s)
+    _common(s, "the cwd", "$FLODL_HOME when set here")
     s.add_argument("--exec", metavar="PATH", dest="exec_path",
                    help="the fdlenv console script to start (default: fdlenv on the unit's PATH)")
     s.add_argument("--gpu-groups", metavar="auto|none|G,G", default="auto",
@@ -57,7 +57,7 @@ def add_parser(sub) -> None:
                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     c.add_argument("--user", metavar="U", default="ubuntu",
                    help="service user (default: ubuntu, the image's own; another is created)")
-    _common(c)
+    _common(c, "<the user's home>/training", "unset: ~/.flodl")
     c.add_argument("--fdl-yml", metavar="FILE", help="fdl.yml to ship into the working directory")
     c.add_argument("--install", metavar="SPEC", default="fdlenv",
                    help="pip requirement installing fdlenv on the box (default: fdlenv)")

@@ -128,6 +128,9 @@ def take_env(head: list[str]) -> list[str]:
     i, command_seen = 0, False
     while i < len(head):
         a = head[i]
+        if command_seen and _first_word(out) == "run" and _run_command_starts(head, i):
+            out += head[i:]      # `fdlenv run CMD ...`: from CMD on, every word is CMD's own
+            break
         if a == "--env":
             if i + 1 >= len(head) or head[i + 1].startswith("-"):
                 raise Fail.permanent("--env requires a value: the name of an env overlay "
@@ -150,6 +153,21 @@ def take_env(head: list[str]) -> list[str]:
                                  "overlay fdl.NAME.{yml,yaml,json} beside fdl.yml (no `/`)")
         os.environ["FDL_ENV"] = name
     return out
+
+
+# `run`'s own options that take a value: the word after one is not CMD.
+_RUN_VALUED = ("--libtorch", "--lock", "--home", "--mirror")
+
+
+def _first_word(words: list[str]) -> str | None:
+    return next((w for w in words if not w.startswith("-")), None)
+
+
+def _run_command_starts(head: list[str], i: int) -> bool:
+    """Whether head[i], after `run`, is the first word of its CMD."""
+    if head[i].startswith("-"):
+        return False
+    return not (i >= 1 and head[i - 1] in _RUN_VALUED)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -165,6 +165,10 @@ def test_run_takes_the_command_without_a_double_dash_and_keeps_a_later_one(two, 
     env = _base_env(w)
     res = fdlenv("run", "--libtorch", "cpu", "--lock", str(w.lock), "echo", "a", "--libtorch", "--", "b", env=env)
     assert res.returncode == 0 and res.stdout == "a --libtorch -- b\n", res.stderr
+    # fdl's global selectors are read only before CMD: from CMD on, every word is CMD's own
+    res = fdlenv("run", "--libtorch", "cpu", "--lock", str(w.lock), "sh", "-c", 'echo "$*|${FDL_ENV-unset}"', "x",
+                 "--env", "farm", "@y", "-q", env=env)
+    assert res.returncode == 0 and res.stdout == "--env farm @y -q|unset\n", res.stderr
     res = fdlenv("run", "--libtorch", "cpu", "--lock", str(w.lock), env=env)
     assert res.returncode == 2 and "no command" in res.stderr and "CMD" in res.stderr
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 import time
 
 PREFIX = "fdlenv"
@@ -74,6 +73,8 @@ class Meter:
     and is asked before each draw (for work that reports nothing itself)."""
 
     def __init__(self, message: str, total: int = 0, every: float = 3.0, poll=None):
+        import threading   # not at module level: the re-dial path imports this module, never a Meter
+
         self.message, self.total, self.done, self.detail = message, total, 0, ""
         self._poll, self._every = poll, every
         self._lock = threading.Lock()

@@ -221,6 +221,12 @@ def _main(argv: list[str]) -> int:
     if getattr(args, "quiet", False):
         from .progress import set_quiet
         set_quiet(True)
+    if hasattr(args, "_variant_required"):   # `env path|use|remove|verify`: VARIANT or --libtorch
+        from .flags import settle_variant_option
+        try:
+            settle_variant_option(args)
+        except Fail as f:
+            return fail(f.message, f.exit_code)
     try:
         return int(args.func(args) or 0)
     except Fail as f:

@@ -123,19 +123,10 @@ def libtorch_for_use(args, say):
         variant = variant_of(args.libtorch, st.home)
         env = pointed_env(st.home, variant) if lock is None else None
         if env is not None:
-            return st, as_active(env)
+            return st, _active.of_env(env)
     env = realise(st.home, variant, lock or st.lock(), st.mirrors, platform=st.platform,
                   fork=owns_process(args))
-    return st, as_active(env)
-
-
-def as_active(env):
-    """A realised Env as the `store.active.Active` it settles to (label: flodl's variant id)."""
-    from . import variants
-    from .store.active import Active
-
-    v = variants.get(env.variant)
-    return Active(v.flodl_label, env.libtorch_root, v.vendor, env.variant, env)
+    return st, _active.of_env(env)
 
 
 def run_prepare(args, settings, req, say):

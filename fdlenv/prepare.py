@@ -198,7 +198,7 @@ def environment(home: Home, req: PrepareRequest, survey: Callable[[], Survey],
     """The settled libtorch (a `store.active.Active`; None when there is none) and the complete
     child environment. No --libtorch and no lock: the box's active libtorch as flodl reads it
     (`store.active`), flodl's own download or build included, carried through as it is."""
-    from .store.active import Active, find
+    from .store.active import find, of_env
 
     project_root = Path(req.project_root) if req.project_root else None
     if req.libtorch is None and not req.lock:
@@ -217,10 +217,8 @@ def environment(home: Home, req: PrepareRequest, survey: Callable[[], Survey],
         from .store.realise import realise
         lock = find_lock(req.lock, project_root, source_root)
         env = realise(home, variant, lock, dict(req.mirrors), activate=True, fork=fork)
-        v = variants.get(variant)
-        notes.append(f"libtorch: {v.flodl_label} at {env.libtorch_root}"
-                     + (" (realised)" if env.created else ""))
-        act = Active(v.flodl_label, env.libtorch_root, v.vendor, variant, env)
+        act = of_env(env)
+        notes.append(f"libtorch: {act.label} at {env.libtorch_root}" + (" (realised)" if env.created else ""))
     arch_gate(act, survey, req.devices)
     from .store.activation import environ_for
     return act, environ_for(home, act)

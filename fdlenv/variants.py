@@ -12,6 +12,8 @@ from collections import namedtuple
 from .errors import Fail
 
 LIBTORCH_VERSION = "2.10.0"
+# A vendor's cargo feature, as flodl's `FDL_GPU_FEATURE` carries it.
+FEATURE = {"nvidia": "cuda", "amd": "rocm", "cpu": ""}
 
 
 class Variant(namedtuple("Variant", "name flodl_dir vendor cuda rocm")):
@@ -30,7 +32,7 @@ class Variant(namedtuple("Variant", "name flodl_dir vendor cuda rocm")):
     @property
     def gpu_feature(self) -> str:
         """flodl's cargo feature for this variant (`FDL_GPU_FEATURE`)."""
-        return {"nvidia": "cuda", "amd": "rocm"}.get(self.vendor, "")
+        return FEATURE.get(self.vendor, "")
 
     @property
     def flodl_label(self) -> str:

@@ -118,9 +118,6 @@ def cmd_list(args) -> int:
 
 
 def cmd_path(args) -> int:
-    from ..flags import settle_variant_option
-
-    settle_variant_option(args)
     from .. import variants
     from ..store.pointers import pointed_env
 
@@ -135,9 +132,6 @@ def cmd_path(args) -> int:
 
 
 def cmd_use(args) -> int:
-    from ..flags import settle_variant_option
-
-    settle_variant_option(args)
     from .. import variants
     from ..store.pointers import pointed_env, set_active
 
@@ -161,9 +155,6 @@ def cmd_use(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    from ..flags import settle_variant_option
-
-    settle_variant_option(args)
     from .. import variants
     from ..store.maintain import env_dirs, repair, verify
     from ..store.env import read_manifest
@@ -227,9 +218,6 @@ def cmd_gc(args) -> int:
 
 
 def cmd_remove(args) -> int:
-    from ..flags import settle_variant_option
-
-    settle_variant_option(args)
     from .. import variants
     from ..store.env import read_manifest
     from ..store.gc import collect

@@ -161,17 +161,16 @@ def child_environ(home: Home, env: Env, base: Mapping[str, str] | None = None,
     activation + flodl's variables."""
     base = restored(os.environ if base is None else base)
     out = _apply(activation_diff(home, env), base)
-    v = variants.get(env.variant)
-    return libtorch_environ(out, Path(env.libtorch_root), v.vendor, v.gpu_feature, rocm_root)
+    return libtorch_environ(out, Path(env.libtorch_root), variants.get(env.variant).vendor, rocm_root)
 
 
-def libtorch_environ(base: Mapping[str, str], libtorch: Path, vendor: str, feature: str,
+def libtorch_environ(base: Mapping[str, str], libtorch: Path, vendor: str,
                      rocm_root: Path | None = None) -> dict[str, str]:
     """flodl's variables for a libtorch dir, over `base`: the whole activation of a libtorch
     flodl installed itself (precompiled/<dir>, builds/<name>), and the top of an env's."""
     out = dict(base)
     out["LIBTORCH_PATH"] = str(libtorch)
-    out["FDL_GPU_FEATURE"] = feature
+    out["FDL_GPU_FEATURE"] = variants.FEATURE.get(vendor, "")
     rocm = host_rocm_lib(base, rocm_root) if vendor == "amd" else None
     out["LD_LIBRARY_PATH"] = _join([str(rocm) if rocm else "", str(libtorch / "lib"),
                                     *out.get("LD_LIBRARY_PATH", "").split(":")])
@@ -191,6 +190,5 @@ def environ_for(home: Home, active, base: Mapping[str, str] | None = None,
     activated whole; a libtorch flodl installed itself gets flodl's variables only."""
     if active.env is not None:
         return child_environ(home, active.env, base, rocm_root)
-    from .active import FEATURE
     base = restored(os.environ if base is None else base)
-    return libtorch_environ(base, Path(active.dir), active.vendor, FEATURE[active.vendor], rocm_root)
+    return libtorch_environ(base, Path(active.dir), active.vendor, rocm_root)

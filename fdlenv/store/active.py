@@ -36,7 +36,6 @@ Active = namedtuple("Active", "label dir vendor variant env")
 
 # flodl's classification, by the name alone: a prefix, then (but for cpu) a digit.
 _VENDOR = (("cpu", "cpu"), ("cu", "nvidia"), ("sm", "nvidia"), ("rocm", "amd"), ("gfx", "amd"))
-FEATURE = {"nvidia": "cuda", "amd": "rocm", "cpu": ""}
 
 
 def vendor_of(label: str, notes: list[str] | None = None) -> str:
@@ -91,6 +90,14 @@ def find(home, project_root: Path | None = None, environ=None, cwd: Path | None 
             notes.append(f"the active libtorch {label} has no lib/ under {libdir}: ignored")
         return None
     return Active(label, d, vendor_of(label, notes), variant_of_label(label), env_of(d))
+
+
+def of_env(env) -> Active:
+    """A realised Env as the Active it settles to (label: flodl's variant id)."""
+    from .. import variants
+
+    v = variants.get(env.variant)
+    return Active(v.flodl_label, env.libtorch_root, v.vendor, env.variant, env)
 
 
 def build_env(act: Active | None):

@@ -38,21 +38,20 @@ from .env import MANIFEST, read_manifest
 from .leases import in_use, store_lock
 from .maintain import file_stats, env_dirs, size_of
 
-# envs, cache_entries, archives: lists of Paths; other: [(Path, why)]; bytes: what goes;
-# kept: {what: bytes} of what stays (and why, in the name).
-GcPlan = namedtuple("GcPlan", "envs cache_entries archives other bytes kept")
-
 NEVER = ("channels", "data", "libtorch")
 
 
-def _plan_json(plan: GcPlan) -> dict:
-    return {"envs": [str(p) for p in plan.envs], "cache_entries": [str(p) for p in plan.cache_entries],
-            "archives": [str(p) for p in plan.archives],
-            "other": [{"path": str(p), "why": why} for p, why in plan.other],
-            "bytes": plan.bytes, "kept": plan.kept}
+class GcPlan(namedtuple("GcPlan", "envs cache_entries archives other bytes kept")):
+    """envs, cache_entries, archives: lists of Paths; other: [(Path, why)]; bytes: what goes;
+    kept: {what: bytes} of what stays (and why, in the name)."""
 
+    __slots__ = ()
 
-GcPlan.to_json = _plan_json
+    def to_json(self) -> dict:
+        return {"envs": [str(p) for p in self.envs], "cache_entries": [str(p) for p in self.cache_entries],
+                "archives": [str(p) for p in self.archives],
+                "other": [{"path": str(p), "why": why} for p, why in self.other],
+                "bytes": self.bytes, "kept": self.kept}
 
 
 def collect(home: Home, dry_run: bool = False, sources: bool = False,

@@ -284,16 +284,16 @@ def prepare(req: PrepareRequest, home: Home, *, survey: Callable[[], Survey] | N
     start = last = clock()
     step = "gpu"   # the step under way: it names the cause of a failure nothing classified
 
-    def lap(done: str, then: str) -> None:
-        nonlocal last, step
+    def lap() -> None:
+        nonlocal last
         now = clock()
-        seconds[done] = now - last
-        last, step = now, then
+        seconds[step] = now - last
+        last = now
 
     try:
         if req.gpu_gate:
             gpu_gate(surveyed())
-            lap("gpu", "data")
+            lap()
         step = "data"
         root = None
         if not req.build_only:
@@ -301,15 +301,16 @@ def prepare(req: PrepareRequest, home: Home, *, survey: Callable[[], Survey] | N
             root = data.dataset_root(req.data_path, req.data_source, notes, ssh_options=ssh_opts,
                                      identity=req.ssh.identity_file if req.ssh else None,
                                      proc_mounts=proc_mounts, cwd=cwd)
-            lap("data", "dirs")
+            lap()
+            step = "dirs"
             data.node_local_dirs(notes, home=user_home, stage=stage, proc_mounts=proc_mounts)
-            lap("dirs", "source" if req.source is not None else "env")
+            lap()
         out = Prepared(variant=None, env=None, bin=req.bin, notes=notes, seconds=seconds,
                        data_path=str(root) if root is not None else None)
         if req.source is None:
             step = "env"
             act, out.environ = environment(home, req, surveyed, None, notes, fork)
-            lap("env", "done")
+            lap()
         else:
             from .source.fetch import claimed
             from .source.spec import parse
@@ -318,13 +319,15 @@ def prepare(req: PrepareRequest, home: Home, *, survey: Callable[[], Survey] | N
             spec = parse(req.source.from_, "source")
             with claimed(home, spec) as claim:
                 fetched, m, recipe = fetch_source(home, spec, req, notes)
-                lap("source", "env")
+                lap()
+                step = "env"
                 act, out.environ = environment(home, req, surveyed, fetched.tree, notes, fork)
-                lap("env", "build")
+                lap()
+                step = "build"
                 from .store.active import build_env
                 built = build_source(home, fetched, m, recipe, build_env(act), out.environ, notes,
                                      claim)
-                lap("build", "done")
+                lap()
             out.bin, out.cwd = str(built.bin), str(built.cwd)
             out.build_key, out.built = built.key, built.built
             if m is not None:

@@ -46,7 +46,7 @@ sys.path[0] = str(REPO)
 
 import yaml  # noqa: E402
 
-from fdlenv import pipindex  # noqa: E402
+from fdlenv import pipindex, simpleapi  # noqa: E402
 
 PY = sys.executable
 VARIANT = "cu128"
@@ -117,7 +117,7 @@ def read_wheels(lock: Path) -> list[Wheel]:
 
 def resolve(wheels: list[Wheel], index: str) -> None:
     def one(w: Wheel) -> None:
-        url, sha, _ = pipindex.find_file(index, w.project, w.filename)
+        url, sha, _ = simpleapi.find_file(index, w.project, w.filename)
         if sha and sha != w.sha256:
             sys.exit(f"wheels.py: the index states sha256 {sha} for {w.filename}, the lock {w.sha256}")
         w.url = url

@@ -3,9 +3,9 @@
 A command module (`fdlenv/commands/<name>.py`) never imports another command
 or the CLI front: what two commands share lives here, below them.
 - `home_option`: `--home` everywhere;
-- `store_options` (`--libtorch`, `--lock`, `--mirror`) and `realise_from_args`:
-  env realize, use, run and shell-hook settle a variant the same way
-  (`settings.resolve`, then `settle.settle`, then `store.realise`);
+- `store_options` (`--libtorch`, `--lock`, `--mirror`, `--frozen`) and `libtorch_of`:
+  env realize, use, run and shell-hook settle a libtorch the same way
+  (`settings.resolve`, then the one resolver, `libtorch.choose`);
 - `add_source_flags` (build, prepare, join), `add_join_flags` (prepare, join),
   `add_dial_flags` (join) and `join_flags`: read into `config.model.JoinFlags`,
   the same meaning in every command.
@@ -36,6 +36,13 @@ def store_options(p: argparse.ArgumentParser, variant_required: bool) -> None:
                    help="cpu, cu126, cu128, rocm7.0, rocm7.1 (or auto)")
     p.add_argument("--lock", metavar="FILE", help="conda-lock v1 file (default: discovered)")
     mirror_option(p)
+    frozen_option(p)
+
+
+def frozen_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--frozen", action="store_true", default=False,
+                   help="never lock a variant on demand: only what a lock holds (also FDLENV_FROZEN=1, "
+                        "`fdlenv: frozen: true`)")
 
 
 def variant_option(p: argparse.ArgumentParser, required: bool) -> None:
@@ -65,68 +72,32 @@ def owns_process(args) -> bool:
 
 
 def settings_of(args):
-    """`settings.resolve` of the command's --home, --mirror and --lock."""
+    """`settings.resolve` of the command's --home, --mirror, --lock and --frozen."""
     from .settings import resolve
-    return resolve(getattr(args, "home", None), getattr(args, "mirror", None), getattr(args, "lock", None))
+    return resolve(getattr(args, "home", None), getattr(args, "mirror", None), getattr(args, "lock", None),
+                   frozen=getattr(args, "frozen", False))
 
 
-def variant_of(token: str | None, home) -> str:
-    """A --libtorch token -> canonical variant; without one, the active variant or a Fail."""
+def libtorch_of(args, say, *, prefer_realised: bool, activate: bool = False):
+    """(Settings, `store.active.Active`) for a command's --libtorch, through the one resolver
+    (`fdlenv.libtorch.choose`); its notes go through `say`. No token and nothing active is
+    one `error:` line."""
     from . import variants
     from .errors import Fail
-    from .settle import settle
-
-    name = settle(token, home)
-    if name is None:
-        raise Fail.permanent("--libtorch: no variant given and none active; accepted: " + variants.ACCEPTED)
-    return name
-
-
-def realise_from_args(args, *, activate: bool = False):
-    """Settings -> variant -> realised Env, as env realize, use, run and shell-hook do."""
-    from .store.realise import realise
+    from .libtorch import choose
 
     st = settings_of(args)
-    variant = variant_of(args.libtorch, st.home)
-    env = realise(st.home, variant, st.lock(), st.mirrors, platform=st.platform, activate=activate,
-                  fork=owns_process(args))
-    return st, env
-
-
-def libtorch_for_use(args, say):
-    """What `run` and `shell-hook` activate, as a `store.active.Active`. They use what is
-    realised: with no `--libtorch`, the box's active libtorch (flodl's rule, `store.active`;
-    a libtorch flodl installed itself included); with one, the env fdlenv's pointer names for
-    that variant. A lock (`--lock`, `fdlenv: lock:`, conda-lock.yml beside fdl.yml) is read
-    only when given or found, or when the variant was never realised (then the lock shipped
-    with fdlenv is the last resort)."""
-    from . import variants
-    from .errors import Fail
-    from .store import active as _active
-    from .store.pointers import pointed_env
-    from .store.realise import realise
-
-    st = settings_of(args)
-    lock = st.lock(shipped=False)
-    if args.libtorch is None:
-        notes: list[str] = []
-        act = _active.find(st.home, st.project_root, notes=notes)
+    notes: list[str] = []
+    try:
+        act = choose(st.home, args.libtorch, st.view(), st.mirrors, platform=st.platform, frozen=st.frozen,
+                     prefer_realised=prefer_realised, project_root=st.project_root, activate=activate,
+                     fork=owns_process(args), notes=notes)
+    finally:
         for n in notes:
             say(n)
-        if act is None:
-            raise Fail.permanent("--libtorch: no variant given and none active; accepted: "
-                                 + variants.ACCEPTED)
-        if lock is None or act.variant is None:
-            return st, act
-        variant = act.variant
-    else:
-        variant = variant_of(args.libtorch, st.home)
-        env = pointed_env(st.home, variant) if lock is None else None
-        if env is not None:
-            return st, _active.of_env(env)
-    env = realise(st.home, variant, lock or st.lock(), st.mirrors, platform=st.platform,
-                  fork=owns_process(args))
-    return st, _active.of_env(env)
+    if act is None:
+        raise Fail.permanent("--libtorch: no variant given and none active; accepted: " + variants.ACCEPTED)
+    return st, act
 
 
 def run_prepare(args, settings, req, say):
@@ -179,6 +150,7 @@ def add_source_flags(p: argparse.ArgumentParser) -> None:
                    help="auto, cpu, cu126, cu128, rocm7.0, rocm7.1 (default: the box's active one)")
     p.add_argument("--lock", metavar="FILE", help="conda-lock file (default: discovered)")
     mirror_option(p)
+    frozen_option(p)
     home_option(p)
 
 
@@ -213,4 +185,5 @@ def join_flags(args: argparse.Namespace):
         lock=g("lock"), mirrors=tuple(g("mirror") or ()), home=g("home"), host=g("host"),
         devices=g("devices"), persist=bool(g("persist", False)), data_path=g("data_path"),
         data_source=g("data_source"), gpu_ram_share=g("gpu_ram_share"),
-        no_sig_probe=bool(g("no_sig_probe", False)), tail=g("tail"), token_file=g("token_file"))
+        no_sig_probe=bool(g("no_sig_probe", False)), tail=g("tail"), token_file=g("token_file"),
+        frozen=bool(g("frozen", False)))

@@ -1,9 +1,10 @@
-"""Where locks live: which lock a command uses, and a variant's `--split` sibling.
+"""Where locks live: the shipped lock, the home's on-demand locks, and a variant's `--split` sibling.
 
-Discovery, first hit wins (`find_lock`): the given lock (`--lock`, else
-fdl.yml's `fdlenv: lock:`) > `conda-lock.yml` beside fdl.yml >
-`conda-lock.yml` at the fetched source tree's root > the lock shipped with
-fdlenv. A candidate counts when the file or one of its split siblings exists.
+The view of every lock a command sees is `fdlenv.lockview`; this module
+holds the names it is built from:
+- `shipped_lock()`: the lock shipped with fdlenv;
+- `home_lock(home)`: the base name of the locks written on demand in a home;
+- the split rule.
 
 One split rule, used by `fdlenv lock` (writing), `--check`, discovery and the
 store (reading): the split file of `conda-lock.yml` for `cu126` is
@@ -29,25 +30,9 @@ def shipped_lock() -> Path | None:
     return None
 
 
-def find_lock(given: str | None, project_root: Path | None = None,
-              source_root: Path | None = None, *, shipped: bool = True) -> Path | None:
-    """`given` is `--lock`, else fdl.yml's `fdlenv: lock:` (already anchored at the project).
-    `shipped=False`: None rather than the lock shipped with fdlenv (run and shell-hook then use
-    what is realised)."""
-    if given:
-        return Path(given).expanduser().absolute()
-    for root in (project_root, source_root):
-        if root is not None:
-            c = Path(root) / LOCK_NAME
-            if c.is_file() or has_splits(c):
-                return c
-    if not shipped:
-        return None
-    fallback = shipped_lock()
-    if fallback:
-        return fallback
-    raise Fail.permanent(f"--lock: no lock file found; give --lock FILE, set `fdlenv: lock:` in fdl.yml, "
-                         f"or put {LOCK_NAME} beside fdl.yml (make one with `fdlenv lock`)")
+def home_lock(home) -> Path:
+    """The base name of the locks written on demand in `home` (only split files exist)."""
+    return home.root / "lockfiles" / LOCK_NAME
 
 
 def split_path(lock: Path, variant: str) -> Path:

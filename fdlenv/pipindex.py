@@ -4,13 +4,14 @@ A lock entry for an index wheel records `pip+index://<index>/<project>/<file>`
 and its sha256, never the absolute URL the index happened to serve (no file in
 fdlenv names a registry's host, and the same lock must work behind a mirror).
 At realise time the index name becomes a base URL, the project's page of the
-PEP 691 (JSON) or PEP 503 (HTML) simple API is read, and the file is found
-there by name; the sha256 of the lock then makes any index safe.
+PEP 691 (JSON) or PEP 503 (HTML) simple API is read (`fdlenv.simpleapi`), and
+the file is found there by name; the sha256 of the lock then makes any index safe.
 
 Index names and where their URL comes from, first hit wins:
 - `--mirror NAME=URL` / `fdlenv: mirrors:` for the exact name (`pypi`,
   `pytorch/cu126`), else for its longest prefix (`pytorch=URL` serves
   `pytorch/cu126` as `URL/cu126`, the layout of PyTorch's wheel index);
+- `pytorch/<variant>`: PyTorch's own index, `https://download.pytorch.org/whl/<variant>`;
 - `pypi` only: the index your installer is configured with (`configured_index`),
   read without running pip, so an install with no pip in it (`uv tool install`)
   finds the same index: `PIP_INDEX_URL` > `UV_DEFAULT_INDEX` > `UV_INDEX_URL` >
@@ -26,12 +27,10 @@ Index names and where their URL comes from, first hit wins:
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
 import sys
-import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -39,8 +38,9 @@ from .errors import Fail
 
 SCHEME = "pip+index://"
 DEFAULT = "pypi"
-JSON_TYPE = "application/vnd.pypi.simple.v1+json"
-_HREF = re.compile(r"""<a\s[^>]*href\s*=\s*["']([^"']+)["']""", re.I)
+# PyTorch's own wheel index, the one its install page gives (`--index-url .../whl/cu126`) and
+# uv's `--torch-backend` uses: the default behind the index names `pytorch/<variant>`.
+PYTORCH = "https://download.pytorch.org/whl"
 
 
 def entry_url(index: str, project: str, filename: str) -> str:
@@ -75,11 +75,11 @@ def base_url(index: str, mirrors: dict[str, str] | None = None) -> str:
             return "/".join([mirrors[head].rstrip("/"), *parts[n:]])
     if index == DEFAULT:
         return configured_pip_index()
+    if parts[0] == "pytorch":
+        return "/".join([PYTORCH, *parts[1:]])
     raise Fail.permanent(
         f"--mirror: no URL for the wheel index {index!r}; give --mirror {parts[0]}=URL "
-        f"(or `fdlenv: mirrors: {{{parts[0]}: URL}}` in fdl.yml)"
-        + (", URL being the root of PyTorch's wheel index (the --index-url its install page "
-           "gives, without the variant folder)" if parts[0] == "pytorch" else ""))
+        f"(or `fdlenv: mirrors: {{{parts[0]}: URL}}` in fdl.yml)")
 
 
 def configured_pip_index() -> str:
@@ -246,51 +246,3 @@ def _pip_default() -> str | None:
         return None
     url = proc.stdout.strip()
     return url if proc.returncode == 0 and "://" in url else None
-
-
-def _read(url: str) -> tuple[bytes, str, str]:
-    """(body, content type, final URL) of an index page; file:// directories read index.html."""
-    import urllib.request
-
-    parsed = urllib.parse.urlparse(url)
-    if parsed.scheme == "file":
-        path = urllib.parse.unquote(parsed.path)
-        if os.path.isdir(path):
-            page = os.path.join(path, "index.html")
-            if os.path.isfile(page):
-                with open(page, "rb") as f:
-                    return f.read(), "text/html", url.rstrip("/") + "/"
-            links = "".join(f'<a href="{urllib.parse.quote(n)}">{n}</a>' for n in sorted(os.listdir(path)))
-            return links.encode(), "text/html", url.rstrip("/") + "/"
-        raise FileNotFoundError(path)
-    req = urllib.request.Request(url, headers={"Accept": f"{JSON_TYPE}, text/html;q=0.01"})
-    with urllib.request.urlopen(req, timeout=60) as resp:
-        return resp.read(), resp.headers.get("Content-Type", ""), resp.geturl()
-
-
-def find_file(base: str, project: str, filename: str) -> tuple[str, str | None, int | None]:
-    """(absolute URL, sha256 the index states or None, size or None) of `filename` on `project`'s page."""
-    page = f"{base.rstrip('/')}/{normalize(project)}/"
-    try:
-        body, ctype, final = _read(page)
-    except OSError as e:
-        code = getattr(e, "code", None)
-        if code == 404 or isinstance(e, FileNotFoundError):
-            raise Fail.permanent(f"wheel index {base}: no project {project!r} (its page {page} is missing)") from None
-        raise Fail.retry(f"wheel index {base}: cannot read {page}: {e}") from None
-    if JSON_TYPE in ctype:
-        try:
-            for f in json.loads(body).get("files", []):
-                if f.get("filename") == filename:
-                    return urllib.parse.urljoin(final, f["url"]), (f.get("hashes") or {}).get("sha256"), f.get("size")
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
-            raise Fail.permanent(f"wheel index {base}: {page} is not a PEP 691 project page ({e})") from None
-    else:
-        for href in _HREF.findall(body.decode("utf-8", "replace")):
-            href = href.replace("&amp;", "&")
-            url, _, frag = href.partition("#")
-            if urllib.parse.unquote(url.rsplit("/", 1)[-1]) == filename:
-                sha = frag[len("sha256="):] if frag.startswith("sha256=") else None
-                return urllib.parse.urljoin(final, url), sha, None
-    raise Fail.permanent(f"wheel index {base}: {project!r} has no file {filename}; "
-                         "the index does not serve what the lock names (a mirror that lags?)")

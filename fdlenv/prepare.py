@@ -43,7 +43,6 @@ from typing import TYPE_CHECKING, Callable, Mapping, NamedTuple
 from . import data, variants
 from .errors import Fail, classify
 from .home import Home
-from .settle import settle
 from .store.env import Env
 
 if TYPE_CHECKING:
@@ -71,6 +70,7 @@ class PrepareRequest(NamedTuple):
     data_source: str | None = None
     ssh: SshConfig | None = None           # identity and options for rsync:// and sshfs://
     project_root: str | None = None        # fdl.yml's directory (lock discovery)
+    frozen: bool = False                   # never lock a variant on demand
     gpu_gate: bool = True
     build_only: bool = False               # `fdlenv build`: the source steps only (no data, no dirs)
 
@@ -80,7 +80,7 @@ def request_from_settings(settings: JoinSettings, *, gpu_gate: bool = True) -> P
         libtorch=settings.libtorch, lock=settings.lock, mirrors=dict(settings.mirrors),
         bin=settings.bin, source=settings.source, devices=settings.devices,
         data_path=settings.data_path, data_source=settings.data_source, ssh=settings.ssh,
-        project_root=settings.project_root, gpu_gate=gpu_gate)
+        project_root=settings.project_root, gpu_gate=gpu_gate, frozen=settings.frozen)
 
 
 class Prepared:
@@ -196,29 +196,24 @@ _NONE_SETTLED = ("no libtorch settled (no --libtorch and none active): the binar
 def environment(home: Home, req: PrepareRequest, survey: Callable[[], Survey],
                 source_root: Path | None, notes: list[str], fork: bool = False):
     """The settled libtorch (a `store.active.Active`; None when there is none) and the complete
-    child environment. No --libtorch and no lock: the box's active libtorch as flodl reads it
-    (`store.active`), flodl's own download or build included, carried through as it is."""
-    from .store.active import find, of_env
+    child environment, through the one resolver (`libtorch.choose`): no --libtorch carries the
+    box's active libtorch as flodl reads it (flodl's own download or build included) unless a
+    near lock holds its variant; a variant is made flodl's active one."""
+    from .libtorch import choose
+    from .lockview import LockView
+    from .store.envkey import this_platform
 
     project_root = Path(req.project_root) if req.project_root else None
-    if req.libtorch is None and not req.lock:
-        act = find(home, project_root, notes=notes)
-        if act is None:
-            notes.append(_NONE_SETTLED)
-            return None, dict(os.environ)
-        if act.env is None:
-            notes.append(f"libtorch: {act.label} at {act.dir} (flodl's own, active)")
+    view = LockView(home, req.lock, project_root, source_root)
+    act = choose(home, req.libtorch, view, dict(req.mirrors), platform=this_platform(), frozen=req.frozen,
+                 project_root=project_root, survey=survey, activate=True, fork=fork, notes=notes)
+    if act is None:
+        notes.append(_NONE_SETTLED)
+        return None, dict(os.environ)
+    if act.env is None:
+        notes.append(f"libtorch: {act.label} at {act.dir} (flodl's own, active)")
     else:
-        variant = settle(req.libtorch, home, survey)
-        if variant is None:
-            notes.append(_NONE_SETTLED)
-            return None, dict(os.environ)
-        from .lockpath import find_lock
-        from .store.realise import realise
-        lock = find_lock(req.lock, project_root, source_root)
-        env = realise(home, variant, lock, dict(req.mirrors), activate=True, fork=fork)
-        act = of_env(env)
-        notes.append(f"libtorch: {act.label} at {env.libtorch_root}" + (" (realised)" if env.created else ""))
+        notes.append(f"libtorch: {act.label} at {act.env.libtorch_root}" + (" (realised)" if act.env.created else ""))
     arch_gate(act, survey, req.devices)
     from .store.activation import environ_for
     return act, environ_for(home, act)

@@ -6,9 +6,11 @@ same everywhere. For each: flags > environment > fdl.yml's `fdlenv:` block >
 defaults.
 - home: `--home` > `$FLODL_HOME` > `fdlenv: home:` (relative to fdl.yml) > `~/.flodl`;
 - mirrors: `fdlenv: mirrors:`, then each `--mirror NAME=URL` over it;
-- lock: `--lock` > `fdlenv: lock:` > `conda-lock.yml` beside fdl.yml >
-  `conda-lock.yml` at the fetched source tree's root > the lock shipped with
-  fdlenv (`lockpath.find_lock`);
+- locks: one view, a variant from the first that holds it: `--lock` >
+  `fdlenv: lock:` > `conda-lock.yml` beside fdl.yml > at the fetched source
+  tree's root > the home's on-demand locks > the lock shipped with fdlenv
+  (`lockview.LockView`);
+- frozen (never lock on demand): `--frozen` > `FDLENV_FROZEN=1` > `fdlenv: frozen: true`;
 - platform: this machine's (`linux-64`, `linux-aarch64`, ...).
 
 fdl.yml is read only when discovery finds one, so the re-dial path without a
@@ -24,22 +26,22 @@ from pathlib import Path
 
 from . import mirrors as _mirrors
 from .home import Home
-from .lockpath import find_lock
+from .lockview import LockView
 
 _LOAD = object()   # `project` not given: discover and load fdl.yml from the cwd
 
 
-class Settings(namedtuple("Settings", "home mirrors lock_given project")):
+class Settings(namedtuple("Settings", "home mirrors lock_given project frozen", defaults=(False,))):
     """What `resolve` settled: the Home, the mirrors (NAME -> URL), `lock_given` (--lock, else
-    `fdlenv: lock:` anchored at fdl.yml; None: discover) and `project` (the loaded fdl.yml, a
-    `config.model.Project`, or None). A namedtuple: it is on the re-dial path."""
+    `fdlenv: lock:` anchored at fdl.yml; None: discover), `project` (the loaded fdl.yml, a
+    `config.model.Project`, or None) and `frozen` (never lock on demand). A namedtuple: it is
+    on the re-dial path."""
 
     __slots__ = ()
 
-    def lock(self, source_root: Path | None = None, shipped: bool = True) -> Path | None:
-        """The lock file: the given one, else what fdl.yml, the source tree and fdlenv offer
-        (`shipped=False`: None instead of the lock shipped with fdlenv)."""
-        return find_lock(self.lock_given, self.project_root, source_root, shipped=shipped)
+    def view(self, source_root: Path | None = None) -> LockView:
+        """Every lock this command sees, in order (`lockview.LockView`)."""
+        return LockView(self.home, self.lock_given, self.project_root, source_root)
 
     @property
     def project_root(self) -> Path | None:
@@ -57,7 +59,7 @@ def default_home(environ=None) -> Path:
 
 
 def resolve(home: str | None = None, mirrors: list[str] | None = None, lock: str | None = None, *,
-            project=_LOAD, environ=None) -> Settings:
+            project=_LOAD, environ=None, frozen: bool = False) -> Settings:
     """Settle home, mirrors and lock from flags (`--home`, `--mirror`, `--lock`), the environment
     and fdl.yml's `fdlenv:` block. `project`: a loaded fdl.yml, None for none, default: discover."""
     env = os.environ if environ is None else environ
@@ -71,7 +73,12 @@ def resolve(home: str | None = None, mirrors: list[str] | None = None, lock: str
         mirrors=_mirrors.parse(mirrors, dict(block.mirrors) if block else {}),
         lock_given=lock or (block.lock if block else None),
         project=project,
+        frozen=bool(frozen) or _env_true(env.get("FDLENV_FROZEN")) or bool(block and block.frozen),
     )
+
+
+def _env_true(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def load_project_if_any():

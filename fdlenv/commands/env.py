@@ -85,10 +85,12 @@ def add_parser(sub) -> None:
 
 
 def cmd_realize(args) -> int:
-    from ..flags import realise_from_args
+    from ..flags import libtorch_of
+    from ..progress import say
 
     t0 = time.monotonic()
-    _st, env = realise_from_args(args, activate=True)
+    _st, act = libtorch_of(args, say, prefer_realised=False, activate=True)
+    env = act.env
     out = dict(env.to_json(), seconds=round(time.monotonic() - t0, 4))
     if args.json:
         print(json.dumps(out))
@@ -133,20 +135,13 @@ def cmd_path(args) -> int:
 
 def cmd_use(args) -> int:
     from .. import variants
-    from ..store.pointers import pointed_env, set_active
-
-    home = _home(args)
-    name = variants.parse_token(args.libtorch, allow_auto=False)
-    env = None if args.lock else pointed_env(home, name)
-    if env is None:
-        from ..flags import realise_from_args
-
-        args.libtorch = name
-        _st, env = realise_from_args(args, activate=True)
-    else:
-        set_active(home, env)
+    from ..flags import libtorch_of
+    from ..progress import say
     from ..store.pointers import active_label
 
+    args.libtorch = variants.parse_token(args.libtorch, allow_auto=False)
+    st, act = libtorch_of(args, say, prefer_realised=True, activate=True)
+    env, home = act.env, st.home
     if args.json:
         print(json.dumps(dict(env.to_json(), active=active_label(home))))
     else:

@@ -5,8 +5,8 @@ signals are CMD's own. What fdlenv itself says, like a shell does: 127 when
 CMD is not found, 126 when it cannot be executed, 130 on Ctrl-C before CMD
 started. `--` is needed only when CMD itself starts with `-`.
 
-Which env: `flags.libtorch_for_use` (what is realised first; no lock needed
-for a variant that is).
+Which env: `libtorch.choose` through `flags.libtorch_of`, preferring what is
+realised (no lock needed for a variant that is).
 """
 
 from __future__ import annotations
@@ -58,12 +58,12 @@ def cmd_run(args) -> int:
 
 
 def _run(args, argv: list[str]) -> int:
-    from ..flags import libtorch_for_use
+    from ..flags import libtorch_of
     from ..progress import say
     from ..store import leases
     from ..store.activation import environ_for
 
-    st, act = libtorch_for_use(args, say)
+    st, act = libtorch_of(args, say, prefer_realised=True)
     environ = environ_for(st.home, act)
     if act.env is not None:
         leases.take(act.env.path)   # inherited through exec: env gc leaves the env while CMD runs

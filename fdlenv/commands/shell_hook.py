@@ -53,9 +53,9 @@ def cmd_shell_hook(args) -> int:
     if args.deactivate:
         target = restored(base)
     else:
-        from ..flags import libtorch_for_use
+        from ..flags import libtorch_of
 
-        st, act = libtorch_for_use(args, say)
+        st, act = libtorch_of(args, say, prefer_realised=True)
         original = restored(base)
         target = environ_for(st.home, act, original)
         target[STATE] = shell_state(original, target)

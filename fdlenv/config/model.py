@@ -25,7 +25,7 @@ JOIN_KEYS = ("controller", "ssh", "token", "bin", "source", "libtorch", "host",
              "sig_probe", "args")
 SSH_KEYS = ("target", "port", "user", "identity_file", "options")
 SOURCE_KEYS = ("from", "cwd", "build", "bin")
-FDLENV_KEYS = ("lock", "mirrors", "home", "token_file")
+FDLENV_KEYS = ("lock", "mirrors", "home", "token_file", "frozen")
 # `cluster.controller.join:` (flodl's ClusterJoin, deny_unknown_fields) and its `start:` values.
 CLUSTER_JOIN_KEYS = ("min_rank_start", "join_timeout", "target_ranks", "max_join_timeout",
                      "open_admission", "discovery", "token", "tunnel_only", "start")
@@ -79,6 +79,7 @@ class FdlenvBlock(NamedTuple):
     mirrors: Mapping[str, str] = MappingProxyType({})
     home: str | None = None
     token_file: str | None = None   # the session token's file (join.token's, kept out of fdl.yml)
+    frozen: bool | None = None      # true: never lock on demand (locks only as shipped)
 
 
 class Project(NamedTuple):
@@ -113,6 +114,7 @@ class JoinFlags(NamedTuple):
     no_sig_probe: bool = False
     tail: list[str] | None = None
     token_file: str | None = None
+    frozen: bool = False
 
 
 class JoinSettings(NamedTuple):
@@ -139,5 +141,6 @@ class JoinSettings(NamedTuple):
     project_root: str | None = None
     # A file still to be read for the token (`config.token.settle`, once before the loop) and
     # the field that named it, for its errors; `token` is then the fallback (join.token).
+    frozen: bool = False                    # never lock on demand (settings.resolve)
     token_file: str | None = None
     token_file_field: str | None = None

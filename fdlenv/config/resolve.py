@@ -83,6 +83,7 @@ def resolve(flags: JoinFlags, project: Project | None, *,
         lock=store.lock_given,
         mirrors=store.mirrors,
         home=str(store.home.root),
+        frozen=store.frozen,
         devices=devices,
         persist=_persist(flags, block, dial),
         data_path=_pick(flags.data_path, block.data_path),
@@ -255,7 +256,8 @@ def _store(flags: JoinFlags, project: Project | None, env: Mapping[str, str]):
     """Home, mirrors and lock as every command settles them (`fdlenv.settings`): --home >
     $FLODL_HOME > fdlenv.home > ~/.flodl; each --mirror over fdlenv.mirrors; --lock > fdlenv.lock."""
     from ..settings import resolve as store_settings  # noqa: PLC0415
-    return store_settings(flags.home, list(flags.mirrors), flags.lock, project=project, environ=env)
+    return store_settings(flags.home, list(flags.mirrors), flags.lock, project=project, environ=env,
+                          frozen=flags.frozen)
 
 
 def _host(flags: JoinFlags, block: JoinBlock, hostname: Callable[[], str]) -> str:

@@ -124,7 +124,7 @@ def _anchor(p: str, root: Path) -> str:
 
 
 def parse_fdlenv_block(d: Any, root: Path) -> FdlenvBlock:
-    """Validate `fdlenv:` (lock, mirrors, home, token_file); relative paths anchor at the
+    """Validate `fdlenv:` (lock, mirrors, home, token_file, frozen); relative paths anchor at the
     project root. `token_file` lives here, not in `join:`: flodl's strict `join:` schema
     would refuse the key, and with it the whole file, in `fdl join`."""
     if d is None:
@@ -141,7 +141,10 @@ def parse_fdlenv_block(d: Any, root: Path) -> FdlenvBlock:
     if token_file is not None and not token_file.strip():
         raise ValueError(f"{w}.token_file: expected the path of a file holding the session token, "
                          "got an empty string")
-    return FdlenvBlock(lock=_anchor(lock, root) if lock else None, mirrors=dict(mirrors),
+    frozen = d.get("frozen")
+    if frozen is not None and not isinstance(frozen, bool):
+        raise ValueError(f"{w}.frozen: expected true or false, got {frozen!r}")
+    return FdlenvBlock(lock=_anchor(lock, root) if lock else None, mirrors=dict(mirrors), frozen=frozen,
                        home=_anchor(home, root) if home else None,
                        token_file=_anchor(token_file, root) if token_file else None)
 

@@ -147,8 +147,9 @@ def _check_requirements(env: EnvFile, pip: dict, lines: list[str]) -> set[str]:
     seen = set(todo)
     while todo:
         entry = pip[todo.pop()]
-        if not pipindex.is_entry_url(entry.url) or pipindex.parse_entry_url(entry.url)[0] != env.pip_index:
-            lines.append(f"pip {entry.name} does not come from the index {env.pip_index} that {env.path} names")
+        index = env.index_for(entry.platform)
+        if not pipindex.is_entry_url(entry.url) or pipindex.parse_entry_url(entry.url)[0] != index:
+            lines.append(f"pip {entry.name} does not come from the index {index} that {env.path} names")
         for dep, constraint in entry.dependencies.items():
             if dep not in pip:
                 lines.append(f"pip {entry.name} needs {dep}, which is not locked")

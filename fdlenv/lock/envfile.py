@@ -30,7 +30,7 @@ from ..home import Home
 from ..mirrors import ChannelMap
 from ..variants import VARIANTS, parse_token
 
-ENV_FILE_FORMS = ("name: STR; channels: [alias or URL, ...]; platforms: [linux-64, ...]; pip-index: NAME; "
+ENV_FILE_FORMS = ("name: STR; channels: [alias or URL, ...]; platforms: [linux-64, ...]; pip-index: NAME or {PLATFORM: NAME}; "
                   "dependencies: [match spec, ..., {pip: [requirement or wheel path or URL, ...]}]")
 WHEEL_NAME = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)(-\d[^-]*)?-[^-]+-[^-]+-[^-]+\.whl$")
 
@@ -57,6 +57,11 @@ class EnvFile:
     wheels: tuple[Wheel, ...]
     requirements: tuple[str, ...] = ()  # pip requirement strings, resolved through pip_index
     pip_index: str = "pypi"
+    pip_index_for: tuple[tuple[str, str], ...] = ()   # (platform, index) where it differs
+
+    def index_for(self, platform: str) -> str:
+        """The index that serves this env's wheels on `platform`."""
+        return dict(self.pip_index_for).get(platform, self.pip_index)
 
 
 def channel_map(home: Home, mirrors: dict[str, str] | None) -> ChannelMap:
@@ -144,14 +149,27 @@ def load(path: Path) -> EnvFile:
         raise Fail.permanent(f"{path}: channels: at least one channel is needed for conda specs")
     if not (specs or wheels or requirements):
         raise Fail.permanent(f"{path}: dependencies: nothing to lock; accepted: {ENV_FILE_FORMS}")
-    index = doc.get("pip-index", "pypi")
-    if not isinstance(index, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9._-]+)*", index):
-        raise Fail.permanent(f"{path}: pip-index: bad value {index!r}; accepted: an index name such as "
-                             "pypi or pytorch/cu126 (URLs come from --mirror NAME=URL)")
+    index, per_platform = _pip_index(doc.get("pip-index", "pypi"), path)
     return EnvFile(variant=variant, path=path, name=str(doc.get("name") or variant),
                    channels=tuple(channels), specs=tuple(specs),
                    platforms=tuple(_str_list(doc, "platforms", path)), wheels=tuple(wheels),
-                   requirements=tuple(requirements), pip_index=index)
+                   requirements=tuple(requirements), pip_index=index, pip_index_for=per_platform)
+
+
+_INDEX_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9._-]+)*")
+
+
+def _pip_index(value, path: Path) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """`pip-index: NAME`, or a mapping platform -> NAME (`default:` for the rest)."""
+    accepted = ("an index name such as pypi or pytorch/cu126, or a mapping of platform to index name "
+                "({linux-64: pytorch/cpu, linux-aarch64: pypi}, `default:` for the others); "
+                "URLs come from --mirror NAME=URL")
+    mapping = value if isinstance(value, dict) else {"default": value}
+    if not mapping or not all(isinstance(k, str) and isinstance(v, str) and _INDEX_NAME.fullmatch(v)
+                              for k, v in mapping.items()):
+        raise Fail.permanent(f"{path}: pip-index: bad value {value!r}; accepted: {accepted}")
+    default = mapping.get("default", "pypi")
+    return default, tuple(sorted((k, v) for k, v in mapping.items() if k != "default"))
 
 
 def _requirement(entry, env_file: Path) -> str:

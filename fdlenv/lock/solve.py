@@ -57,7 +57,7 @@ def solver_spec(spec: str, cmap: ChannelMap) -> str:
 
 def solve(env: EnvFile, platform: str, cmap: ChannelMap, cache_dir: Path) -> list[Entry]:
     """The conda entries and wheel entries of `env` on `platform`, sorted by key."""
-    from .pipresolve import resolve
+    from .closure import resolve
 
     entries = _solve_conda(env, platform, cmap, cache_dir) if env.specs else []
     entries += [Entry("pip", w.name, w.version, None, platform, w.url, w.md5, w.sha256, ())

@@ -1,4 +1,9 @@
-"""Solved entries -> a conda-lock v1 file, written with conda-lock's own models.
+"""Solved entries -> a conda-lock v1 file, byte for byte as conda-lock's own writer makes it.
+
+The writer is fdlenv's own (PyYAML, as conda-lock's): a variant locked on
+demand (`lock.ondemand`) is written by a plain install, with no conda-lock.
+The tests write the same entries with conda-lock's models and writer and
+compare the bytes, and read every file back with conda-lock's parser.
 
 Categories: a file holding several variants puts what every variant (locking
 that platform) shares in `main` and the rest in the variant's own category; a
@@ -12,8 +17,8 @@ conda-lock keys entries by (manager, name, platform): two variants needing
 different builds of one name cannot share a file, and `conflicts()` names them
 before anything is written.
 
-Byte-stability: conda-lock's writer sorts entries by key and categories by
-name; everything fed to it here (channels, platforms, sources, dependencies)
+Byte-stability: entries are sorted by key and categories by name (as
+conda-lock's writer does); everything fed to it here (channels, platforms, sources, dependencies)
 is in a fixed order, no timestamp or git metadata is written, and the file is
 replaced atomically.
 """
@@ -70,7 +75,7 @@ def content_hash(solved: list[Solved], platform: str) -> str:
             "channels": list(s.channel_urls),
             "virtual": s.virtual[platform],
             "wheels": [[w.name, w.sha256] for w in s.env.wheels],
-            "pip": [list(s.env.requirements), s.env.pip_index] if s.env.requirements else None,
+            "pip": [list(s.env.requirements), s.env.index_for(platform)] if s.env.requirements else None,
         }
         for s in solved if platform in s.entries
     }
@@ -79,9 +84,17 @@ def content_hash(solved: list[Solved], platform: str) -> str:
 
 def write_lock(solved: list[Solved], out: Path, layers: list[str] | None = None) -> Path:
     """Write `solved` (free of conflicts) to `out`, replacing it atomically."""
-    from conda_lock.lockfile import write_conda_lock_file
-    from conda_lock.lockfile.v1.models import HashModel, LockMeta
-    from conda_lock.lockfile.v2prelim.models import LockedDependency, Lockfile
+    from .. import atomic
+
+    atomic.write_text(out, render(solved, out, layers))
+    return out
+
+
+def render(solved: list[Solved], out: Path, layers: list[str] | None = None) -> str:
+    """The bytes conda-lock's writer (`write_conda_lock_file`, no help text) gives for these
+    entries: v1 entries sorted by (manager, name, platform), one per category, fields in its
+    models' order, unset fields left out. The tests hold it to conda-lock's own writer."""
+    import yaml
 
     platforms = sorted({p for s in solved for p in s.entries})
     by_key: dict[tuple[str, str, str], tuple[Entry, set[str]]] = {}
@@ -91,35 +104,31 @@ def write_lock(solved: list[Solved], out: Path, layers: list[str] | None = None)
                 by_key.setdefault(e.key, (e, set()))[1].add(s.variant)
     covering = {p: {s.variant for s in solved if p in s.entries} for p in platforms}
     packages = []
-    for (_, _, platform), (e, variants) in by_key.items():
-        shared = len(solved) > 1 and variants == covering[platform]
-        packages.append(LockedDependency(
-            name=e.name, version=e.version, manager=e.manager, platform=platform,
-            dependencies=dict(e.depends), url=e.url,
-            hash=HashModel(md5=e.md5 or None, sha256=e.sha256), build=e.build,
-            categories={"main"} if shared else variants))
+    for key in sorted(by_key):
+        e, variants = by_key[key]
+        # `main` only for what several variants locking this platform all share: a platform one
+        # variant covers keeps that variant's name, so no other variant reads it as its own.
+        shared = len(covering[e.platform]) > 1 and variants == covering[e.platform]
+        base = {"name": e.name, "version": e.version, "manager": e.manager, "platform": e.platform,
+                "dependencies": dict(sorted(e.depends)), "url": e.url,
+                "hash": {**({"md5": e.md5} if e.md5 else {}), "sha256": e.sha256},
+                **({"build": e.build} if e.build is not None else {})}
+        for category in sorted({"main"} if shared else variants):
+            packages.append({**base, "category": category, "optional": category != "main"})
     # Channels as the solve used them (aliases resolved): a bare `flodl` would send other
     # conda tools to a public channel of that name instead of the home's local one.
     channels: list[str] = []
     for s in solved:
         channels += [c for c in s.channel_urls if c not in channels]
-    meta = LockMeta(
-        content_hash={p: content_hash(solved, p) for p in platforms},
-        channels=channels,
-        platforms=platforms,
-        sources=[_relative(s.env.path, out) for s in solved],
-        custom_metadata={VARIANTS_KEY: " ".join(s.variant for s in solved),
-                         **({LAYERS_KEY: " ".join(layers)} if layers else {})},
-    )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(f".{out.name}.{os.getpid()}.partial")
-    try:
-        write_conda_lock_file(Lockfile(package=packages, metadata=meta), partial,
-                              metadata_choices=None, include_help_text=False)
-        os.replace(partial, out)
-    finally:
-        partial.unlink(missing_ok=True)
-    return out
+    meta = {
+        "content_hash": {p: content_hash(solved, p) for p in platforms},
+        "channels": [{"url": c, "used_env_vars": []} for c in channels],
+        "platforms": platforms,
+        "sources": [_relative(s.env.path, out) for s in solved],
+        "custom_metadata": {VARIANTS_KEY: " ".join(s.variant for s in solved),
+                            **({LAYERS_KEY: " ".join(layers)} if layers else {})},
+    }
+    return yaml.dump({"version": 1, "metadata": meta, "package": packages}, sort_keys=False)
 
 
 def _relative(path: Path, out: Path) -> str:

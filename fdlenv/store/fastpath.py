@@ -39,3 +39,25 @@ def lookup(home: Home, digest: str, variant: str, platform: str) -> Env | None:
 def remember(home: Home, digest: str, variant: str, platform: str, env: Env) -> None:
     p = _entry(home, digest, variant, platform)
     atomic.write_text(p, json.dumps({"key": env.key, "dir": env.path.name, "libtorch_root": str(env.libtorch_root)}))
+
+
+def _holds_entry(home: Home, digest: str, variant: str, platform: str) -> Path:
+    return home.cache / "fast" / f"{digest[:32]}-{variant}-{platform}.holds"
+
+
+def holds(home: Home, digest: str, variant: str, platform: str) -> bool | None:
+    """Whether the lock with this digest holds the variant, as `remember_holds` recorded it
+    (None: not known yet). A lock's bytes never change under its digest, so it never goes stale."""
+    if _entry(home, digest, variant, platform).is_file():
+        return True
+    try:
+        return _holds_entry(home, digest, variant, platform).read_text() == "1"
+    except OSError:
+        return None
+
+
+def remember_holds(home: Home, digest: str, variant: str, platform: str, value: bool) -> None:
+    try:
+        atomic.write_text(_holds_entry(home, digest, variant, platform), "1" if value else "0")
+    except OSError:
+        pass   # a read-only home still answers, by parsing each time

@@ -140,6 +140,22 @@ def _record(path: Path, i: int, e: dict) -> Record:
                   need("platform"), {k: str(v) for k, v in deps.items()})
 
 
+def holds(path: Path, variant: str, platform: str) -> bool:
+    """Does the lock at `path` hold `variant` for `platform`? (A lock that does not parse fails.)"""
+    entries = _load(path)["package"]
+    if not all(isinstance(e, dict) for e in entries):
+        raise Fail.permanent(f"--lock: {path}: package entries must be mappings; expected {FORMS}")
+    named = {c for e in entries for c in _categories(e) if c in variants.VARIANTS}
+    here = [e for e in entries if e.get("platform") == platform]
+    if named:
+        if variant not in named:
+            return False
+        return any(_categories(e) & {variant, "main"} for e in here)
+    packs = {variants.VARIANTS[v].package: v for v in variants.VARIANTS}
+    present = {packs[e.get("name")] for e in entries if e.get("name") in packs}
+    return bool(here) and (not present or variant in present)
+
+
 def read_variant(path: Path, variant: str, platform: str) -> list[Record]:
     """The records of `variant` for `platform`, sorted by (manager, name)."""
     doc = _load(path)

@@ -40,7 +40,7 @@ import urllib.parse
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 
-from .. import filelocks, hashing, pipindex
+from .. import filelocks, hashing, pipindex, simpleapi
 from ..errors import Fail
 from ..home import Home
 from ..progress import Meter, say
@@ -114,7 +114,7 @@ def _sources(records: list[Record], mirrors: dict[str, str]) -> dict[str, tuple[
         if not pipindex.is_entry_url(r.url):
             return r.url, _local_size(r.url)
         index, project, filename = pipindex.parse_entry_url(r.url)
-        url, stated, size = pipindex.find_file(bases[index], project, filename)
+        url, stated, size = simpleapi.find_file(bases[index], project, filename)
         size = size or _local_size(url)
         if stated and stated.lower() != r.sha256:
             raise Fail.permanent(f"wheel {filename}: the index states sha256 {stated}, the lock {r.sha256}; "

@@ -1,0 +1,104 @@
+"""Which libtorch a command uses: the one resolver behind env realize/use, run, shell-hook,
+prepare and join.
+
+It sits above the store, the locks and the hardware survey because it reads
+all three (each imported only when the answer needs it). Given the variant
+token (or none), the lock view (`lockview.LockView`) and the settings, the
+answer is an `store.active.Active` (an fdlenv env, or flodl's own libtorch),
+or None when nothing is settled. In order:
+1. No token: the box's active libtorch as flodl reads it (`store.active`),
+   carried as it is, unless a near lock (given, beside fdl.yml, in the source
+   tree) holds its variant: then that lock decides, so a changed project lock
+   moves the box on the next re-dial.
+2. A token: `auto` routes on this box's GPUs (`hw.routing`, its one-line
+   reason becomes a note), else the token names the variant.
+3. The env for the variant, first hit wins:
+   a. a near lock holding it: realised from it (the fast path when it exists);
+   b. `prefer_realised` (run, shell-hook): the env fdlenv's pointer names for
+      it, with no lock read;
+   c. a far lock holding it (the home's on-demand locks, the shipped lock);
+   d. the env fdlenv's pointer names for it (a realised env is usable from any
+      directory, with no lock in sight and no index request);
+   e. `--frozen`: refused (exit 2); else locked on demand (`lock.ondemand`)
+      and realised.
+"""
+
+from __future__ import annotations
+
+from . import variants
+from .errors import Fail
+
+
+def variant_for(token: str | None, home, survey=None, notes: list[str] | None = None) -> str | None:
+    """A `--libtorch` token -> canonical variant; `survey`: a callable returning the Survey
+    (default: the real one); no token -> the box's active variant (None when nothing is).
+    `auto` appends its reason to `notes`."""
+    if token is None:
+        from .store.pointers import active_variant
+        return active_variant(home)
+    name = variants.parse_token(token)
+    if name != "auto":
+        return name
+    from .hw.routing import route
+    if survey is None:
+        from .hw.survey import survey
+    r = route(survey())
+    if r.variant is None:
+        raise Fail.permanent(f"--libtorch auto: {r.reason}")
+    if notes is not None:
+        notes.append(f"auto: {r.variant}: {r.reason}")
+    return r.variant
+
+
+def choose(home, token: str | None, view, mirrors: dict[str, str], *, platform: str,
+           frozen: bool = False, prefer_realised: bool = False, project_root=None, survey=None,
+           activate: bool = False, fork: bool = False, notes: list[str]):
+    """The libtorch to use (a `store.active.Active`), or None when no token is given and
+    nothing is active. See the module's docstring for the order."""
+    from .store import active as _active
+
+    if token is None:
+        act = _active.find(home, project_root, notes=notes)
+        if act is None or act.variant is None or view.holder(act.variant, platform, near_only=True) is None:
+            return act
+        variant = act.variant
+    else:
+        variant = variant_for(token, home, survey, notes)
+    return _active.of_env(env_for(home, variant, view, mirrors, platform=platform, frozen=frozen,
+                                  prefer_realised=prefer_realised, activate=activate, fork=fork,
+                                  notes=notes))
+
+
+def env_for(home, variant: str, view, mirrors: dict[str, str], *, platform: str, frozen: bool = False,
+            prefer_realised: bool = False, activate: bool = False, fork: bool = False, notes: list[str]):
+    """Step 3 of the module's docstring: the realised `store.env.Env` of `variant`."""
+    from .store.realise import realise
+
+    def realised(lock):
+        return realise(home, variant, lock, mirrors, platform=platform, activate=activate, fork=fork)
+
+    near = view.holder(variant, platform, near_only=True)
+    if near is not None:
+        return realised(near)
+    if prefer_realised and (env := _pointed(home, variant, activate)) is not None:
+        return env
+    far = view.holder(variant, platform)
+    if far is not None:
+        return realised(far)
+    if (env := _pointed(home, variant, activate)) is not None:
+        notes.append(f"libtorch: {variant} as realised before ({env.path.name}); no lock in view holds it")
+        return env
+    from .lock import ondemand
+
+    if frozen:
+        raise ondemand.refuse_frozen(variant, platform, view)
+    return realised(ondemand.lock_variant(home, variant, platform, mirrors, notes.append))
+
+
+def _pointed(home, variant: str, activate: bool):
+    from .store import pointers
+
+    env = pointers.pointed_env(home, variant)
+    if env is not None and activate:
+        pointers.set_active(home, env)
+    return env

@@ -1,0 +1,102 @@
+"""Lock on demand: a variant no lock names is locked where it is first asked for.
+
+pixi's and uv's convention, for `--libtorch rocm7.1` on a fresh box or `auto`
+picking cpu on a GPU-less one: the variant's env file shipped with fdlenv
+(`envs/<variant>.yml`: torch from PyTorch's index for the variant) is
+resolved into its libtorch closure with sha256 (`lock.closure`, fdlenv's own
+resolver: no pip, no conda-lock, no extra), for this platform only, and
+written to the home's `lockfiles/<variant>.conda-lock.yml` (`lockpath.home_lock`),
+where every later call on the box finds it (`lockview.LockView`). Order:
+1. `--frozen` (or FDLENV_FROZEN=1, `fdlenv: frozen: true`) refuses here, before
+   any request (exit 2, naming the variant and the command that locks it);
+2. the env file must cover this platform (ROCm has no aarch64 build);
+3. under `locks/ondemand-<variant>.lock`, re-check (another process may have
+   just written it), resolve, write atomically; nothing is written on failure.
+An index that cannot be reached is transient (exit 1: `--persist` re-dials),
+and the message names the URL it tried.
+
+The file it writes is a plain conda-lock v1 file: copied beside fdl.yml (or
+to the source tree's root) on other boxes, it makes them realise the same env
+key, `--frozen` included.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from .. import variants
+from ..errors import Fail
+from ..filelocks import exclusive
+from ..lockpath import LOCK_NAME, home_lock, split_path
+
+ENVS = Path(__file__).resolve().parent.parent / "data" / "envs"
+
+
+def refuse_frozen(variant: str, platform: str, view) -> Fail:
+    return Fail.permanent(
+        f"--frozen: no lock holds {variant} for {platform} (looked in: {view.describe()}), and a frozen "
+        f"box does not lock; lock it where the index is reachable with `fdlenv lock --libtorch {variant}` "
+        f"(or `fdlenv env realize --libtorch {variant}` without --frozen) and ship the lock beside fdl.yml")
+
+
+def lock_variant(home, variant: str, platform: str, mirrors: dict[str, str], say) -> Path:
+    """Resolve `variant` for `platform` into the home's on-demand lock; returns its file."""
+    from ..store.records import holds
+
+    out = split_path(home_lock(home), variant)
+    env = _env_file(variant, platform)
+    home.ensure(home.locks)
+    with exclusive(home.locks / f"ondemand-{variant}.lock", f"locking {variant}"):
+        if out.is_file() and holds(out, variant, platform):
+            return out
+        write(home, env, platform, mirrors, out)
+    say(f"locked {variant} for {platform} on demand into {out}; to make every box of the fleet "
+        f"realise this same env, copy it beside fdl.yml (or to the source tree's root) as "
+        f"{out.name}, or pass it with --lock")
+    return out
+
+
+def write(home, env, platform: str, mirrors: dict[str, str], out: Path) -> None:
+    from .closure import resolve
+    from .solve import declared_virtual_packages
+    from .write import Solved, write_lock
+
+    entries = resolve(env, platform, mirrors)
+    entries += _wheel_entries(env, platform)
+    # The lock names its source as `envs/<variant>.yml`, as the shipped lock does: never a path of
+    # this machine's install, since the file is meant to be shared.
+    named = dataclasses.replace(env, path=out.parent / "envs" / f"{env.variant}.yml")
+    write_lock([Solved(env=named, channel_urls=(), entries={platform: sorted(entries, key=lambda e: e.key)},
+                       virtual={platform: declared_virtual_packages(env.variant, platform)})], out)
+
+
+def _wheel_entries(env, platform: str) -> list:
+    from .entry import Entry
+
+    return [Entry("pip", w.name, w.version, None, platform, w.url, w.md5, w.sha256, ()) for w in env.wheels]
+
+
+def _env_file(variant: str, platform: str):
+    from .envfile import env_path, load
+
+    path = env_path(ENVS, variant)
+    if not path.is_file():
+        raise Fail.permanent(f"--libtorch: fdlenv ships no env file for {variant} ({path}); "
+                             f"lock it with `fdlenv lock --libtorch {variant} --envs DIR`")
+    env = load(path)
+    if env.platforms and platform not in env.platforms:
+        others = [v for v in variants.VARIANTS if _covers(v, platform)]
+        raise Fail.permanent(f"--libtorch: PyTorch publishes no {variant} build for {platform} (its env file "
+                             f"covers {', '.join(env.platforms)}); accepted here: {', '.join(others) or 'none'}")
+    if env.specs:
+        raise Fail.permanent(f"--libtorch: {variant}'s env file names conda packages, which need a channel; "
+                             f"lock it with `fdlenv lock --libtorch {variant}` ({LOCK_NAME})")
+    return env
+
+
+def _covers(variant: str, platform: str) -> bool:
+    from .envfile import env_path, load
+
+    path = env_path(ENVS, variant)
+    return path.is_file() and platform in (load(path).platforms or (platform,))

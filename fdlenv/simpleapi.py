@@ -1,0 +1,271 @@
+"""Reading a wheel index: project pages (PEP 691 JSON, PEP 503 HTML) and core metadata.
+
+Both the lock resolver (`lock.closure`: which files, which requirements) and
+the store (`store.wheels`: where a locked file is served today) read an index
+through this module, so every index shape is handled once:
+- a project page is `<base>/<project>/`; it is asked for as JSON and read as
+  whatever comes back (PyTorch's index answers HTML);
+- a file's name is the link text, else the unquoted last part of its href, so
+  `torch-2.10.0%2Brocm7.1-...whl` and `torch-2.10.0+rocm7.1-...whl` are one
+  name (the lock records the unquoted one); hrefs may be relative, absolute
+  (`/whl/rocm7.1/torch-...whl`, files beside the project pages) or full URLs;
+- hashes come from `#sha256=` fragments or JSON `hashes`;
+- core metadata (Requires-Dist, Requires-Python) is read from the file's PEP
+  658/714 `.metadata` (`data-core-metadata`, `data-dist-info-metadata`,
+  JSON `core-metadata`), checked against its stated sha256; an index without
+  it is read with HTTP range requests into the wheel's zip directory, as
+  pip's lazy wheel does, never by downloading a multi-GB wheel.
+
+Failures: an index that cannot be reached is transient and names the URL it
+tried (a persist box re-dials); a missing project page is permanent.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import urllib.parse
+from html.parser import HTMLParser
+from typing import NamedTuple
+
+from .errors import Fail
+
+JSON_TYPE = "application/vnd.pypi.simple.v1+json"
+TIMEOUT = 60
+
+
+class IndexFile(NamedTuple):
+    """One file of a project page."""
+
+    filename: str                 # unquoted: torch-2.10.0+rocm7.1-cp312-cp312-manylinux_2_28_x86_64.whl
+    url: str                      # absolute
+    sha256: str | None
+    size: int | None
+    requires_python: str | None
+    yanked: bool
+    metadata: str | None          # None: no PEP 658 file; "": one, no hash stated; else its sha256
+
+
+def open_url(url: str, headers: dict[str, str] | None = None):
+    """urlopen with fdlenv's timeout; OSError (URLError, HTTPError) on failure."""
+    import urllib.request
+
+    return urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=TIMEOUT)
+
+
+def _read_page(url: str) -> tuple[bytes, str, str]:
+    """(body, content type, final URL) of a page; a file:// directory reads its index.html or
+    lists its entries."""
+    parsed = urllib.parse.urlparse(url)
+    if parsed.scheme == "file":
+        path = urllib.parse.unquote(parsed.path)
+        if os.path.isdir(path):
+            page = os.path.join(path, "index.html")
+            if os.path.isfile(page):
+                with open(page, "rb") as f:
+                    return f.read(), "text/html", url.rstrip("/") + "/"
+            links = "".join(f'<a href="{urllib.parse.quote(n)}">{n}</a>' for n in sorted(os.listdir(path)))
+            return links.encode(), "text/html", url.rstrip("/") + "/"
+        raise FileNotFoundError(path)
+    with open_url(url, {"Accept": f"{JSON_TYPE}, text/html;q=0.01"}) as resp:
+        return resp.read(), resp.headers.get("Content-Type", ""), resp.geturl()
+
+
+class _Anchors(HTMLParser):
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.links: list[tuple[dict[str, str | None], str]] = []
+        self._open: dict[str, str | None] | None = None
+        self._text: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "a":
+            self._open, self._text = dict(attrs), []
+
+    def handle_data(self, data):
+        if self._open is not None:
+            self._text.append(data)
+
+    def handle_endtag(self, tag):
+        if tag == "a" and self._open is not None:
+            self.links.append((self._open, "".join(self._text).strip()))
+            self._open = None
+
+
+def _hash_of(value) -> str | None:
+    """`sha256=<hex>` (HTML attributes, fragments) or {"sha256": hex} (JSON) -> hex or None."""
+    if isinstance(value, dict):
+        h = value.get("sha256")
+        return h.lower() if isinstance(h, str) else None
+    if isinstance(value, str) and value.startswith("sha256="):
+        return value[len("sha256="):].lower()
+    return None
+
+
+def _metadata_flag(value) -> str | None:
+    """A PEP 658/714 attribute or JSON key -> None (no file), "" (a file, no hash), or its sha256."""
+    if value is None or value is False or value == "false":
+        return None
+    return _hash_of(value) or ""
+
+
+def _from_html(body: bytes, final: str) -> list[IndexFile]:
+    parser = _Anchors()
+    parser.feed(body.decode("utf-8", "replace"))
+    out = []
+    for attrs, text in parser.links:
+        href = attrs.get("href")
+        if not href:
+            continue
+        url, _, frag = href.partition("#")
+        tail = urllib.parse.unquote(url.rstrip("/").rsplit("/", 1)[-1])
+        name = text if text.endswith((".whl", ".tar.gz", ".zip")) else tail
+        meta = attrs.get("data-core-metadata", attrs.get("data-dist-info-metadata"))
+        out.append(IndexFile(name, urllib.parse.urljoin(final, url), _hash_of(frag), None,
+                             attrs.get("data-requires-python"), "data-yanked" in attrs,
+                             _metadata_flag(meta if "data-core-metadata" in attrs or
+                                            "data-dist-info-metadata" in attrs else None)))
+    return out
+
+
+def _from_json(body: bytes, final: str, page: str) -> list[IndexFile]:
+    try:
+        files = json.loads(body).get("files", [])
+        out = []
+        for f in files:
+            meta = f.get("core-metadata", f.get("data-dist-info-metadata", f.get("dist-info-metadata")))
+            size = f.get("size")
+            out.append(IndexFile(str(f["filename"]), urllib.parse.urljoin(final, str(f["url"])),
+                                 _hash_of(f.get("hashes") or {}), size if isinstance(size, int) else None,
+                                 f.get("requires-python"), bool(f.get("yanked")), _metadata_flag(meta)))
+        return out
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise Fail.permanent(f"wheel index: {page} is not a PEP 691 project page ({e})") from None
+
+
+def project_files(base: str, project: str) -> list[IndexFile]:
+    """Every file `base` lists for `project` (a PEP 503-normalised name)."""
+    page = f"{base.rstrip('/')}/{project}/"
+    try:
+        body, ctype, final = _read_page(page)
+    except OSError as e:
+        if getattr(e, "code", None) == 404 or isinstance(e, FileNotFoundError):
+            raise Fail.permanent(f"wheel index {base}: no project {project!r} (its page {page} is missing)") from None
+        raise Fail.retry(f"wheel index {base}: cannot read {page}: {getattr(e, 'reason', None) or e}") from None
+    return _from_json(body, final, page) if JSON_TYPE in ctype else _from_html(body, final)
+
+
+def find_file(base: str, project: str, filename: str) -> tuple[str, str | None, int | None]:
+    """(absolute URL, sha256 the index states or None, size or None) of `filename` on `project`'s
+    page; `filename` as the lock records it (unquoted)."""
+    wanted = urllib.parse.unquote(filename)
+    for f in project_files(base, project):
+        if f.filename == wanted:
+            return f.url, f.sha256, f.size
+    raise Fail.permanent(f"wheel index {base}: {project!r} has no file {wanted}; "
+                         "the index does not serve what the lock names (a mirror that lags?)")
+
+
+# ---------------------------------------------------------------- core metadata
+
+def core_metadata(f: IndexFile) -> bytes:
+    """The METADATA of wheel `f`: its PEP 658 file when the index has one, else read out of the
+    wheel's zip with range requests (a local file is opened in place)."""
+    if f.metadata is not None:
+        url = f.url.partition("#")[0] + ".metadata"
+        body = _fetch(url)
+        if f.metadata:
+            import hashlib
+
+            if hashlib.sha256(body).hexdigest() != f.metadata:
+                raise Fail.permanent(f"wheel index: {url} does not match the sha256 its page states")
+        return body
+    return _metadata_from_zip(f)
+
+
+def _fetch(url: str) -> bytes:
+    parsed = urllib.parse.urlparse(url)
+    try:
+        if parsed.scheme == "file":
+            with open(urllib.parse.unquote(parsed.path), "rb") as fh:
+                return fh.read()
+        with open_url(url) as resp:
+            return resp.read()
+    except OSError as e:
+        if getattr(e, "code", None) == 404 or isinstance(e, FileNotFoundError):
+            raise Fail.permanent(f"wheel index: {url} is missing (its page says it exists)") from None
+        raise Fail.retry(f"wheel index: cannot read {url}: {getattr(e, 'reason', None) or e}") from None
+
+
+def _metadata_from_zip(f: IndexFile) -> bytes:
+    import zipfile
+
+    parsed = urllib.parse.urlparse(f.url)
+    try:
+        if parsed.scheme == "file":
+            handle = open(urllib.parse.unquote(parsed.path), "rb")
+        else:
+            handle = _RangeFile(f.url.partition("#")[0])
+        with handle, zipfile.ZipFile(handle) as z:
+            names = [n for n in z.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
+            if len(names) != 1:
+                raise Fail.permanent(f"wheel index: {f.filename} has {len(names)} .dist-info/METADATA files")
+            return z.read(names[0])
+    except zipfile.BadZipFile as e:
+        raise Fail.permanent(f"wheel index: {f.filename} is not a readable wheel ({e})") from None
+    except OSError as e:
+        raise Fail.retry(f"wheel index: cannot read {f.url}: {getattr(e, 'reason', None) or e}") from None
+
+
+class _RangeFile(io.RawIOBase):
+    """A wheel on an HTTP server, seekable through `Range:` requests (zipfile reads its end,
+    then the one member it wants). A server that ignores ranges is refused rather than read whole."""
+
+    TAIL = 1 << 16
+
+    def __init__(self, url: str):
+        super().__init__()
+        self.url, self.pos, self.cache = url, 0, {}
+        body, total = self._get(f"bytes=-{self.TAIL}")
+        self.size = total
+        self.cache[total - len(body)] = body
+
+    def _get(self, rng: str) -> tuple[bytes, int]:
+        with open_url(self.url, {"Range": rng, "Accept-Encoding": "identity"}) as resp:
+            if resp.status != 206:
+                raise Fail.permanent(f"wheel index: {self.url}: the index states no core metadata and the "
+                                     "server ignores range requests; fdlenv does not download a whole wheel "
+                                     "to lock it (use an index with PEP 658 metadata)")
+            total = int(resp.headers.get("Content-Range", "*/0").rpartition("/")[2] or 0)
+            return resp.read(), total
+
+    def readable(self):
+        return True
+
+    def seekable(self):
+        return True
+
+    def tell(self):
+        return self.pos
+
+    def seek(self, offset, whence=0):
+        self.pos = {0: offset, 1: self.pos + offset, 2: self.size + offset}[whence]
+        return self.pos
+
+    def readinto(self, b):
+        n = min(len(b), max(0, self.size - self.pos))
+        if n == 0:
+            return 0
+        for start, data in self.cache.items():
+            if start <= self.pos and self.pos + n <= start + len(data):
+                b[:n] = data[self.pos - start:self.pos - start + n]
+                self.pos += n
+                return n
+        want = max(n, self.TAIL)
+        data, _ = self._get(f"bytes={self.pos}-{min(self.size, self.pos + want) - 1}")
+        self.cache[self.pos] = data
+        n = min(n, len(data))
+        b[:n] = data[:n]
+        self.pos += n
+        return n

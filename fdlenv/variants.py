@@ -19,7 +19,7 @@ FEATURE = {"nvidia": "cuda", "amd": "rocm", "cpu": ""}
 class Variant(namedtuple("Variant", "name flodl_dir vendor cuda rocm")):
     """One variant:
     name       canonical token, also the lock category: cpu cu126 cu128 rocm7.0 rocm7.1
-    flodl_dir  flodl's precompiled/<dir> name
+    flodl_dir  flodl's precompiled/<dir> name (x86_64; `flodl_name` is this machine's)
     vendor     cpu | nvidia | amd
     cuda       declared CUDA version (the __cuda virtual package), None off NVIDIA
     rocm       ROCm major.minor, None off AMD
@@ -35,24 +35,25 @@ class Variant(namedtuple("Variant", "name flodl_dir vendor cuda rocm")):
         return FEATURE.get(self.vendor, "")
 
     @property
-    def flodl_label(self) -> str:
-        """flodl's variant id, as `.active` and the agent spec carry it."""
-        return f"precompiled/{self.flodl_dir}"
+    def flodl_name(self) -> str:
+        """flodl's directory name for this variant on this machine: `flodl_dir`, except the CPU
+        build on aarch64, which flodl names `cpu-aarch64`."""
+        if self.vendor == "cpu":
+            import os
+            if os.uname().machine in ("aarch64", "arm64"):
+                return f"{self.flodl_dir}-aarch64"
+        return self.flodl_dir
 
     @property
-    def wheel_index(self) -> str:
-        """The index name that serves this variant's torch wheel (see fdlenv.pipindex)."""
-        return "pypi" if self.name == "cu128" else f"pytorch/{self.name}"
+    def flodl_label(self) -> str:
+        """flodl's variant id, as `.active` and the agent spec carry it."""
+        return f"precompiled/{self.flodl_name}"
 
     def how_to_lock(self) -> str:
         """What a user runs to add this variant to a lock (for errors about a missing variant)."""
-        if self.wheel_index == "pypi":
-            return (f"your pip's index serves it: add it with `fdlenv lock --libtorch {self.name}` "
-                    "(beside fdl.yml, or give --out)")
-        return (f"PyTorch's {self.name} wheel index serves it: add it with `fdlenv lock --libtorch {self.name} "
-                "--mirror pytorch=URL`, URL being the root of PyTorch's wheel index (its install page's "
-                "--index-url without the variant folder); air-gapped: `fdlenv pack libtorch --libtorch "
-                f"{self.name} --from <PyTorch's zip>` (docs/LOCK.md)")
+        return (f"without --frozen any command locks it on demand; or add it to this lock with "
+                f"`fdlenv lock --libtorch {self.name}` (beside fdl.yml, or give --out); air-gapped: "
+                f"`fdlenv pack libtorch --libtorch {self.name} --from <PyTorch's zip>` (docs/LOCK.md)")
 
     @property
     def package(self) -> str:

@@ -52,7 +52,7 @@ def test_realise_installs_links_rewrites_and_publishes(tmp_path):
 # digest) nor shutil (cli's parser computes the help width itself).
 REDIAL_MODULES = {
     "fdlenv", "fdlenv.__main__", "fdlenv.cli", "fdlenv.errors", "fdlenv.progress", "fdlenv.hashing", "fdlenv.atomic",
-    "fdlenv.commands", "fdlenv.commands.env", "fdlenv.flags", "fdlenv.settings", "fdlenv.libtorch", "fdlenv.lockview",
+    "fdlenv.commands", "fdlenv.commands.env", "fdlenv.flags", "fdlenv.settings", "fdlenv.libtorch", "fdlenv.lockview", "fdlenv.store.active",
     "fdlenv.home", "fdlenv.mirrors", "fdlenv.lockpath", "fdlenv.fdlfile", "fdlenv.variants",
     "fdlenv.store", "fdlenv.store.realise", "fdlenv.store.fastpath", "fdlenv.store.env",
     "fdlenv.store.envkey", "fdlenv.store.pointers", "fdlenv.store.leases", "fdlenv.filelocks",

@@ -95,13 +95,21 @@ def test_a_second_variant_goes_to_its_own_file_and_leaves_the_first_as_it_was(tm
     assert other  # the index was read through the mirror's prefix
 
 
-def test_an_unknown_index_name_is_one_error_naming_the_flag(tmp_path, capsys):
+def test_an_index_name_nothing_maps_is_one_error_naming_the_flag(tmp_path, capsys):
     envs = tmp_path / "envs"
-    write_wheel_env(envs, "cu126", index="pytorch/cu126")
+    write_wheel_env(envs, "cu126", index="inhouse/cu126")
     rc = cli.main(["lock", "--envs", str(envs), "--out", str(tmp_path / "l.yml"), "--home", str(tmp_path / "h")])
     err = capsys.readouterr().err
     assert rc == 2 and err.count("error:") == 1
-    assert "--mirror pytorch=URL" in err and not (tmp_path / "l.yml").exists()
+    assert "--mirror inhouse=URL" in err and not (tmp_path / "l.yml").exists()
+
+
+def test_pytorch_index_names_default_to_pytorchs_own_index_and_a_mirror_overrides_them():
+    from fdlenv.pipindex import base_url
+
+    assert base_url("pytorch/rocm7.1", {}) == "https://download.pytorch.org/whl/rocm7.1"
+    assert base_url("pytorch/cpu", {"pytorch": "http://m.example/whl/"}) == "http://m.example/whl/cpu"
+    assert base_url("pytorch/cpu", {"pytorch/cpu": "http://m.example/cpu"}) == "http://m.example/cpu"
 
 
 def test_a_requirement_nothing_satisfies_fails_permanently_and_writes_nothing(tmp_path, index):

@@ -122,12 +122,12 @@ def test_a_wheel_with_a_member_escaping_its_root_is_refused(tmp_path):
     assert not (home.envs.is_dir() and list(home.envs.iterdir()))
 
 
-def test_a_variant_missing_from_the_lock_names_its_index_and_the_command(world):
+def test_a_frozen_realise_of_a_variant_no_lock_holds_names_it_and_the_command_that_locks_it(world):
     home, lock, url, _ = world
-    res = realise(home, lock, url, "cu126")
-    assert res.returncode == 2 and res.stderr.count("error:") == 1
-    assert "cu126" in res.stderr and "fdlenv lock --libtorch cu126" in res.stderr
-    assert "PyTorch" in res.stderr and "--mirror pytorch=" in res.stderr
+    res = realise(home, lock, url, "cu126", "--frozen")
+    assert res.returncode == 2 and res.stderr.count("error:") == 1, res.stderr
+    assert "--frozen" in res.stderr and "cu126" in res.stderr and "fdlenv lock --libtorch cu126" in res.stderr
+    assert not (home.root / "lockfiles").exists() and not home.envs.exists()
 
 
 class _RangeHandler(http.server.SimpleHTTPRequestHandler):

@@ -10,7 +10,9 @@ the records of `main` + the variant's category must:
   the variant's declared virtual packages;
 - hold nothing the specs no longer reach;
 - hold every `pip:` wheel with the sha256 of its current bytes, and no other.
-Each failure is one line naming the variant, platform and package.
+Each failure is one line naming the variant, platform and package. A variant
+(or a platform of one) that the lock does not hold is not stale, unless asked
+for by name: it is locked on demand where it is first asked for.
 """
 
 from __future__ import annotations
@@ -58,11 +60,17 @@ def check_locks(envs_dir: Path, out: Path, *, variants: list[str] | None = None,
                     lockfile = parsed[candidate]
                     break
         if lockfile is None:
-            problems.append(f"{env.variant}: not locked in {out} nor {split_path(out, env.variant)}")
+            if variants:   # asked for by name; otherwise a variant no lock holds is locked on demand
+                problems.append(f"{env.variant}: not locked in {out} nor {split_path(out, env.variant)}")
             continue
         for layer in (lockfile.metadata.custom_metadata or {}).get(LAYERS_KEY, "").split():
             env = with_layer(env, load_layer(Path(envs_dir), layer))
-        for platform in env.platforms or platforms or lockfile.metadata.platforms:
+        held = {p.platform for p in lockfile.package if p.categories & {"main", env.variant}}
+        # The platforms asked for, else those of the env file the lock holds (another one is
+        # locked on demand where it is first asked for), else every one the env file names.
+        wanted = platforms or [p for p in env.platforms if p in held] or env.platforms \
+            or lockfile.metadata.platforms
+        for platform in wanted:
             records = [p for p in lockfile.package
                        if p.platform == platform and p.categories & {"main", env.variant}]
             if not records:

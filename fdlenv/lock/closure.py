@@ -146,7 +146,7 @@ class _Index:
             if best_key is None or key > best_key:
                 best, best_key = f, key
         if best is None:
-            raise Fail.permanent(f"wheel index {self.base}: no wheel of {name} {spec or '(any version)'} "
+            raise Fail.permanent(f"wheel index {self.base}: no wheel of {name}{spec or ' (any version)'} "
                                  f"for CPython {PYTHON} on {self.platform}")
         return best
 

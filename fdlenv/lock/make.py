@@ -24,13 +24,19 @@ from ..lockpath import split_path
 from ..progress import say
 from .envfile import EnvFile, channel_map, discover, env_path
 from .entry import Entry
-from .extra import require
 from .solve import channel_urls, declared_virtual_packages, solve
 from .write import VARIANTS_KEY, Solved, conflicts, write_lock
 
 
 def env_platforms(env: EnvFile, platforms: list[str] | None) -> tuple[str, ...]:
-    """The env file's `platforms:`, else the caller's, else this machine's."""
+    """The caller's platforms (those of the env file's `platforms:` when it names some), else the
+    env file's, else this machine's."""
+    if env.platforms and platforms:
+        picked = tuple(p for p in env.platforms if p in platforms)
+        if not picked:
+            raise Fail.permanent(f"--platform: {env.path} covers {', '.join(env.platforms)}, not "
+                                 f"{', '.join(platforms)}")
+        return picked
     if env.platforms:
         return env.platforms
     if platforms:
@@ -45,7 +51,6 @@ def lock_envs(envs_dir: Path, out: Path, *, variants: list[str] | None = None,
               split: bool = False, home: Home, layers: list[str] | None = None) -> list[Path]:
     """Solve `envs_dir/<variant>.yml` for each variant and write conda-lock v1; returns the files.
     `home` holds the local channel (`flodl`) and rattler's caches."""
-    require("conda_lock", "pip")
     cmap = channel_map(home, mirrors)
     envs = discover(Path(envs_dir), variants, layers)
     solved = []

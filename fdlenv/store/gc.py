@@ -198,7 +198,7 @@ def unroot(home: Home, variant: str, dry_run: bool = False) -> list[Path]:
 
     links = [p for p in sorted(home.roots.glob(f"{variant}-*")) if p.is_symlink()] \
         if home.roots.is_dir() else []
-    d = variants.get(variant).flodl_dir
+    d = variants.get(variant).flodl_name
     active = pointers.active_label(home)
     for name in (d, d + pointers.OWN_SUFFIX):
         link = home.libtorch / "precompiled" / name

@@ -60,7 +60,7 @@ def _is_flodls(path: Path) -> bool:
 def link_variant(home: Home, env: Env) -> str:
     """Point flodl's `precompiled/<dir>` (or, beside flodl's own download, `<dir>-fdlenv`) at the
     env's libtorch root; returns the pointer's label (`precompiled/<name>`)."""
-    d = variants.get(env.variant).flodl_dir
+    d = variants.get(env.variant).flodl_name
     pre = home.libtorch / "precompiled"
     name = d + OWN_SUFFIX if _is_flodls(pre / d) else d
     _symlink(pre / name, Path(env.libtorch_root))
@@ -84,7 +84,7 @@ def variant_of_label(label: str | None) -> str | None:
     if family != "precompiled":
         return None
     name = name.removesuffix(OWN_SUFFIX)
-    return next((v.name for v in variants.VARIANTS.values() if v.flodl_dir == name), None)
+    return next((v.name for v in variants.VARIANTS.values() if v.flodl_name == name), None)
 
 
 def active_variant(home: Home) -> str | None:
@@ -106,7 +106,7 @@ def pointed_env(home: Home, variant: str) -> Env | None:
     """The env fdlenv's pointer names for `variant` (`precompiled/<dir>`, else `<dir>-fdlenv`);
     None when neither is an fdlenv env (flodl's own download, or nothing)."""
     pre = home.libtorch / "precompiled"
-    d = variants.get(variant).flodl_dir
+    d = variants.get(variant).flodl_name
     for link in (pre / d, pre / (d + OWN_SUFFIX)):
         if link.is_symlink():
             env = env_of(follow(home, link) or link)

@@ -122,15 +122,24 @@ class _Index:
             self.metas[f.url] = self.pool.submit(lambda: Meta(simpleapi.core_metadata(f), f.filename))
         return self.metas[f.url]
 
-    def pick(self, name: str, spec) -> simpleapi.IndexFile:
-        """The best wheel of the highest version of `name` that `spec` allows on the target."""
+    def pick(self, name: str, spec, required: bool = True) -> simpleapi.IndexFile | None:
+        """The best wheel of the highest version of `name` that `spec` allows on the target.
+        None when `required` is false and no version has a wheel for the target at all: such a
+        project ships no native code there, so it cannot be libtorch (a requirement that excludes
+        every wheel the target has still fails)."""
         from packaging.specifiers import SpecifierSet
         from packaging.utils import InvalidWheelFilename, parse_wheel_filename
         from packaging.version import Version
 
         python = Version(f"{PYTHON}.0")
-        best, best_key = None, None
-        for f in self.files(name).result():
+        best, best_key, compatible = None, None, False
+        try:
+            files = self.files(name).result()
+        except Fail as e:
+            if required or e.exit_code != 2:
+                raise
+            files = []
+        for f in files:
             if f.yanked or not f.filename.endswith(".whl"):
                 continue
             try:
@@ -140,11 +149,16 @@ class _Index:
             except (InvalidWheelFilename, ValueError):
                 continue
             rank = min((self.ranks[t] for t in tags if t in self.ranks), default=None)
-            if rank is None or not spec.contains(version):
+            if rank is None:
+                continue
+            compatible = True
+            if not spec.contains(version):
                 continue
             key = (version, -rank, build)
             if best_key is None or key > best_key:
                 best, best_key = f, key
+        if best is None and not required and not compatible:
+            return None
         if best is None:
             raise Fail.permanent(f"wheel index {self.base}: no wheel of {name}{spec or ' (any version)'} "
                                  f"for CPython {PYTHON} on {self.platform}")
@@ -164,10 +178,12 @@ def _walk(index: _Index, roots, marker_env: dict, pins: dict) -> tuple[dict, dic
         index.files(name)   # its page is fetched now, side by side; picked when it is walked
 
     todo = []
+    required = set()
     for r in roots:
         name = pipindex.normalize(r.name)
         reach(name, r.specifier)
         todo.append((name, frozenset(r.extras)))
+        required.add(name)
     seen = set()
     while todo:
         name, extras = todo.pop(0)
@@ -175,7 +191,9 @@ def _walk(index: _Index, roots, marker_env: dict, pins: dict) -> tuple[dict, dic
             continue
         seen.add((name, extras))
         if name not in chosen:
-            f = index.pick(name, needs[name] & pins.get(name, SpecifierSet()))
+            f = index.pick(name, needs[name] & pins.get(name, SpecifierSet()), name in required)
+            if f is None:
+                continue
             chosen[name] = (f, index.meta(f))
         f, meta_f = chosen[name]
         meta = meta_f.result()

@@ -1,0 +1,170 @@
+"""A loopback wheel index laid out exactly like PyTorch's, served over real HTTP.
+
+PyTorch's index (`https://download.pytorch.org/whl/<variant>/<project>/`) differs
+from a plain PEP 503 tree in ways a client must survive, and this one has them all:
+- files live beside the project pages (`whl/<variant>/torch-...whl`, shared
+  ones under `whl/`), linked by *absolute* hrefs (`/whl/rocm7.1/torch-2.10.0%2Brocm7.1-...`);
+- the `+` of a local version label is percent-encoded in the href, the link
+  text is the raw file name;
+- `#sha256=` fragments, and PEP 658/714 metadata (`data-dist-info-metadata`,
+  `data-core-metadata`, the `.metadata` file beside the wheel);
+- other Pythons' files and an older release on the same page;
+- `json=True` answers PEP 691 JSON instead (what PyPI-style indexes do).
+
+Wheels are shaped like PyTorch 2.10's builds: `cpu` (no runtime wheels), `cu126`
+(`nvidia-*-cu12` runtime wheels, `nvidia-cudnn-cu12` requiring `nvidia-cublas-cu12`,
+and the `triton` extension), `rocm7.0`/`rocm7.1` (the HIP runtime inside
+`torch/lib`, and `pytorch-triton-rocm`), plus the Python packages torch
+requires (`sympy` -> `mpmath`, `filelock`, ...). The server records every
+request path, so a test can say "no index request".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import http.server
+import json
+import threading
+import urllib.parse
+from pathlib import Path
+
+from helpers_conda import make_wheel
+
+TORCH = "cp312-cp312-manylinux_2_28_x86_64"
+NATIVE = "py3-none-manylinux_2_27_x86_64"
+LINUX_X86 = 'platform_system == "Linux" and platform_machine == "x86_64"'
+PYDEPS = ('filelock', 'typing-extensions>=4.10.0', 'sympy>=1.13.3', 'networkx>=2.5.1', 'jinja2', 'fsspec>=0.8.5',
+          'setuptools; python_version >= "3.12"')
+
+
+def _torch_files(variant: str, extra: dict | None = None) -> dict:
+    return {"lib/libtorch.so": f"libtorch {variant}", "lib/libc10.so": "c10", "include/torch/torch.h": "// torch",
+            "share/cmake/Torch/TorchConfig.cmake": "# cmake", "__init__.py": "",
+            "version.py": f"__version__ = '2.10.0+{variant}'\n", **(extra or {})}
+
+
+def build(root: Path) -> dict[str, list[Path]]:
+    """Wheels per index folder ('' = shared under whl/, else the variant)."""
+    w = root / "build"
+    shared = [
+        make_wheel(w, "sympy", "1.14.0", requires=("mpmath<1.4,>=1.1.0",)),
+        make_wheel(w, "mpmath", "1.3.0"), make_wheel(w, "filelock", "3.20.0"),
+        make_wheel(w, "typing-extensions", "4.15.0"), make_wheel(w, "networkx", "3.5"),
+        make_wheel(w, "jinja2", "3.1.6", requires=("MarkupSafe>=2.0",)),
+        make_wheel(w, "markupsafe", "3.0.2", tag="cp312-cp312-manylinux_2_17_x86_64"),
+        make_wheel(w, "fsspec", "2025.9.0"), make_wheel(w, "setuptools", "80.9.0"),
+        make_wheel(w, "nvidia-cuda-runtime-cu12", "12.6.77", {"__init__.py": "", "cuda_runtime/lib/libcudart.so.12": "rt"},
+                   tag=NATIVE, top="nvidia"),
+        make_wheel(w, "nvidia-cublas-cu12", "12.6.4.1", {"__init__.py": "", "cublas/lib/libcublas.so.12": "blas"},
+                   tag=NATIVE, top="nvidia"),
+        make_wheel(w, "nvidia-cudnn-cu12", "9.10.2.21", {"__init__.py": "", "cudnn/lib/libcudnn.so.9": "dnn"},
+                   tag=NATIVE, top="nvidia", requires=("nvidia-cublas-cu12",)),
+        make_wheel(w, "triton", "3.6.0", {"__init__.py": ""}, tag=TORCH),
+        make_wheel(w, "pytorch-triton-rocm", "3.6.0", {"__init__.py": ""}, tag=TORCH, requires=("filelock",)),
+    ]
+    out: dict[str, list[Path]] = {"": shared}
+    old = make_wheel(w / "old", "torch", "2.9.1+cpu", _torch_files("cpu"), tag=TORCH, requires=PYDEPS)
+    out["cpu"] = [
+        make_wheel(w / "cpu", "torch", "2.10.0+cpu", _torch_files("cpu"), tag=TORCH, requires=PYDEPS),
+        make_wheel(w / "cpu", "torch", "2.10.0+cpu", _torch_files("cpu"), tag="cp311-cp311-manylinux_2_28_x86_64",
+                   requires=PYDEPS),
+        make_wheel(w / "cpu", "torch", "2.10.0+cpu", _torch_files("cpu-aarch64"),
+                   tag="cp312-cp312-manylinux_2_28_aarch64", requires=PYDEPS),
+        old]
+    out["cu126"] = [make_wheel(w / "cu126", "torch", "2.10.0+cu126", _torch_files("cu126"), tag=TORCH, requires=PYDEPS + (
+        f"nvidia-cuda-runtime-cu12==12.6.77; {LINUX_X86}", f"nvidia-cudnn-cu12==9.10.2.21; {LINUX_X86}",
+        f"nvidia-cublas-cu12==12.6.4.1; {LINUX_X86}", 'triton==3.6.0; platform_system == "Linux"'))]
+    for v in ("rocm7.0", "rocm7.1"):
+        hip = {"lib/libamdhip64.so": f"hip {v}", "lib/libMIOpen.so": "miopen"}
+        out[v] = [make_wheel(w / v, "torch", f"2.10.0+{v}", _torch_files(v, hip), tag=TORCH, requires=PYDEPS + (
+            'pytorch-triton-rocm==3.6.0; platform_system == "Linux"',))]
+    return out
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def lay_out(root: Path, wheels: dict[str, list[Path]]) -> Path:
+    """Write `root/whl/...` as PyTorch's index is laid out; returns `root/whl`."""
+    import zipfile
+
+    whl = root / "whl"
+    files: dict[str, list[tuple[str, Path]]] = {}   # project -> (href folder, file)
+    for folder, paths in wheels.items():
+        d = whl / folder if folder else whl
+        d.mkdir(parents=True, exist_ok=True)
+        for p in paths:
+            target = d / p.name
+            target.write_bytes(p.read_bytes())
+            with zipfile.ZipFile(target) as z:
+                meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+                (d / (p.name + ".metadata")).write_bytes(z.read(meta))
+            files.setdefault(p.name.split("-")[0].replace("_", "-").lower(), []).append((folder, target))
+    variants = [f for f in wheels if f]
+    for variant in variants:
+        for project, entries in files.items():
+            served = [(f, t) for f, t in entries if f in ("", variant)]
+            if not served:
+                continue
+            page = whl / variant / project
+            page.mkdir(parents=True, exist_ok=True)
+            links, js = [], []
+            for folder, t in sorted(served, key=lambda e: e[1].name):
+                href = "/whl/" + (f"{folder}/" if folder else "") + urllib.parse.quote(t.name)
+                sha, msha = _sha(t.read_bytes()), _sha(Path(str(t) + ".metadata").read_bytes())
+                links.append(f'<a href="{href}#sha256={sha}" data-dist-info-metadata="sha256={msha}" '
+                             f'data-core-metadata="sha256={msha}">{html.escape(t.name)}</a><br/>')
+                js.append({"filename": t.name, "url": href, "hashes": {"sha256": sha},
+                           "core-metadata": {"sha256": msha}, "size": t.stat().st_size})
+            (page / "index.html").write_text("<!DOCTYPE html>\n<html>\n  <body>\n    <h1>Links for "
+                                              f"{project}</h1>\n    " + "\n    ".join(links) + "\n  </body>\n</html>\n")
+            (page / "index.json").write_text(json.dumps({"meta": {"api-version": "1.1"}, "name": project,
+                                                         "files": js}))
+    return whl
+
+
+class Index:
+    """A running loopback server over `root`; `url` is the `--mirror pytorch=` value."""
+
+    def __init__(self, root: Path, *, json_pages: bool = False):
+        self.requests: list[str] = []
+        served = self
+
+        class Handler(http.server.SimpleHTTPRequestHandler):
+            def __init__(self, *a, **k):
+                super().__init__(*a, directory=str(root), **k)
+
+            def log_message(self, *a):
+                pass
+
+            def send_head(self):
+                served.requests.append(self.path)
+                path = urllib.parse.urlparse(self.path).path
+                if json_pages and path.endswith("/"):
+                    page = Path(self.translate_path(path)) / "index.json"
+                    if page.is_file():
+                        body = page.read_bytes()
+                        self.send_response(200)
+                        self.send_header("Content-Type", "application/vnd.pypi.simple.v1+json")
+                        self.send_header("Content-Length", str(len(body)))
+                        self.end_headers()
+                        import io
+                        return io.BytesIO(body)
+                return super().send_head()
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/whl"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def serve(tmp: Path, **kw) -> Index:
+    root = tmp / "pytorch-index"
+    lay_out(root, build(root))
+    return Index(root, **kw)

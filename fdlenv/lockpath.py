@@ -16,8 +16,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .errors import Fail
-
 LOCK_NAME = "conda-lock.yml"
 
 

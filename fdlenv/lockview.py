@@ -33,9 +33,6 @@ class LockView:
                  source_root: Path | None = None):
         self.home = home
         self.given = Path(given).expanduser().absolute() if given else None
-        if self.given is not None and not (self.given.is_file() or has_splits(self.given)):
-            raise Fail.permanent(f"--lock: {self.given} does not exist; give a conda-lock v1 file "
-                                 "(see `fdlenv lock --help`)")
         self.near = [c for c in (self.given, *(Path(r) / LOCK_NAME for r in (project_root, source_root)
                                                if r is not None)) if c is not None]
         shipped = shipped_lock()
@@ -45,6 +42,9 @@ class LockView:
         """The first lock file that holds `variant` for `platform` (None: none does)."""
         from .store import fastpath
 
+        if self.given is not None and not (self.given.is_file() or has_splits(self.given)):
+            raise Fail.permanent(f"--lock: {self.given} does not exist; give a conda-lock v1 file "
+                                 "(see `fdlenv lock --help`)")
         for base in self.near if near_only else self.near + self.far:
             for f in (base, split_path(base, variant)):
                 if not f.is_file():

@@ -212,7 +212,7 @@ def environment(home: Home, req: PrepareRequest, survey: Callable[[], Survey],
         return None, dict(os.environ)
     if act.env is None:
         notes.append(f"libtorch: {act.label} at {act.dir} (flodl's own, active)")
-    else:
+    elif req.libtorch is not None or act.env.created:   # the active env carried as it is: no note
         notes.append(f"libtorch: {act.label} at {act.env.libtorch_root}" + (" (realised)" if act.env.created else ""))
     arch_gate(act, survey, req.devices)
     from .store.activation import environ_for

@@ -55,3 +55,18 @@ def test_the_bake_script_prepares_every_variant_without_a_gpu_and_bakes_no_token
     unit = (units / "fdlenv-join.service").read_text()
     assert "LoadCredential=" in unit and f"FLODL_HOME={home}" in unit and str(fdlenv) in unit
     assert "--token " not in unit
+
+
+def test_the_bake_scripts_default_covers_every_variant_auto_may_pick():
+    import re
+
+    from fdlenv.hw.model import Device, Survey
+    from fdlenv.hw.routing import route
+    from fdlenv.variants import VARIANTS
+
+    default = re.search(r'VARIANTS=\$\{VARIANTS:-"([^"]+)"\}', (EXAMPLES / "bake" / "bake.sh").read_text())
+    assert default is not None
+    # an AMD box whose host ROCm is unknown: auto's pick must be among the baked ones
+    amd = route(Survey(devices=(Device("amd", 0, "MI300X", "gfx942", 196000),), findings=(),
+                       driver_cuda=None, host_rocm=None))
+    assert amd.variant == "rocm7.0" and set(default.group(1).split()) == set(VARIANTS)

@@ -72,11 +72,12 @@ def test_changed_wheel_is_stale(locked):
     assert "pip wheel helper changed" in line
 
 
-def test_missing_variant_is_stale(locked):
+def test_a_missing_variant_is_stale_when_asked_for_and_left_to_on_demand_otherwise(locked):
     home, envs, out, _ = locked
     write_env(envs, "cu128", ["flodl"], ["rsync"])
-    (line,) = check_locks(envs, out, home=home)
+    (line,) = check_locks(envs, out, variants=["cu128"], home=home)
     assert line.startswith("cu128: not locked")
+    assert check_locks(envs, out, home=home) == []     # locked on demand where it is asked for
 
 
 def test_cli_check_exit_codes(locked, capsys):

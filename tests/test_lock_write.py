@@ -213,3 +213,55 @@ def test_lock_as_a_program_exits_0_every_time(tmp_path, home):
         res = subprocess.run([sys.executable, "-m", "fdlenv", "lock", "--envs", str(envs), "--out",
                               str(tmp_path / f"l{i}.yml"), "--home", str(home.root)], capture_output=True, text=True)
         assert res.returncode == 0, (res.returncode, res.stderr[-500:])
+
+
+def _conda_lock_bytes(solved, out: Path) -> str:
+    """The same entries through conda-lock's own models and writer: the oracle of the bytes."""
+    from conda_lock.lockfile import write_conda_lock_file
+    from conda_lock.lockfile.v1.models import HashModel, LockMeta
+    from conda_lock.lockfile.v2prelim.models import LockedDependency, Lockfile
+
+    from fdlenv.lock.write import VARIANTS_KEY, _relative, content_hash
+
+    platforms = sorted({p for s in solved for p in s.entries})
+    by_key: dict = {}
+    for s in solved:
+        for entries in s.entries.values():
+            for e in entries:
+                by_key.setdefault(e.key, (e, set()))[1].add(s.variant)
+    covering = {p: {s.variant for s in solved if p in s.entries} for p in platforms}
+    packages = [LockedDependency(
+        name=e.name, version=e.version, manager=e.manager, platform=e.platform, dependencies=dict(e.depends),
+        url=e.url, hash=HashModel(md5=e.md5 or None, sha256=e.sha256), build=e.build,
+        categories={"main"} if len(covering[e.platform]) > 1 and vs == covering[e.platform] else vs)
+        for e, vs in by_key.values()]
+    channels: list[str] = []
+    for s in solved:
+        channels += [c for c in s.channel_urls if c not in channels]
+    meta = LockMeta(content_hash={p: content_hash(solved, p) for p in platforms}, channels=channels,
+                    platforms=platforms, sources=[_relative(s.env.path, out) for s in solved],
+                    custom_metadata={VARIANTS_KEY: " ".join(s.variant for s in solved)})
+    oracle = out.with_name("oracle.yml")
+    write_conda_lock_file(Lockfile(package=packages, metadata=meta), oracle, metadata_choices=None,
+                          include_help_text=False)
+    return oracle.read_text()
+
+
+def test_the_writer_gives_conda_locks_own_bytes_for_conda_and_pip_entries_on_two_platforms(tmp_path, home):
+    from fdlenv.lock.entry import Entry
+    from fdlenv.lock.envfile import load
+    from fdlenv.lock.write import Solved, render
+
+    envs = _envs(tmp_path)
+    lock_envs(envs, tmp_path / "conda-lock.yml", home=home)
+    from fdlenv.lock.make import _carried
+    solved = _carried(tmp_path / "conda-lock.yml", envs, set())
+    wheel = Entry("pip", "torch", "2.10.0+cpu", None, "linux-aarch64", "pip+index://pypi/torch/torch-2.10.0+cpu-x.whl",
+                  "", "ab" * 32, (("nvidia-x", "==1"),))
+    solved[0] = Solved(env=load(envs / "cpu.yml"), channel_urls=solved[0].channel_urls,
+                       virtual={**solved[0].virtual, "linux-aarch64": []},
+                       entries={**solved[0].entries, "linux-aarch64": [wheel]})
+    out = tmp_path / "mixed.yml"
+    assert render(solved, out) == _conda_lock_bytes(solved, out)
+    parsed = parse_conda_lock_file(tmp_path / "oracle.yml")
+    assert {(p.name, p.platform) for p in parsed.package} >= {("torch", "linux-aarch64"), ("zlib", "linux-64")}

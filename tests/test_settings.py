@@ -18,6 +18,7 @@ from test_walkthrough import FAKE_CXX
 
 from fdlenv import cli, settings
 from fdlenv.home import Home
+from fdlenv.errors import Fail
 from fdlenv.lock import lock_envs
 from fdlenv.lockpath import shipped_lock
 
@@ -48,14 +49,26 @@ def test_home_is_the_flag_then_the_environment_then_fdl_yml_then_the_user_defaul
     assert settings.resolve().home == Home(tmp_path / "user" / ".flodl")
 
 
-def test_mirrors_are_fdl_yml_with_each_flag_over_it_and_the_lock_is_found_beside_fdl_yml(project):
+def test_mirrors_are_fdl_yml_with_each_flag_over_it_and_the_locks_are_one_view_in_order(project):
     write_fdl(project, "  mirrors:\n    a: file:///a\n    b: file:///b\n")
     s = settings.resolve(mirrors=["b=file:///cli-b"])
     assert dict(s.mirrors) == {"a": "file:///a", "b": "file:///cli-b"}
-    assert s.lock() == shipped_lock()
-    (project / "conda-lock.yml").write_text("")
-    assert s.lock() == project / "conda-lock.yml"
-    assert settings.resolve(lock="other.yml").lock() == project / "other.yml"
+    view = s.view(project / "src")
+    assert view.near == [project / "conda-lock.yml", project / "src" / "conda-lock.yml"]
+    assert view.far == [s.home.root / "lockfiles" / "conda-lock.yml", shipped_lock()]
+    (project / "other.yml").write_text("")
+    assert settings.resolve(lock="other.yml").view().near[0] == project / "other.yml"
+    with pytest.raises(Fail):
+        settings.resolve(lock="missing.yml").view().holder("cpu", "linux-64")
+
+
+def test_frozen_is_the_flag_else_the_environment_else_fdl_yml(project, monkeypatch):
+    assert settings.resolve().frozen is False and settings.resolve(frozen=True).frozen is True
+    monkeypatch.setenv("FDLENV_FROZEN", "1")
+    assert settings.resolve().frozen is True
+    monkeypatch.delenv("FDLENV_FROZEN")
+    write_fdl(project, "  frozen: true\n")
+    assert settings.resolve().frozen is True
 
 
 def _cpu_env(project: Path) -> Path:

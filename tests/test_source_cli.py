@@ -19,7 +19,12 @@ def fdlenv(monkeypatch, tmp_path, capsys):
     """main() with only the build command, and a fake env instead of the store's."""
     from fdlenv.store import activation, realise
 
+    from helpers_store import make_world
+
     monkeypatch.setattr(cli, "COMMANDS", ("build",))
+    make_world(tmp_path / "locked", variants=("cpu", "cu128"))   # a real lock the view reads
+    (tmp_path / "conda-lock.yml").write_bytes((tmp_path / "locked" / "conda-lock.yml").read_bytes())
+    capsys.readouterr()   # what locking it said is not the command's output
     env = fake_env(tmp_path)
     seen = []
 
@@ -63,7 +68,7 @@ def test_the_json_names_the_artifact_and_a_redial_reuses_it(fdlenv, tmp_path):
 
 @needs_rsync
 def test_a_lock_at_the_trees_root_is_used_when_none_is_given(fdlenv, tmp_path):
-    src = write_tree(tmp_path / "src", {"main.rs": "x", "conda-lock.yml": "version: 1\n"})
+    src = write_tree(tmp_path / "src", {"main.rs": "x", "conda-lock.yml": (tmp_path / "conda-lock.yml").read_text()})
     code, out, err = fdlenv("--libtorch", "cpu", "--source", f"file://{src}", "--source-build", RECIPE,
                             "--source-bin", "target/release/train", lock=False)
     assert code == 0, err

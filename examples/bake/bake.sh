@@ -10,7 +10,12 @@ set -eu
 
 PROJECT=${PROJECT:-/srv/flodl}           # holds fdl.yml (see examples/fdl.yml)
 FLODL_HOME=${FLODL_HOME:-/var/lib/flodl}
-VARIANTS=${VARIANTS:-"cu128 rocm7.1"}    # what the fleet's boxes may pick; cpu for CPU-only boxes
+# Every variant `auto` may pick on the fleet: cu128 (NVIDIA, compute capability >= 7, driver CUDA
+# >= 12.8), cu126 (older drivers or GPUs), rocm7.1 (AMD with host ROCm 7.1.x), rocm7.0 (AMD with any
+# other or no known host ROCm: what `auto` picks when /opt/rocm/.info/version is not 7.1), cpu (no
+# usable GPU). Drop what your fleet never has; each is locked on demand from PyTorch's index when no
+# lock beside fdl.yml holds it, and the lock written is left in $FLODL_HOME/lockfiles.
+VARIANTS=${VARIANTS:-"cu128 cu126 rocm7.1 rocm7.0 cpu"}
 WORKER_USER=${WORKER_USER:-flodl}
 FDLENV=${FDLENV:-/opt/fdlenv/bin/fdlenv} # an fdlenv already installed there is used as it is
 UNIT_DIR=${UNIT_DIR:-/etc/systemd/system}

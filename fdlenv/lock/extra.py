@@ -1,12 +1,11 @@
-"""What writing or checking a lock needs beyond a plain install: fdlenv's `lock` extra.
+"""What checking a lock needs beyond a plain install: fdlenv's `lock` extra.
 
-conda-lock (the writer's models and the parser `--check` reads with: about 30
-packages and a second of imports) and pip (which resolves an env file's
-`pip:` requirements) serve only `fdlenv lock`. Realising, running, joining and
-the walk-through read locks with fdlenv's own reader and fetch wheels with its
-own downloader, so a plain `pip install fdlenv` or `uv tool install fdlenv`
-leaves both out, and `fdlenv lock` without them fails with one line naming the
-extra instead of an ImportError.
+conda-lock (the parser `fdlenv lock --check` reads with: about 30 packages and
+a second of imports) serves only `--check`. Writing a lock needs nothing extra:
+the wheel resolver (`lock.closure`) and the writer (`lock.write`) are
+fdlenv's own, so a plain `pip install fdlenv` or `uv tool install fdlenv`
+locks a variant on demand; `--check` without the extra fails with one line
+naming it instead of an ImportError.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ import importlib.util
 from ..errors import Fail
 
 EXTRA = "lock"
-PROVIDERS = {"conda_lock": "conda-lock", "pip": "pip"}
+PROVIDERS = {"conda_lock": "conda-lock"}
 
 
 def require(*modules: str) -> None:
@@ -31,6 +30,6 @@ def require(*modules: str) -> None:
     if missing:
         names = " and ".join(PROVIDERS.get(m, m) for m in missing)
         raise Fail.permanent(
-            f"fdlenv lock needs {names}: install fdlenv's `{EXTRA}` extra, "
+            f"fdlenv lock --check needs {names}: install fdlenv's `{EXTRA}` extra, "
             f"pip install 'fdlenv[{EXTRA}]' (from a checkout: pip install -e '.[{EXTRA}]'; "
             f"with uv: uv tool install 'fdlenv[{EXTRA}]')")

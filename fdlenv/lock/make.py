@@ -29,16 +29,11 @@ from .write import VARIANTS_KEY, Solved, conflicts, write_lock
 
 
 def env_platforms(env: EnvFile, platforms: list[str] | None) -> tuple[str, ...]:
-    """The caller's platforms (those of the env file's `platforms:` when it names some), else the
-    env file's, else this machine's."""
-    if env.platforms and platforms:
-        picked = tuple(p for p in env.platforms if p in platforms)
-        if not picked:
-            raise Fail.permanent(f"--platform: {env.path} covers {', '.join(env.platforms)}, not "
-                                 f"{', '.join(platforms)}")
-        return picked
+    """The env file's `platforms:` (only those of them the caller names, when it names any of
+    them), else the caller's, else this machine's."""
     if env.platforms:
-        return env.platforms
+        picked = tuple(p for p in env.platforms if p in (platforms or ()))
+        return picked or env.platforms
     if platforms:
         return tuple(sorted(set(platforms)))
     from ..store.envkey import this_platform

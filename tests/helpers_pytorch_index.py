@@ -86,8 +86,9 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def lay_out(root: Path, wheels: dict[str, list[Path]]) -> Path:
-    """Write `root/whl/...` as PyTorch's index is laid out; returns `root/whl`."""
+def lay_out(root: Path, wheels: dict[str, list[Path]], metadata: bool = True) -> Path:
+    """Write `root/whl/...` as PyTorch's index is laid out; returns `root/whl`. `metadata=False`:
+    no PEP 658 files or attributes (an index a client must read with range requests)."""
     import zipfile
 
     whl = root / "whl"
@@ -100,7 +101,8 @@ def lay_out(root: Path, wheels: dict[str, list[Path]]) -> Path:
             target.write_bytes(p.read_bytes())
             with zipfile.ZipFile(target) as z:
                 meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
-                (d / (p.name + ".metadata")).write_bytes(z.read(meta))
+                if metadata:
+                    (d / (p.name + ".metadata")).write_bytes(z.read(meta))
             files.setdefault(p.name.split("-")[0].replace("_", "-").lower(), []).append((folder, target))
     variants = [f for f in wheels if f]
     for variant in variants:
@@ -113,11 +115,12 @@ def lay_out(root: Path, wheels: dict[str, list[Path]]) -> Path:
             links, js = [], []
             for folder, t in sorted(served, key=lambda e: e[1].name):
                 href = "/whl/" + (f"{folder}/" if folder else "") + urllib.parse.quote(t.name)
-                sha, msha = _sha(t.read_bytes()), _sha(Path(str(t) + ".metadata").read_bytes())
-                links.append(f'<a href="{href}#sha256={sha}" data-dist-info-metadata="sha256={msha}" '
-                             f'data-core-metadata="sha256={msha}">{html.escape(t.name)}</a><br/>')
-                js.append({"filename": t.name, "url": href, "hashes": {"sha256": sha},
-                           "core-metadata": {"sha256": msha}, "size": t.stat().st_size})
+                sha = _sha(t.read_bytes())
+                msha = _sha(Path(str(t) + ".metadata").read_bytes()) if metadata else None
+                attrs = f' data-dist-info-metadata="sha256={msha}" data-core-metadata="sha256={msha}"' if msha else ""
+                links.append(f'<a href="{href}#sha256={sha}"{attrs}>{html.escape(t.name)}</a><br/>')
+                js.append({"filename": t.name, "url": href, "hashes": {"sha256": sha}, "size": t.stat().st_size,
+                           **({"core-metadata": {"sha256": msha}} if msha else {})})
             (page / "index.html").write_text("<!DOCTYPE html>\n<html>\n  <body>\n    <h1>Links for "
                                               f"{project}</h1>\n    " + "\n    ".join(links) + "\n  </body>\n</html>\n")
             (page / "index.json").write_text(json.dumps({"meta": {"api-version": "1.1"}, "name": project,
@@ -130,6 +133,7 @@ class Index:
 
     def __init__(self, root: Path, *, json_pages: bool = False):
         self.requests: list[str] = []
+        self.ranges: list[tuple[str, str]] = []
         served = self
 
         class Handler(http.server.SimpleHTTPRequestHandler):
@@ -142,6 +146,20 @@ class Index:
             def send_head(self):
                 served.requests.append(self.path)
                 path = urllib.parse.urlparse(self.path).path
+                rng, local = self.headers.get("Range"), Path(self.translate_path(path))
+                if rng and local.is_file():    # bytes=A-B or bytes=-N, as a lazy-wheel client asks
+                    data = local.read_bytes()
+                    first, _, last = rng.removeprefix("bytes=").partition("-")
+                    start = len(data) - int(last) if not first else int(first)
+                    end = len(data) - 1 if not first or not last else min(int(last), len(data) - 1)
+                    start = max(start, 0)
+                    served.ranges.append((local.name, rng))
+                    self.send_response(206)
+                    self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
+                    self.send_header("Content-Length", str(end - start + 1))
+                    self.end_headers()
+                    import io
+                    return io.BytesIO(data[start:end + 1])
                 if json_pages and path.endswith("/"):
                     page = Path(self.translate_path(path)) / "index.json"
                     if page.is_file():
@@ -164,7 +182,7 @@ class Index:
         self.server.server_close()
 
 
-def serve(tmp: Path, **kw) -> Index:
+def serve(tmp: Path, *, metadata: bool = True, **kw) -> Index:
     root = tmp / "pytorch-index"
-    lay_out(root, build(root))
+    lay_out(root, build(root), metadata)
     return Index(root, **kw)

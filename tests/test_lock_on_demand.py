@@ -84,6 +84,7 @@ def test_the_second_call_makes_no_index_request_and_the_env_serves_any_directory
     assert again.returncode == 0 and json.loads(again.stdout)["created"] is False
     elsewhere = box / "elsewhere"
     elsewhere.mkdir()
+    shutil.rmtree(box / "h" / "lockfiles")     # no lock in sight: the realised env alone serves
     run = plain(box, "run", "--libtorch", "rocm7.1", "--home", str(box / "h"), "sh", "-c",
                 'cat "$LIBTORCH_PATH/lib/libamdhip64.so"; echo " $FDL_GPU_FEATURE"', cwd=elsewhere)
     assert run.returncode == 0 and run.stdout == "hip rocm7.1 rocm\n", run.stderr
@@ -119,6 +120,20 @@ def test_pep_691_json_pages_lock_the_same_file_as_html_pages(box, tmp_path_facto
     finally:
         idx.close()
     assert "torch-2.10.0+cpu-cp312-cp312-manylinux_2_28_x86_64.whl" in (box / "h/lockfiles/cpu.conda-lock.yml").read_text()
+
+
+def test_an_index_without_pep_658_metadata_is_read_with_range_requests_not_whole_wheels(box, tmp_path_factory):
+    idx = serve(tmp_path_factory.mktemp("pt-nometa"), metadata=False)
+    try:
+        res = realize(box, idx, "rocm7.0")
+        assert res.returncode == 0, res.stderr
+        assert not any(r.endswith(".metadata") for r in idx.requests)
+        assert {name for name, _ in idx.ranges} >= {"torch-2.10.0+rocm7.0-cp312-cp312-manylinux_2_28_x86_64.whl"}
+        # the wheel itself was downloaded once, whole, by the realise (not by the resolver)
+        whole = [r for r in idx.requests if r.endswith("manylinux_2_28_x86_64.whl") and "rocm7.0" in r]
+        assert len(whole) == len([n for n, _ in idx.ranges if "rocm7.0" in n]) + 1
+    finally:
+        idx.close()
 
 
 def test_join_auto_on_an_amd_box_with_unknown_host_rocm_runs_the_agent_in_rocm70(box, index):

@@ -129,12 +129,12 @@ def _check_platform(env: EnvFile, platform: str, records: list, cmap: ChannelMap
             lines.append(f"pip wheel {name} is not locked")
         elif pip[name].hash.sha256 != wheel.sha256:
             lines.append(f"pip wheel {name} changed (lock sha256 {pip[name].hash.sha256}, file {wheel.sha256})")
-    reached_pip = set(wanted) | _check_requirements(env, pip, lines)
+    reached_pip = set(wanted) | _check_requirements(env, pip, lines, platform)
     lines += [f"pip {name} is locked but {env.path} no longer needs it" for name in sorted(set(pip) - reached_pip)]
     return lines
 
 
-def _check_requirements(env: EnvFile, pip: dict, lines: list[str]) -> set[str]:
+def _check_requirements(env: EnvFile, pip: dict, lines: list[str], platform: str) -> set[str]:
     """Requirement strings: each satisfied by a wheel of the named index, the closure intact.
     Offline: what the index serves today is `fdlenv lock`'s business, not `--check`'s."""
     from packaging.requirements import Requirement
@@ -142,9 +142,13 @@ def _check_requirements(env: EnvFile, pip: dict, lines: list[str]) -> set[str]:
 
     from .. import pipindex
 
+    from .closure import target_environment
+
     todo = []
     for text in env.requirements:
         req = Requirement(text)
+        if req.marker is not None and not req.marker.evaluate(target_environment(platform)):
+            continue   # not for this platform
         name = pipindex.normalize(req.name)
         if name not in pip:
             lines.append(f"pip {text!r}: nothing named {name} is locked")

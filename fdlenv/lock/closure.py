@@ -213,8 +213,8 @@ def resolve_versions(requirements, base: str, platform: str) -> dict:
     from packaging.requirements import Requirement
     from packaging.utils import parse_wheel_filename
 
-    roots = [Requirement(r) for r in requirements]
     marker_env = target_environment(platform)
+    roots = [r for r in map(Requirement, requirements) if r.marker is None or r.marker.evaluate(marker_env)]
     pins: dict = {}
     with ThreadPoolExecutor(PARALLEL) as pool:
         index = _Index(base, platform, pool)
@@ -246,7 +246,7 @@ def resolve(env: EnvFile, platform: str, mirrors: dict[str, str]) -> list[Entry]
     depends: dict[str, dict[str, str]] = {}
     # (project, extras asked of it, nearest kept ancestor): only native wheels are kept, each
     # edge recorded on the nearest kept ancestor.
-    roots = [Requirement(r) for r in env.requirements]
+    roots = [r for r in map(Requirement, env.requirements) if r.marker is None or r.marker.evaluate(marker_env)]
     todo = [(pipindex.normalize(r.name), frozenset(r.extras), None) for r in roots]
     walked = set()
     while todo:

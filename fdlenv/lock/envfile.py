@@ -181,9 +181,10 @@ def _requirement(entry, env_file: Path) -> str:
     except InvalidRequirement as e:
         raise Fail.permanent(f"{env_file}: pip: {text!r} is not a requirement ({e}); accepted: "
                              "NAME SPECIFIER (e.g. torch ==2.10.0) or a path or URL of a .whl") from None
-    if req.url or req.extras or req.marker:
-        raise Fail.permanent(f"{env_file}: pip: {text!r}: URLs, extras and markers are not accepted; "
-                             "accepted: NAME SPECIFIER (e.g. torch ==2.10.0)")
+    if req.url or req.extras:
+        raise Fail.permanent(f"{env_file}: pip: {text!r}: URLs and extras are not accepted; accepted: "
+                             "NAME SPECIFIER [; MARKER] (e.g. torch ==2.10.0, or x ==1; platform_machine == "
+                             "\"x86_64\")")
     return str(req)
 
 

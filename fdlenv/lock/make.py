@@ -83,7 +83,7 @@ def _carried(out: Path, envs_dir: Path, relocked: set[str]) -> list[Solved]:
     """The variants `out` already covers, other than `relocked`, as they stand in the file."""
     import yaml
 
-    from ..store.records import read_variant
+    from ..store.records import holds, read_variant
 
     if not out.is_file():
         return []
@@ -95,7 +95,7 @@ def _carried(out: Path, envs_dir: Path, relocked: set[str]) -> list[Solved]:
         found = discover(envs_dir, [variant]) if env_path(envs_dir, variant).is_file() else []
         env = found[0] if found else EnvFile(variant, out, variant, (), (), (), ())
         entries = {}
-        for platform in meta.get("platforms") or []:
+        for platform in [p for p in meta.get("platforms") or [] if holds(out, variant, p)]:
             entries[platform] = [
                 Entry(r.manager, r.name, r.version, r.build or None, platform, r.url, r.md5 or "",
                       r.sha256, tuple(sorted((k, str(v or "")) for k, v in r.dependencies.items())))

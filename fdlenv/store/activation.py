@@ -16,7 +16,10 @@ stores "prepend these, then whatever the caller had", and entries are
 de-duplicated (rattler's script repeats PATH). flodl's variables go on top:
 LIBTORCH_PATH, FDL_GPU_FEATURE, and LD_LIBRARY_PATH = host ROCm lib dir (AMD
 only; libtorch-rocm bundles a ROCm userspace that must not win over the
-host's), then libtorch's lib dir, then what was inherited.
+host's), then libtorch's lib dir, then (NVIDIA) every `nvidia/<lib>/lib` of
+the env, then what was inherited; for NVIDIA envs CUDA_HOME and CUDA_PATH
+(the env's own `cuda/`, `store.cudahome`); and CMAKE_PREFIX_PATH (libtorch
+first) and Torch_DIR, so `find_package(Torch)` needs nothing passed.
 
 Switching and deactivating: a shell activated by `shell-hook` carries
 `_FDLENV_STATE`, each changed variable's value before and after. `restored`
@@ -118,14 +121,28 @@ def activation_diff(home: Home, env: Env) -> dict:
     return diff
 
 
-def host_rocm_lib(environ: Mapping[str, str], rocm_root: Path | None = None) -> Path | None:
-    """The host ROCm lib dir that actually holds the HIP runtime ($ROCM_PATH, else /opt/rocm)."""
-    root = rocm_root or Path(environ.get("ROCM_PATH") or "/opt/rocm")
-    for sub in ("lib", "lib64"):
-        d = root / sub
-        if any(d.glob("libamdhip64.so*")):
-            return d
-    return None
+def host_rocm_lib(environ: Mapping[str, str], rocm_root: Path | None = None) -> Path:
+    """The host ROCm lib dir, as flodl resolves it: the first of `$ROCM_PATH`, `$HIP_PATH`,
+    `$HSA_PATH`, `/opt/rocm` (or `rocm_root` alone, for tests) whose `lib` or `lib64` holds the
+    HIP runtime, else `${ROCM_PATH:-/opt/rocm}/lib`."""
+    roots = [rocm_root] if rocm_root else [Path(environ[v]) for v in ("ROCM_PATH", "HIP_PATH", "HSA_PATH")
+                                           if environ.get(v)] + [Path("/opt/rocm")]
+    for root in roots:
+        for sub in ("lib", "lib64"):
+            d = root / sub
+            if any(d.glob("libamdhip64.so*")):
+                return d
+    return (rocm_root or Path(environ.get("ROCM_PATH") or "/opt/rocm")) / "lib"
+
+
+def nvidia_libs(libtorch: Path) -> list[str]:
+    """Every `nvidia/<lib>/lib` beside a wheel libtorch (`<site-packages>/torch`), sorted: the CUDA
+    runtime wheels libtorch_cuda finds through its RPATH, and a training binary through these."""
+    root = libtorch.parent / "nvidia"
+    try:
+        return sorted(str(d / "lib") for d in root.iterdir() if (d / "lib").is_dir())
+    except OSError:
+        return []
 
 
 def restored(environ: Mapping[str, str]) -> dict[str, str]:
@@ -172,9 +189,28 @@ def libtorch_environ(base: Mapping[str, str], libtorch: Path, vendor: str,
     out["LIBTORCH_PATH"] = str(libtorch)
     out["FDL_GPU_FEATURE"] = variants.FEATURE.get(vendor, "")
     rocm = host_rocm_lib(base, rocm_root) if vendor == "amd" else None
-    out["LD_LIBRARY_PATH"] = _join([str(rocm) if rocm else "", str(libtorch / "lib"),
+    cuda = nvidia_libs(libtorch) if vendor == "nvidia" else []
+    out["LD_LIBRARY_PATH"] = _join([str(rocm) if rocm else "", str(libtorch / "lib"), *cuda,
                                     *out.get("LD_LIBRARY_PATH", "").split(":")])
+    cmake = libtorch / "share" / "cmake" / "Torch"
+    if cmake.is_dir():   # find_package(Torch) with nothing passed
+        out["CMAKE_PREFIX_PATH"] = _join([str(libtorch), *out.get("CMAKE_PREFIX_PATH", "").split(":")])
+        out["Torch_DIR"] = str(cmake)
+    home = cuda_home_of(libtorch) if vendor == "nvidia" else None
+    if home is not None:   # the env's own toolkit dir; a host toolkit is never mixed in
+        out["CUDA_HOME"] = out["CUDA_PATH"] = str(home)
     return out
+
+
+def cuda_home_of(libtorch: Path) -> Path | None:
+    """The CUDA_HOME an env assembled for its wheel libtorch (`store.cudahome`), or None."""
+    from .cudahome import DIRNAME
+
+    for up in libtorch.parents:
+        if (up / ".fdlenv").is_dir():
+            home = up / DIRNAME
+            return home if (home / "include").is_dir() else None
+    return None
 
 
 def shell_state(before: Mapping[str, str], after: Mapping[str, str]) -> str:

@@ -19,7 +19,7 @@ TYPE_CHECKING = False   # `typing` and the Record dataclass stay off the re-dial
 if TYPE_CHECKING:
     from .records import Record
 
-STORE_SCHEMA = 2  # 2: wheels hard-linked from the package cache
+STORE_SCHEMA = 3  # 2: wheels hard-linked from the package cache; 3: NVIDIA envs carry cuda/ (CUDA_HOME)
 
 
 def env_key(records: list[Record], platform: str) -> str:

@@ -31,7 +31,7 @@ from ..errors import Fail, os_failure
 from ..home import Home
 from ..progress import during, say
 from .archives import Archive, evict_cache_entry, locate, verify
-from . import wheels
+from . import cudahome, wheels
 from .install_worker import CondaItem, Request, WorkerProcess
 from .env import MANIFEST, libtorch_root
 from .records import Record
@@ -77,6 +77,8 @@ def build(home: Home, variant: str, key: str, records: list[Record], final: Path
                 f"(is {home.pkgs} on another filesystem than {home.envs}?): "
                 + ", ".join(links["copied"][:5]))
         root = libtorch_root(stage)
+        if variants.get(variant).vendor == "nvidia":
+            cudahome.assemble(stage, root)
         _write_arch(root, variant, records)
         final_root = final / root.relative_to(stage)
         manifest = {

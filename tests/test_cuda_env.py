@@ -230,3 +230,58 @@ def test_the_host_rocm_lib_dir_is_found_through_rocm_path_hip_path_hsa_path_then
     if not any(Path("/opt/rocm").glob("lib*/libamdhip64.so*")):
         assert host_rocm_lib({"ROCM_PATH": str(tmp_path / "none")}) == tmp_path / "none" / "lib"
         assert host_rocm_lib({}) == Path("/opt/rocm/lib")
+
+
+SWITCH_RS = r'''
+use std::{env, fs::OpenOptions, io::Write, path::PathBuf, process::Command};
+fn main() {
+    // stands for flodl-sys's C++ unity build over torch.h: it reruns when LIBTORCH_PATH changes
+    println!("cargo:rerun-if-env-changed=LIBTORCH_PATH");
+    println!("cargo:rerun-if-changed=ffi.cpp");
+    let out = PathBuf::from(env::var("OUT_DIR").unwrap());
+    assert!(Command::new("c++").args(["-c", "-fPIC", "ffi.cpp", "-o"]).arg(out.join("ffi.o")).status().unwrap().success());
+    assert!(Command::new("ar").arg("crs").arg(out.join("libffi.a")).arg(out.join("ffi.o")).status().unwrap().success());
+    let mut log = OpenOptions::new().create(true).append(true).open(env::var("FFI_BUILDS").unwrap()).unwrap();
+    writeln!(log, "{}", env::var("LIBTORCH_PATH").unwrap()).unwrap();
+    println!("cargo:rustc-link-search=native={}", out.display());
+    println!("cargo:rustc-link-lib=static=ffi");
+}
+'''
+
+
+def test_switching_variants_keeps_a_build_tree_per_variant_so_going_back_is_incremental(world, tmp_path):
+    from helpers_store import make_world
+
+    env, base, _ = world
+    cpu = make_world(tmp_path / "cpu-world", variants=("cpu",))
+    crate = tmp_path / "crate"
+    (crate / "src").mkdir(parents=True)
+    (crate / "Cargo.toml").write_text('[package]\nname = "sw"\nversion = "0.1.0"\nedition = "2021"\n')
+    (crate / "build.rs").write_text(SWITCH_RS)
+    (crate / "ffi.cpp").write_text('extern "C" int ffi_answer() { return 42; }\n')
+    (crate / "src" / "main.rs").write_text('extern "C" { fn ffi_answer() -> i32; }\n'
+                                           'fn main() { println!("{}", unsafe { ffi_answer() }); }\n')
+    log = tmp_path / "ffi-builds"
+    cargo_bin = str(Path(shutil.which("cargo") or Path.home() / ".cargo/bin/cargo").parent)
+    environ = {**os.environ, "FFI_BUILDS": str(log), "PATH": f"{cargo_bin}:{os.environ['PATH']}"}
+    environ.pop("CARGO_TARGET_DIR", None)
+    home = base[-1]
+
+    def build(lock_args):
+        res = subprocess.run([sys.executable, "-m", "fdlenv", "build", *lock_args, "--home", home,
+                              "--source", f"file://{crate}", "--source-build", "cargo build --offline --release",
+                              "--source-bin", "target/release/sw", "--json"], capture_output=True, text=True,
+                             env=environ)
+        assert res.returncode == 0, res.stderr
+        return json.loads(res.stdout)
+
+    a = ["--libtorch", "cu128", "--lock", base[3]]
+    b = ["--libtorch", "cpu", "--lock", str(cpu.lock)]
+    first = build(a)
+    build(b)
+    (crate / "src" / "main.rs").write_text((crate / "src" / "main.rs").read_text() + "// edited\n")
+    again = build(a)
+    assert again["built"] is True and again["build_key"] != first["build_key"]
+    runs = log.read_text().splitlines()
+    assert len(runs) == 2 and runs[0] != runs[1], runs     # A's C++ was not rebuilt on the way back
+    assert subprocess.run([again["bin"]], capture_output=True, text=True).stdout == "42\n"

@@ -8,8 +8,10 @@ the project before anything is built.
 does not exist; when it holds it the recipe is not run at all, and that check
 comes before any lock. Otherwise, under
 `locks/build-<key>.lock`, the check is repeated (a racing prepare may have
-published meanwhile), the recipe runs in the source tree itself (so cargo's
-`target/` keeps it incremental), and the artifact is copied out.
+published meanwhile), the recipe runs in the source tree itself with a build
+tree per variant (`target/fdlenv-<variant>` as CARGO_TARGET_DIR,
+`FDLENV_BUILD_DIR` for CMake), so switching variants stays incremental, and
+the artifact is copied out.
 
 The caller passes the env (anything with key, path, variant) and the complete
 child environment, so this module never imports the store.
@@ -159,6 +161,36 @@ def _run_recipe(recipe: Recipe, project: Path, env, environ: dict, keep_fds: tup
                      "fix it at the source; this box picks the fix up on its next dial")
 
 
+def variant_trees(project: Path, env, environ: dict) -> tuple[dict, Path | None]:
+    """The recipe's environment with a build tree per variant, and cargo's target dir (None when
+    the caller's environment already names one). A box alternating cu128 and cpu then rebuilds
+    only what changed since that variant's last build, never the FFI crate's C++ from scratch:
+    `CARGO_TARGET_DIR=<project>/target/fdlenv-<variant>` (a `target/...` artifact is looked up
+    there), and `FDLENV_BUILD_DIR=<project>/build/fdlenv-<variant>` for CMake recipes
+    (`cmake -S . -B "$FDLENV_BUILD_DIR"`)."""
+    v = env.variant
+    name = v.name if isinstance(v, variants.Variant) else str(v)
+    if env.key == "no-libtorch":
+        name = "none"
+    out = dict(environ)
+    out.setdefault("FDLENV_BUILD_DIR", str(project / "build" / f"fdlenv-{name}"))
+    if "CARGO_TARGET_DIR" in environ:
+        return out, None
+    target = project / "target" / f"fdlenv-{name}"
+    out["CARGO_TARGET_DIR"] = str(target)
+    return out, target
+
+
+def _artifact(project: Path, recipe: Recipe, target: Path | None) -> Path:
+    """Where the recipe left `bin`: under the variant's cargo target dir for a `target/...` path."""
+    parts = Path(recipe.bin).parts
+    if target is not None and parts[:1] == ("target",) and len(parts) > 1:
+        moved = target.joinpath(*parts[1:])
+        if moved.is_file():
+            return moved
+    return project / recipe.bin
+
+
 def _publish(home: Home, key: str, artifact: Path, meta: dict) -> None:
     stage = home.builds / f".staging-{key}-{os.getpid()}"
     stage.mkdir()
@@ -195,8 +227,9 @@ def build(home: Home, tree: Path, tree_content: str, env, environ: dict, recipe:
         # block the publishing rename; both are safe to drop under the lock.
         for debris in [*home.builds.glob(f".staging-{key}-*"), home.builds / key]:
             shutil.rmtree(debris, ignore_errors=True)
+        environ, target = variant_trees(project, env, environ)
         _run_recipe(recipe, project, env, environ, keep_fds)
-        artifact = project / recipe.bin
+        artifact = _artifact(project, recipe, target)
         if not artifact.is_file() or not _inside(artifact, tree):
             raise Fail.permanent(
                 f"the build succeeded but bin {recipe.bin!r} is not a file at {artifact} "

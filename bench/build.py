@@ -9,12 +9,21 @@ store's bench), so the figure is the source step alone. Goal: under 60 ms
 over `python -c pass`. A last line times the whole `fdlenv build` command with
 the real store (an env realised from a test lock) when py-rattler is present.
 
-    python bench/build.py [--files 300] [--runs 15]
+Switching variants (`--switch N`, N rounds): a crate whose build.rs compiles a
+C++ unity file (the shape of flodl-sys's, rerun when LIBTORCH_PATH changes),
+built with `fdlenv build` for variant A, then B, then one Rust file edited,
+then A again; the peer does the same with plain cargo in one target dir
+(LIBTORCH_PATH switched by hand), as a box without per-variant build trees
+does. Ratio = the last A build, fdlenv / peer (goal: well under 1: the C++
+is not rebuilt on the way back).
+
+    python bench/build.py [--files 300] [--runs 15] [--switch 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -27,15 +36,15 @@ REDIAL = """
 import sys
 from pathlib import Path
 from fdlenv import cli
-from fdlenv.store import activation, realise
+from fdlenv import libtorch
+from fdlenv.store import activation
 from fdlenv.store.env import Env
 cli.COMMANDS = ("build",)
-realise.realise = lambda home, variant, lock, mirrors=None, **kw: Env("cpu", "e" * 64, Path("/nonexistent"),
-                                                                     Path("/nonexistent"), False)
+libtorch.env_for = lambda home, variant, view, mirrors, **kw: Env("cpu", "e" * 64, Path("/nonexistent"),
+                                                                  Path("/nonexistent"), False)
 activation.child_environ = lambda home, env, base=None, rocm_root=None: {"PATH": "/usr/bin:/bin",
                                                                        "LIBTORCH_PATH": "/x"}
-sys.exit(cli.main(["build", "--home", sys.argv[1], "--libtorch", "cpu", "--lock", "/nonexistent.yml",
-                   "--source", sys.argv[2]]))
+sys.exit(cli.main(["build", "--home", sys.argv[1], "--libtorch", "cpu", "--source", sys.argv[2]]))
 """
 
 RECIPE = "mkdir -p target/release && cp src/f0.rs target/release/train"
@@ -76,7 +85,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--files", type=int, default=300)
     ap.add_argument("--runs", type=int, default=15)
+    ap.add_argument("--switch", type=int, default=0, metavar="N", help="only the switching bench, N rounds")
     a = ap.parse_args()
+    if a.switch:
+        with tempfile.TemporaryDirectory() as tmp:
+            switching(Path(tmp), a.switch)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         make_tree(tmp / "src", a.files)
@@ -143,6 +157,82 @@ def real_store(tmp: Path, spec: str, base: tuple[float, float], runs: int) -> No
     t = timed(argv, runs)
     print(f"full `fdlenv build`, real store {ms(t)}")
     print(f"  fdlenv's own (minus pass)     {ms((t[0] - base[0], t[1] - base[1]))}")
+
+
+SWITCH_BUILD_RS = r'''
+use std::{env, path::PathBuf, process::Command};
+fn main() {
+    println!("cargo:rerun-if-env-changed=LIBTORCH_PATH");
+    println!("cargo:rerun-if-changed=unity.cpp");
+    let out = PathBuf::from(env::var("OUT_DIR").unwrap());
+    assert!(Command::new("c++").args(["-O2", "-c", "-fPIC", "unity.cpp", "-o"]).arg(out.join("u.o")).status().unwrap().success());
+    assert!(Command::new("ar").arg("crs").arg(out.join("libu.a")).arg(out.join("u.o")).status().unwrap().success());
+    println!("cargo:rustc-link-search=native={}", out.display());
+    println!("cargo:rustc-link-lib=static=u");
+    println!("cargo:rustc-link-lib=dylib=stdc++");
+}
+'''
+# A few seconds of C++: template instantiations standing in for a unity build over torch.h.
+UNITY = ("#include <map>\n#include <string>\n#include <vector>\n#include <algorithm>\n"
+         + "".join(f"template <int N> struct T{i} {{ std::map<std::string, std::vector<int>> m; int f() "
+                   f"{{ std::vector<int> v(N); std::sort(v.begin(), v.end()); m[\"k\"] = v; return (int)m.size(); }} }};\n"
+                   f"int g{i}() {{ return T{i}<{i}>().f(); }}\n" for i in range(400))
+         + 'extern "C" int u_answer() { return 42; }\n')
+
+
+def switching(tmp: Path, rounds: int) -> None:
+    import shutil
+
+    tests = Path(__file__).resolve().parent.parent / "tests"
+    made = subprocess.run([sys.executable, "-c", WORLD.replace("make_world(Path(sys.argv[2]))",
+                                                               "make_world(Path(sys.argv[2]), variants=('cpu', 'cu126'))"),
+                           str(tests), str(tmp / "world")], env=ENV, cwd=tmp, capture_output=True, text=True)
+    if made.returncode != 0:
+        print(f"switching: skipped ({made.stderr.strip()[-200:]})")
+        return
+    lock, home = made.stdout.split()
+    cargo = shutil.which("cargo") or str(Path.home() / ".cargo" / "bin" / "cargo")
+    env = {**ENV, "PATH": f"{Path(cargo).parent}:{ENV['PATH']}"}
+    env.pop("CARGO_TARGET_DIR", None)
+    ours, peer = [], []
+    for r in range(rounds):
+        crate = tmp / f"crate{r}"
+        (crate / "src").mkdir(parents=True)
+        (crate / "Cargo.toml").write_text('[package]\nname = "sw"\nversion = "0.1.0"\nedition = "2021"\n')
+        (crate / "build.rs").write_text(SWITCH_BUILD_RS)
+        (crate / "unity.cpp").write_text(f"// round {r}: a tree of its own, never a reused build\n{UNITY}")
+        (crate / "src" / "main.rs").write_text('extern "C" { fn u_answer() -> i32; }\nfn main() { println!("{}", unsafe { u_answer() }); }\n')
+        twin = tmp / f"twin{r}"
+        shutil.copytree(crate, twin)
+
+        def fdlenv(variant: str) -> float:
+            t0 = time.perf_counter()
+            res = subprocess.run([sys.executable, "-m", "fdlenv", "build", "--libtorch", variant, "--lock", lock,
+                            "--home", home, "--source", f"file://{crate}", "--source-build",
+                            "cargo build --offline --release", "--source-bin", "target/release/sw", "--json"],
+                           env=env, capture_output=True, text=True)
+            if res.returncode != 0:
+                raise SystemExit(f"fdlenv build failed: {res.stderr[-800:]}")
+            took = time.perf_counter() - t0
+            if not json.loads(res.stdout)["built"]:
+                raise SystemExit("switching: fdlenv reused a build where the source changed")
+            return took
+
+        def plain(libtorch: str) -> float:
+            t0 = time.perf_counter()
+            subprocess.run([cargo, "build", "--offline", "--release", "-q"], cwd=twin, check=True,
+                           env={**env, "LIBTORCH_PATH": libtorch}, capture_output=True)
+            return time.perf_counter() - t0
+
+        fdlenv("cpu"), fdlenv("cu126")
+        plain("/a"), plain("/b")
+        for c in (crate, twin):
+            (c / "src" / "main.rs").write_text((c / "src" / "main.rs").read_text() + "// edited\n")
+        ours.append(fdlenv("cpu"))
+        peer.append(plain("/a"))
+    a, b = statistics.median(ours), statistics.median(peer)
+    print(f"switch A -> B -> edit -> A, last build: fdlenv {a:.2f} s (a build tree per variant), "
+          f"one shared target dir {b:.2f} s, ratio {a / b:.2f}")
 
 
 if __name__ == "__main__":

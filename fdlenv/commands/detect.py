@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from .. import variants
+
 
 EPILOG = """examples:
   fdlenv detect
@@ -61,4 +63,14 @@ def report(s, r) -> list[str]:
     lines.append(f"driver: nvidia {s.nvidia_driver or '-'}, CUDA {s.driver_cuda or '-'}; "
                  f"host ROCm {s.host_rocm or '-'}")
     lines.append(f"auto: {r.variant or 'none'}: {r.reason}")
+    if any(d.vendor == "nvidia" for d in s.devices):
+        import os
+
+        from ..source.toolkit import cmake_toolkit_note, host_nvcc
+        found = host_nvcc(dict(os.environ))
+        lines.append("host CUDA toolkit: " + (f"{found[0]} (CUDA {found[1] or 'unknown'})" if found else "none")
+                     + "; cu126/cu128 envs carry their own CUDA_HOME for cargo builds")
+        cuda = variants.VARIANTS[r.variant].cuda if r.variant in variants.VARIANTS else None
+        if cuda and (note := cmake_toolkit_note(cuda, dict(os.environ))):
+            lines.append(f"note: {note}")
     return lines

@@ -94,3 +94,34 @@ def gap_message(vendor: str, root: Path, missing: dict[str, str]) -> str:
     return (f"the `{feature}` build needs the {vendor.upper()} toolkit headers, and "
             f"{', '.join(missing)} are missing (toolkit root {root}, and the env's include dirs); "
             f"{install_hint(pkgs)}")
+
+
+def host_nvcc(environ: dict) -> tuple[str, str | None] | None:
+    """The host's nvcc (`$CUDACXX`, else nvcc on PATH, else /usr/local/cuda/bin/nvcc) and the CUDA
+    release it reports ("13.0"), or None when there is none. No CUDA 12 nvcc exists as a wheel, so
+    an env cannot carry one: PyTorch's Torch CMake config (which insists on nvcc for a CUDA
+    libtorch) needs a host toolkit of the env's CUDA major; cargo builds do not."""
+    import re
+    import shutil
+    import subprocess
+
+    cand = environ.get("CUDACXX") or shutil.which("nvcc", path=environ.get("PATH")) or "/usr/local/cuda/bin/nvcc"
+    if not Path(cand).is_file():
+        return None
+    try:
+        out = subprocess.run([cand, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return cand, None
+    m = re.search(r"release (\d+\.\d+)", out)
+    return cand, m.group(1) if m else None
+
+
+def cmake_toolkit_note(cuda: str, environ: dict) -> str | None:
+    """A note when CMake's Torch config would not find a host nvcc of the env's CUDA major."""
+    found = host_nvcc(environ)
+    if found and found[1] and found[1].split(".")[0] == cuda.split(".")[0]:
+        return None
+    have = f"found {found[0]} (CUDA {found[1] or 'unknown'})" if found else "none found"
+    return (f"CMake builds: PyTorch's Torch config needs nvcc for a CUDA libtorch, and no CUDA {cuda} nvcc "
+            f"ships as a wheel, so `find_package(Torch)` for CUDA needs a host CUDA {cuda.split('.')[0]}.x "
+            f"toolkit ({have}); cargo builds (flodl's `cuda` feature) need only the env's CUDA_HOME")

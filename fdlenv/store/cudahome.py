@@ -60,9 +60,14 @@ def _link(target: Path, link: Path) -> None:
     os.symlink(os.path.relpath(target, link.parent), link)
 
 
+_NOT_HEADERS = {"__init__.py", "__pycache__"}   # the wheels' Python package markers
+
+
 def _merge(src: Path, dst: Path) -> None:
     """Link `src`'s entries into the real directory `dst`, merging directories."""
     for entry in sorted(src.iterdir()):
+        if entry.name in _NOT_HEADERS:
+            continue
         here = dst / entry.name
         if not os.path.lexists(here):
             _link(entry, here)

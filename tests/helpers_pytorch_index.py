@@ -79,6 +79,13 @@ def build(root: Path) -> dict[str, list[Path]]:
         hip = {"lib/libamdhip64.so": f"hip {v}", "lib/libMIOpen.so": "miopen"}
         out[v] = [make_wheel(w / v, "torch", f"2.10.0+{v}", _torch_files(v, hip), tag=TORCH, requires=PYDEPS + (
             'pytorch-triton-rocm==3.6.0; platform_system == "Linux"',))]
+    # The default pip index (`--mirror pypi=`, `Index.simple`): the header wheels a cu12x env's
+    # CUDA_HOME takes from it (`pip-sources:` in envs/cu126.yml).
+    out["pypi"] = [
+        make_wheel(w / "pypi", "nvidia-cuda-nvcc-cu12", "12.6.85", {"__init__.py": "",
+                   "cuda_nvcc/include/crt/host_defines.h": "#define CRT 1\n"}, tag=NATIVE, top="nvidia"),
+        make_wheel(w / "pypi", "nvidia-cuda-cccl-cu12", "12.6.77", {"__init__.py": "",
+                   "cuda_cccl/include/nv/target": "#define NV 1\n"}, tag=NATIVE, top="nvidia")]
     return out
 
 
@@ -91,7 +98,10 @@ def lay_out(root: Path, wheels: dict[str, list[Path]], metadata: bool = True) ->
     no PEP 658 files or attributes (an index a client must read with range requests)."""
     import zipfile
 
+    from helpers_wheels import make_index
+
     whl = root / "whl"
+    make_index(root / "simple", wheels.pop("pypi", []))
     files: dict[str, list[tuple[str, Path]]] = {}   # project -> (href folder, file)
     for folder, paths in wheels.items():
         d = whl / folder if folder else whl
@@ -176,6 +186,7 @@ class Index:
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/whl"
+        self.simple = f"http://127.0.0.1:{self.server.server_address[1]}/simple"   # the `pypi` stand-in
 
     def close(self):
         self.server.shutdown()

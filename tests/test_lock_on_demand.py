@@ -50,7 +50,7 @@ def plain(box: Path, *args: str, env: dict | None = None, cwd: Path | None = Non
 
 def realize(box, index, variant, *extra, home="h"):
     return plain(box, "env", "realize", "--libtorch", variant, "--mirror", f"pytorch={index.url}",
-                 "--home", str(box / home), "--json", *extra)
+                 "--mirror", f"pypi={index.simple}", "--home", str(box / home), "--json", *extra)
 
 
 def site(env_path: str) -> Path:
@@ -109,6 +109,11 @@ def test_cpu_and_cu126_realise_with_their_runtime_wheels_and_without_python_pack
     assert not (sp / "triton").exists() and not (sp / "sympy").exists()
     lock = (box / "h" / "lockfiles" / "cu126.conda-lock.yml").read_text()
     assert "nvidia-cudnn-cu12:" in lock and "nvidia-cublas-cu12: ''" in lock   # the kept edge is recorded
+    # the header wheels come from the default index (pip-sources), and make a whole CUDA_HOME
+    assert "pip+index://pypi/nvidia-cuda-nvcc-cu12/" in lock and "pip+index://pytorch/cu126/torch/" in lock
+    home = Path(json.loads(cu.stdout)["path"]) / "cuda"
+    assert (home / "include/crt/host_defines.h").is_file() and (home / "include/nv/target").is_file()
+    assert (home / "lib64/libcudart.so").resolve().name == "libcudart.so.12"
 
 
 def test_pep_691_json_pages_lock_the_same_file_as_html_pages(box, tmp_path_factory):

@@ -159,7 +159,7 @@ def _check_requirements(env: EnvFile, pip: dict, lines: list[str], platform: str
     seen = set(todo)
     while todo:
         entry = pip[todo.pop()]
-        index = env.index_for(entry.platform)
+        index = env.index_of(entry.name, entry.platform)
         if not pipindex.is_entry_url(entry.url) or pipindex.parse_entry_url(entry.url)[0] != index:
             lines.append(f"pip {entry.name} does not come from the index {index} that {env.path} names")
         for dep, constraint in entry.dependencies.items():

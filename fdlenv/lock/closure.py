@@ -104,17 +104,18 @@ class Meta:
 
 
 class _Index:
-    """One index's pages and metadata, each fetched once, side by side."""
+    """The index's pages and metadata, each fetched once, side by side; `sources` sends some
+    projects to another index's base URL."""
 
-    def __init__(self, base: str, platform: str, pool: ThreadPoolExecutor):
-        self.base, self.platform, self.pool = base, platform, pool
+    def __init__(self, base: str, platform: str, pool: ThreadPoolExecutor, sources: dict | None = None):
+        self.base, self.platform, self.pool, self.sources = base, platform, pool, sources or {}
         self.ranks = _tag_ranks(platform)
         self.pages: dict[str, Future] = {}
         self.metas: dict[str, Future] = {}
 
     def files(self, name: str) -> Future:
         if name not in self.pages:
-            self.pages[name] = self.pool.submit(simpleapi.project_files, self.base, name)
+            self.pages[name] = self.pool.submit(simpleapi.project_files, self.sources.get(name, self.base), name)
         return self.pages[name]
 
     def meta(self, f: simpleapi.IndexFile) -> Future:
@@ -160,7 +161,7 @@ class _Index:
         if best is None and not required and not compatible:
             return None
         if best is None:
-            raise Fail.permanent(f"wheel index {self.base}: no wheel of {name}{spec or ' (any version)'} "
+            raise Fail.permanent(f"wheel index {self.sources.get(name, self.base)}: no wheel of {name}{spec or ' (any version)'} "
                                  f"for CPython {PYTHON} on {self.platform}")
         return best
 
@@ -208,8 +209,9 @@ def _walk(index: _Index, roots, marker_env: dict, pins: dict) -> tuple[dict, dic
     return {n: (f, m.result()) for n, (f, m) in chosen.items()}, needs
 
 
-def resolve_versions(requirements, base: str, platform: str) -> dict:
-    """name -> (IndexFile, Meta) of every project the requirements reach on `platform`."""
+def resolve_versions(requirements, base: str, platform: str, sources: dict | None = None) -> dict:
+    """name -> (IndexFile, Meta) of every project the requirements reach on `platform`;
+    `sources`: project -> the base URL serving it, where it is not `base`."""
     from packaging.requirements import Requirement
     from packaging.utils import parse_wheel_filename
 
@@ -217,7 +219,7 @@ def resolve_versions(requirements, base: str, platform: str) -> dict:
     roots = [r for r in map(Requirement, requirements) if r.marker is None or r.marker.evaluate(marker_env)]
     pins: dict = {}
     with ThreadPoolExecutor(PARALLEL) as pool:
-        index = _Index(base, platform, pool)
+        index = _Index(base, platform, pool, sources)
         for _ in range(ROUNDS):
             chosen, needs = _walk(index, roots, marker_env, pins)
             bad = {n: needs[n] for n, (f, _) in chosen.items()
@@ -239,8 +241,10 @@ def resolve(env: EnvFile, platform: str, mirrors: dict[str, str]) -> list[Entry]
     platform_tags(platform)   # an unsupported platform fails before anything is asked of an index
     index_name = env.index_for(platform)
     base = pipindex.base_url(index_name, mirrors)
-    with during(f"resolving {', '.join(env.requirements)} for {platform} from {base}"):
-        found = resolve_versions(env.requirements, base, platform)
+    sources = {p: pipindex.base_url(i, mirrors) for p, i in env.pip_sources}
+    with during(f"resolving {', '.join(env.requirements)} for {platform} from {base}"
+                + "".join(f" ({p} from {u})" for p, u in sources.items())):
+        found = resolve_versions(env.requirements, base, platform, sources)
     marker_env = target_environment(platform)
     entries: dict[str, Entry] = {}
     depends: dict[str, dict[str, str]] = {}
@@ -258,10 +262,11 @@ def resolve(env: EnvFile, platform: str, mirrors: dict[str, str]) -> list[Entry]
         kept = owner is None or is_native(f.filename)
         if kept and name not in entries:
             if not f.sha256:
-                raise Fail.permanent(f"{env.path}: the index {index_name} states no sha256 for {f.filename}; "
-                                     "fdlenv locks only hashed wheels")
+                raise Fail.permanent(f"{env.path}: the index {env.index_of(name, platform)} states no sha256 "
+                                     f"for {f.filename}; fdlenv locks only hashed wheels")
             entries[name] = Entry("pip", name, meta.version, None, platform,
-                                  pipindex.entry_url(index_name, name, f.filename), "", f.sha256.lower(), ())
+                                  pipindex.entry_url(env.index_of(name, platform), name, f.filename), "",
+                                  f.sha256.lower(), ())
             depends[name] = {}
         for raw in meta.requires_dist:
             req = Requirement(raw)

@@ -30,7 +30,7 @@ from ..home import Home
 from ..mirrors import ChannelMap
 from ..variants import VARIANTS, parse_token
 
-ENV_FILE_FORMS = ("name: STR; channels: [alias or URL, ...]; platforms: [linux-64, ...]; pip-index: NAME or {PLATFORM: NAME}; "
+ENV_FILE_FORMS = ("name: STR; channels: [alias or URL, ...]; platforms: [linux-64, ...]; pip-index: NAME or {PLATFORM: NAME}; pip-sources: {PROJECT: NAME}; "
                   "dependencies: [match spec, ..., {pip: [requirement or wheel path or URL, ...]}]")
 WHEEL_NAME = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)(-\d[^-]*)?-[^-]+-[^-]+-[^-]+\.whl$")
 
@@ -58,10 +58,16 @@ class EnvFile:
     requirements: tuple[str, ...] = ()  # pip requirement strings, resolved through pip_index
     pip_index: str = "pypi"
     pip_index_for: tuple[tuple[str, str], ...] = ()   # (platform, index) where it differs
+    pip_sources: tuple[tuple[str, str], ...] = ()     # (project, index): a project from another index
 
     def index_for(self, platform: str) -> str:
         """The index that serves this env's wheels on `platform`."""
         return dict(self.pip_index_for).get(platform, self.pip_index)
+
+    def index_of(self, project: str, platform: str) -> str:
+        """The index that serves `project` (PEP 503-normalised) on `platform`: its `pip-sources:`
+        entry, else the env's index for the platform (uv's `[tool.uv.sources]`, pixi's channels)."""
+        return dict(self.pip_sources).get(project) or self.index_for(platform)
 
 
 def channel_map(home: Home, mirrors: dict[str, str] | None) -> ChannelMap:
@@ -153,7 +159,19 @@ def load(path: Path) -> EnvFile:
     return EnvFile(variant=variant, path=path, name=str(doc.get("name") or variant),
                    channels=tuple(channels), specs=tuple(specs),
                    platforms=tuple(_str_list(doc, "platforms", path)), wheels=tuple(wheels),
-                   requirements=tuple(requirements), pip_index=index, pip_index_for=per_platform)
+                   requirements=tuple(requirements), pip_index=index, pip_index_for=per_platform,
+                   pip_sources=_pip_sources(doc.get("pip-sources"), path))
+
+
+def _pip_sources(value, path: Path) -> tuple[tuple[str, str], ...]:
+    """`pip-sources: {PROJECT: INDEX}`: projects served by another index than `pip-index`."""
+    if value is None:
+        return ()
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) and _INDEX_NAME.fullmatch(v)
+                                              for k, v in value.items()):
+        raise Fail.permanent(f"{path}: pip-sources: bad value {value!r}; accepted: a mapping of project to "
+                             "index name, e.g. {nvidia-cuda-nvcc-cu12: pypi}")
+    return tuple(sorted((re.sub(r"[-_.]+", "-", k).lower(), v) for k, v in value.items()))
 
 
 _INDEX_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9._-]+)*")

@@ -76,6 +76,7 @@ def content_hash(solved: list[Solved], platform: str) -> str:
             "virtual": s.virtual[platform],
             "wheels": [[w.name, w.sha256] for w in s.env.wheels],
             "pip": [list(s.env.requirements), s.env.index_for(platform)] if s.env.requirements else None,
+            **({"pip-sources": [list(p) for p in s.env.pip_sources]} if s.env.pip_sources else {}),
         }
         for s in solved if platform in s.entries
     }

@@ -166,9 +166,19 @@ class _Index:
         return best
 
 
+def requirements_of(meta: Meta, extras, marker_env: dict):
+    """(normalised name, Requirement) of each requirement of `meta` that applies on the target
+    with `extras` asked of it."""
+    from packaging.requirements import Requirement
+
+    for raw in meta.requires_dist:
+        req = Requirement(raw)
+        if req.marker is None or any(req.marker.evaluate(dict(marker_env, extra=e)) for e in {"", *extras}):
+            yield pipindex.normalize(req.name), req
+
+
 def _walk(index: _Index, roots, marker_env: dict, pins: dict) -> tuple[dict, dict]:
     """One walk from the roots: (name -> (file, Meta), name -> SpecifierSet of everything asked)."""
-    from packaging.requirements import Requirement
     from packaging.specifiers import SpecifierSet
 
     needs: dict[str, SpecifierSet] = {}
@@ -196,14 +206,7 @@ def _walk(index: _Index, roots, marker_env: dict, pins: dict) -> tuple[dict, dic
             if f is None:
                 continue
             chosen[name] = (f, index.meta(f))
-        f, meta_f = chosen[name]
-        meta = meta_f.result()
-        for raw in meta.requires_dist:
-            req = Requirement(raw)
-            if req.marker is not None and not any(req.marker.evaluate(dict(marker_env, extra=e))
-                                                  for e in {"", *extras}):
-                continue
-            dep = pipindex.normalize(req.name)
+        for dep, req in requirements_of(chosen[name][1].result(), extras, marker_env):
             reach(dep, req.specifier)
             todo.append((dep, frozenset(req.extras)))
     return {n: (f, m.result()) for n, (f, m) in chosen.items()}, needs
@@ -268,12 +271,7 @@ def resolve(env: EnvFile, platform: str, mirrors: dict[str, str]) -> list[Entry]
                                   pipindex.entry_url(env.index_of(name, platform), name, f.filename), "",
                                   f.sha256.lower(), ())
             depends[name] = {}
-        for raw in meta.requires_dist:
-            req = Requirement(raw)
-            if req.marker is not None and not any(req.marker.evaluate(dict(marker_env, extra=e))
-                                                  for e in {"", *extras}):
-                continue
-            dep = pipindex.normalize(req.name)
+        for dep, req in requirements_of(meta, extras, marker_env):
             if dep in found and is_native(found[dep][0].filename):
                 depends[name if kept else owner][dep] = str(req.specifier)
             todo.append((dep, frozenset(req.extras), name if kept else owner))

@@ -230,3 +230,15 @@ def test_a_variant_pytorch_does_not_build_for_the_platform_is_one_error_naming_w
     with pytest.raises(Fail) as e:
         ondemand.lock_variant(Home(box / "h"), "rocm7.1", "linux-aarch64", {"pytorch": index.url}, print)
     assert e.value.exit_code == 2 and "linux-aarch64" in str(e.value) and "cpu" in str(e.value)
+
+
+def test_flodl_names_the_cpu_build_on_aarch64_cpu_aarch64(monkeypatch):
+    import os as _os
+
+    from fdlenv import variants
+
+    real = _os.uname()
+    monkeypatch.setattr(_os, "uname", lambda: type(real)((real.sysname, real.nodename, real.release,
+                                                          real.version, "aarch64")))
+    assert variants.get("cpu").flodl_label == "precompiled/cpu-aarch64"
+    assert variants.get("cu128").flodl_label == "precompiled/cu128"

@@ -84,6 +84,13 @@ def world(tmp_path_factory):
     return json.loads(res.stdout), base, tmp
 
 
+def cargo() -> str | None:
+    """cargo on PATH, else rustup's (conftest keeps CARGO_HOME at the real one)."""
+    found = shutil.which("cargo")
+    home = Path(os.environ.get("CARGO_HOME") or Path.home() / ".cargo")
+    return found or (str(home / "bin" / "cargo") if (home / "bin" / "cargo").exists() else None)
+
+
 def run_in_env(base, *cmd, cwd=None, env=None):
     """`fdlenv run CMD` with the host CUDA toolkit hidden, as on a driver-only box."""
     return on_a_driver_only_box([sys.executable, "-m", "fdlenv", "run", *base, *cmd], cwd, env)
@@ -91,7 +98,7 @@ def run_in_env(base, *cmd, cwd=None, env=None):
 
 def on_a_driver_only_box(argv, cwd=None, env=None):
     """`argv` in a mount namespace where /usr/local/cuda is empty; CUDA_HOME inherited pointing there."""
-    if HOST_TOOLKIT.exists():
+    if HOST_TOOLKIT.exists() and os.geteuid() == 0:   # a mount namespace needs root (the suite runs as root)
         empty = Path(cwd or ".").absolute() / ".empty-toolkit"
         empty.mkdir(exist_ok=True)
         argv = ["unshare", "-m", "sh", "-c", f'mount --bind "$0" {HOST_TOOLKIT} && exec "$@"', str(empty), *argv]
@@ -195,8 +202,8 @@ MAIN_RS = ('extern "C" { fn ffi_cuda_version() -> i32; }\n'
 
 
 def test_a_crate_shaped_like_flodl_sys_builds_its_cuda_feature_and_starts_under_run_and_as_the_agent(world, tmp_path):
-    cargo = shutil.which("cargo") or str(Path.home() / ".cargo/bin/cargo")
-    if not Path(cargo).exists() and not shutil.which(cargo):
+    found = cargo()
+    if found is None:
         pytest.skip("needs cargo")
     env, base, _ = world
     crate = tmp_path / "crate"
@@ -205,7 +212,7 @@ def test_a_crate_shaped_like_flodl_sys_builds_its_cuda_feature_and_starts_under_
     (crate / "build.rs").write_text(BUILD_RS)
     (crate / "shim.cpp").write_text(SHIM)
     (crate / "src" / "main.rs").write_text(MAIN_RS)
-    path = f"{Path(cargo).parent}:{os.environ['PATH']}"
+    path = f"{Path(found).parent}:{os.environ['PATH']}"
     built = run_in_env(base, "cargo", "build", "--offline", "--release", "--features", "cuda", cwd=crate,
                        env={"PATH": path, "CARGO_TARGET_DIR": str(crate / "target")})
     assert built.returncode == 0, built.stderr
@@ -252,6 +259,9 @@ fn main() {
 def test_switching_variants_keeps_a_build_tree_per_variant_so_going_back_is_incremental(world, tmp_path):
     from helpers_store import make_world
 
+    found = cargo()
+    if found is None:
+        pytest.skip("needs cargo")
     env, base, _ = world
     cpu = make_world(tmp_path / "cpu-world", variants=("cpu",))
     crate = tmp_path / "crate"
@@ -262,7 +272,7 @@ def test_switching_variants_keeps_a_build_tree_per_variant_so_going_back_is_incr
     (crate / "src" / "main.rs").write_text('extern "C" { fn ffi_answer() -> i32; }\n'
                                            'fn main() { println!("{}", unsafe { ffi_answer() }); }\n')
     log = tmp_path / "ffi-builds"
-    cargo_bin = str(Path(shutil.which("cargo") or Path.home() / ".cargo/bin/cargo").parent)
+    cargo_bin = str(Path(found).parent)
     environ = {**os.environ, "FFI_BUILDS": str(log), "PATH": f"{cargo_bin}:{os.environ['PATH']}"}
     environ.pop("CARGO_TARGET_DIR", None)
     home = base[-1]

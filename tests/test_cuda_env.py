@@ -85,10 +85,23 @@ def world(tmp_path_factory):
 
 
 def cargo() -> str | None:
-    """cargo on PATH, else rustup's (conftest keeps CARGO_HOME at the real one)."""
-    found = shutil.which("cargo")
+    """A cargo that runs: on PATH, else rustup's (conftest keeps CARGO_HOME at the real one); None
+    where there is none or rustup has no toolchain (a fresh machine: those tests are opt-in there)."""
     home = Path(os.environ.get("CARGO_HOME") or Path.home() / ".cargo")
-    return found or (str(home / "bin" / "cargo") if (home / "bin" / "cargo").exists() else None)
+    for cand in (shutil.which("cargo"), str(home / "bin" / "cargo")):
+        if cand and Path(cand).exists():
+            try:
+                if subprocess.run([cand, "--version"], capture_output=True, timeout=60).returncode == 0:
+                    return cand
+            except (OSError, subprocess.SubprocessError):
+                pass
+    return None
+
+
+# Where no cargo runs (a fresh machine without Rust), these skip even under CI=true: flodl's builds
+# need Rust, which fdlenv does not install; on these machines rustup's cargo is there and they run.
+def needs_cargo(test):
+    return pytest.mark.optional(pytest.mark.skipif(cargo() is None, reason="needs a working cargo")(test))
 
 
 def run_in_env(base, *cmd, cwd=None, env=None):
@@ -201,10 +214,9 @@ MAIN_RS = ('extern "C" { fn ffi_cuda_version() -> i32; }\n'
            'fn main() { println!("flodl-sys-shaped: cuda runtime {}", unsafe { ffi_cuda_version() }); }\n')
 
 
+@needs_cargo
 def test_a_crate_shaped_like_flodl_sys_builds_its_cuda_feature_and_starts_under_run_and_as_the_agent(world, tmp_path):
     found = cargo()
-    if found is None:
-        pytest.skip("needs cargo")
     env, base, _ = world
     crate = tmp_path / "crate"
     (crate / "src").mkdir(parents=True)
@@ -256,12 +268,11 @@ fn main() {
 '''
 
 
+@needs_cargo
 def test_switching_variants_keeps_a_build_tree_per_variant_so_going_back_is_incremental(world, tmp_path):
     from helpers_store import make_world
 
     found = cargo()
-    if found is None:
-        pytest.skip("needs cargo")
     env, base, _ = world
     cpu = make_world(tmp_path / "cpu-world", variants=("cpu",))
     crate = tmp_path / "crate"

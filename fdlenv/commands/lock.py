@@ -12,21 +12,26 @@ from ..progress import say
 
 EPILOG = """examples:
   fdlenv lock --libtorch cu128                   # envs/cu128.yml -> conda-lock.yml (others kept)
-  fdlenv lock --libtorch cu126 --mirror pytorch=URL   # PyTorch's index root; -> cu126.conda-lock.yml
+  fdlenv lock --libtorch cu126                   # from PyTorch's index -> cu126.conda-lock.yml
+  fdlenv lock --libtorch cpu --platform linux-aarch64   # for another platform (markers for it)
   fdlenv lock --split                           # <variant>.conda-lock.yml, one per variant
   fdlenv lock --layer toolchain                 # add envs/toolchain.yml (conda-forge) to each variant
   fdlenv lock --mirror conda-forge=file:///srv/mirror/conda-forge
   fdlenv lock --check                           # exit 0: still satisfied, 1: stale (says what)
 
 Wheel variants (`pip:` requirements in the env file) resolve through the index
-named by `pip-index:`: `pypi` is the index your pip is configured with,
-`pytorch/<variant>` is PyTorch's own, given as --mirror pytorch=URL. A variant
-that cannot share the lock with those already in it (another torch build)
-goes to its own <variant>.conda-lock.yml, which every reader finds.
+named by `pip-index:` (and `pip-sources:` per project), with fdlenv's own
+resolver (no pip needed): `pypi` is the index your pip is configured with,
+`pytorch/<variant>` is PyTorch's own, https://download.pytorch.org/whl/<variant>
+(--mirror pytorch=URL for a mirror). A variant that cannot share the lock with
+those already in it (another torch build) goes to its own
+<variant>.conda-lock.yml, which every reader finds. You rarely need this
+command: any command locks a variant no lock holds on demand (docs/LOCK.md).
 
 Channels: `flodl` is the home's local channel ($FLODL_HOME/channels/flodl,
 filled by `fdlenv pack libtorch`); --mirror NAME=URL maps any channel name.
-Platforms: the env file's `platforms:`, else --platform, else this machine's.
+Platforms: the env file's `platforms:` (those --platform names, if any), else
+--platform, else this machine's.
 Each variant is solved for declared virtual packages (cu126: __cuda 12.6,
 cu128: __cuda 12.8, __glibc baseline), never this machine's GPU.
 """

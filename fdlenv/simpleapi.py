@@ -33,6 +33,10 @@ from .errors import Fail
 
 JSON_TYPE = "application/vnd.pypi.simple.v1+json"
 TIMEOUT = 60
+# An index answers pages and metadata of kilobytes (PyTorch's torch page: ~1 MB); a body past
+# these is a broken or hostile index, refused before it fills memory.
+PAGE_LIMIT = 64 << 20
+META_LIMIT = 16 << 20
 
 
 class IndexFile(NamedTuple):
@@ -45,6 +49,15 @@ class IndexFile(NamedTuple):
     requires_python: str | None
     yanked: bool
     metadata: str | None          # None: no PEP 658 file; "": one, no hash stated; else its sha256
+
+
+def read_capped(f, limit: int, url: str) -> bytes:
+    """At most `limit` bytes of `f`; more is a permanent failure naming `url`."""
+    body = f.read(limit + 1)
+    if len(body) > limit:
+        raise Fail.permanent(f"wheel index: {url} sent over {limit >> 20} MiB; an index page or metadata "
+                             "file is far smaller (a broken or hostile index?)")
+    return body
 
 
 def open_url(url: str, headers: dict[str, str] | None = None):
@@ -64,12 +77,12 @@ def _read_page(url: str) -> tuple[bytes, str, str]:
             page = os.path.join(path, "index.html")
             if os.path.isfile(page):
                 with open(page, "rb") as f:
-                    return f.read(), "text/html", url.rstrip("/") + "/"
+                    return read_capped(f, PAGE_LIMIT, page), "text/html", url.rstrip("/") + "/"
             links = "".join(f'<a href="{urllib.parse.quote(n)}">{n}</a>' for n in sorted(os.listdir(path)))
             return links.encode(), "text/html", url.rstrip("/") + "/"
         raise FileNotFoundError(path)
     with open_url(url, {"Accept": f"{JSON_TYPE}, text/html;q=0.01"}) as resp:
-        return resp.read(), resp.headers.get("Content-Type", ""), resp.geturl()
+        return read_capped(resp, PAGE_LIMIT, url), resp.headers.get("Content-Type", ""), resp.geturl()
 
 
 class _Anchors(HTMLParser):
@@ -145,7 +158,8 @@ def _from_json(body: bytes, final: str, page: str) -> list[IndexFile]:
 
 
 def project_files(base: str, project: str) -> list[IndexFile]:
-    """Every file `base` lists for `project` (a PEP 503-normalised name)."""
+    """Every file `base` lists for `project` (a PEP 503-normalised name). A remote index's links
+    to anything but http(s) (a `file:///...` href) are dropped: an index names files it serves."""
     page = f"{base.rstrip('/')}/{project}/"
     try:
         body, ctype, final = _read_page(page)
@@ -153,7 +167,9 @@ def project_files(base: str, project: str) -> list[IndexFile]:
         if getattr(e, "code", None) == 404 or isinstance(e, FileNotFoundError):
             raise Fail.permanent(f"wheel index {base}: no project {project!r} (its page {page} is missing)") from None
         raise Fail.retry(f"wheel index {base}: cannot read {page}: {getattr(e, 'reason', None) or e}") from None
-    return _from_json(body, final, page) if JSON_TYPE in ctype else _from_html(body, final)
+    files = _from_json(body, final, page) if JSON_TYPE in ctype else _from_html(body, final)
+    local = urllib.parse.urlparse(final).scheme == "file"
+    return [f for f in files if local or urllib.parse.urlparse(f.url).scheme in ("http", "https")]
 
 
 def find_file(base: str, project: str, filename: str) -> tuple[str, str | None, int | None]:
@@ -189,9 +205,9 @@ def _fetch(url: str) -> bytes:
     try:
         if parsed.scheme == "file":
             with open(urllib.parse.unquote(parsed.path), "rb") as fh:
-                return fh.read()
+                return read_capped(fh, META_LIMIT, url)
         with open_url(url) as resp:
-            return resp.read()
+            return read_capped(resp, META_LIMIT, url)
     except OSError as e:
         if getattr(e, "code", None) == 404 or isinstance(e, FileNotFoundError):
             raise Fail.permanent(f"wheel index: {url} is missing (its page says it exists)") from None
@@ -238,7 +254,7 @@ class _RangeFile(io.RawIOBase):
                                      "server ignores range requests; fdlenv does not download a whole wheel "
                                      "to lock it (use an index with PEP 658 metadata)")
             total = int(resp.headers.get("Content-Range", "*/0").rpartition("/")[2] or 0)
-            return resp.read(), total
+            return read_capped(resp, META_LIMIT, self.url), total
 
     def readable(self):
         return True

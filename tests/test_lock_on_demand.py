@@ -242,3 +242,53 @@ def test_flodl_names_the_cpu_build_on_aarch64_cpu_aarch64(monkeypatch):
                                                           real.version, "aarch64")))
     assert variants.get("cpu").flodl_label == "precompiled/cpu-aarch64"
     assert variants.get("cu128").flodl_label == "precompiled/cu128"
+
+
+def test_a_hostile_index_is_bounded_and_cannot_point_at_local_files(tmp_path, monkeypatch):
+    import http.server
+    import threading
+
+    from fdlenv import simpleapi
+    from fdlenv.errors import Fail
+
+    secret = tmp_path / "secret.whl"
+    secret.write_text("not for an index to hand out")
+    pages = {"/simple/big/": b"<a href='x'>" + b"x" * 5000 + b"</a>",
+             "/simple/sly/": f'<a href="file://{secret}#sha256={"0" * 64}">sly-1.0-py3-none-any.whl</a>'.encode()}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            body = pages.get(self.path, b"")
+            self.send_response(200 if self.path in pages else 404)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}/simple"
+    try:
+        monkeypatch.setattr(simpleapi, "PAGE_LIMIT", 1000)
+        with pytest.raises(Fail) as e:
+            simpleapi.project_files(base, "big")
+        assert e.value.exit_code == 2 and "over" in str(e.value)
+        assert simpleapi.project_files(base, "sly") == []          # a file:// href from a remote index
+        with pytest.raises(Fail) as e:
+            simpleapi.find_file(base, "sly", "sly-1.0-py3-none-any.whl")
+        assert e.value.exit_code == 2
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_malformed_requirement_in_an_indexs_metadata_is_one_error_naming_the_project():
+    from fdlenv.errors import Fail
+    from fdlenv.lock.closure import Meta, requirements_of, target_environment
+
+    meta = Meta(b"Metadata-Version: 2.1\nName: torch\nVersion: 2.10.0\nRequires-Dist: nvidia-x ==[1\n", "t")
+    with pytest.raises(Fail) as e:
+        list(requirements_of(meta, frozenset(), target_environment("linux-64")))
+    assert e.value.exit_code == 2 and "torch 2.10.0" in str(e.value) and "nvidia-x" in str(e.value)

@@ -169,10 +169,14 @@ class _Index:
 def requirements_of(meta: Meta, extras, marker_env: dict):
     """(normalised name, Requirement) of each requirement of `meta` that applies on the target
     with `extras` asked of it."""
-    from packaging.requirements import Requirement
+    from packaging.requirements import InvalidRequirement, Requirement
 
     for raw in meta.requires_dist:
-        req = Requirement(raw)
+        try:
+            req = Requirement(raw)
+        except InvalidRequirement as e:
+            raise Fail.permanent(f"wheel index: {meta.name} {meta.version} declares a malformed requirement "
+                                 f"{raw!r} ({e})") from None
         if req.marker is None or any(req.marker.evaluate(dict(marker_env, extra=e)) for e in {"", *extras}):
             yield pipindex.normalize(req.name), req
 

@@ -27,7 +27,8 @@ OWNS_PROCESS = False
 EXIT_BROKEN_PIPE = 141
 
 # One module per command under fdlenv/commands; each defines add_parser(sub).
-COMMANDS = ("env", "run", "shell_hook", "detect", "lock", "pack", "walkthrough", "join", "recipe", "build", "prepare")
+COMMANDS = ("env", "run", "shell_hook", "detect", "lock", "pack", "mirror", "walkthrough", "join", "recipe", "build",
+            "prepare")
 
 EPILOG = """examples:
   fdlenv detect --json

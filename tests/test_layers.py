@@ -5,7 +5,7 @@ import is still a dependency). The layers, top to bottom:
 
 5 front:     cli, __main__, commands.*  (a command never imports another command or cli)
 4 flags:     flags (what several commands share)
-3 workflows: prepare, join.*, walkthrough, libtorch, recipes
+3 workflows: prepare, join.*, walkthrough, libtorch, export, recipes
 2 parts:     store.*, source.*, lock.*, pack.*, data, config.{grammar,schema,load,resolve,token}, settings, lockview
 1 names:     hw.*, variants, home, config.model, mirrors, pipindex, simpleapi, lockpath, filelocks, fdlfile
 0 base:      errors, progress, hashing, atomic, groupguard, shells, fdlenv itself (__version__)
@@ -23,7 +23,7 @@ PKG = Path(__file__).resolve().parent.parent / "fdlenv"
 LAYERS = {
     5: ("cli", "__main__", "commands"),
     4: ("flags",),
-    3: ("prepare", "join", "walkthrough", "libtorch", "recipes"),
+    3: ("prepare", "join", "walkthrough", "libtorch", "export", "recipes"),
     2: ("store", "source", "lock", "pack", "data", "config.grammar", "config.schema", "config.load",
         "config.resolve", "config.token", "settings", "lockview"),
     1: ("hw", "variants", "home", "config", "config.model", "mirrors", "pipindex", "simpleapi", "lockpath", "filelocks", "yamlfile",

@@ -77,7 +77,7 @@ def ensure(home: Home, records: list[Record], mirrors: dict[str, str]) -> dict[s
     if not todo:
         return out
     home.ensure(home.pkgs, home.archives)
-    sources = _sources(todo, mirrors)
+    sources = where_served(todo, mirrors)
     total = sum(size for _, size in sources.values() if size) if all(s for _, s in sources.values()) else 0
     say(f"fetching {len(todo)} wheel(s)" + (f", {total / 1e9:.2f} GB" if total else ""))
     cpus = os.cpu_count() or 2
@@ -106,7 +106,7 @@ def ensure(home: Home, records: list[Record], mirrors: dict[str, str]) -> dict[s
     return out
 
 
-def _sources(records: list[Record], mirrors: dict[str, str]) -> dict[str, tuple[str, int | None]]:
+def where_served(records: list[Record], mirrors: dict[str, str]) -> dict[str, tuple[str, int | None]]:
     """sha256 -> (URL or local path, size when the index says it); index pages read side by side."""
     bases: dict[str, str] = {}
 

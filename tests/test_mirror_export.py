@@ -1,0 +1,124 @@
+"""A fleet downloads once: `fdlenv mirror export` served by a real `python -m http.server`.
+
+The upstream is the loopback index laid out like PyTorch's (and the default
+index's stand-in beside it), recording every request; the export is served by
+a child `python -m http.server`; five fresh homes realise through it with
+`--frozen`. The upstream's log shows each locked file fetched once, by the
+export, and never by a box.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers_pytorch_index import serve
+from helpers_store import fdlenv, make_world
+
+
+@pytest.fixture(scope="module")
+def upstream(tmp_path_factory):
+    idx = serve(tmp_path_factory.mktemp("upstream"))
+    yield idx
+    idx.close()
+
+
+@pytest.fixture
+def static(tmp_path):
+    """`python -m http.server` over tmp/mirror; its URL, read from the line it prints when ready."""
+    root = tmp_path / "mirror"
+    root.mkdir()
+    proc = subprocess.Popen([sys.executable, "-u", "-m", "http.server", "0", "--bind", "127.0.0.1",
+                             "--directory", str(root)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    line = proc.stdout.readline()          # "Serving HTTP on 127.0.0.1 port N (...)": the barrier
+    port = int(line.split(" port ")[1].split()[0])
+    yield root, f"http://127.0.0.1:{port}"
+    proc.terminate()
+    proc.wait()
+
+
+def upstream_flags(idx) -> list[str]:
+    return ["--mirror", f"pytorch={idx.url}", "--mirror", f"pypi={idx.simple}"]
+
+
+def wheel_fetches(idx) -> list[str]:
+    return [r for r in idx.requests if r.endswith(".whl")]
+
+
+def test_five_homes_realise_through_a_static_export_and_upstream_serves_each_file_once(tmp_path, upstream, static):
+    root, url = static
+    locks = []
+    for variant in ("rocm7.1", "cu126"):   # locked on demand, as a first box of the fleet does
+        res = fdlenv("env", "realize", "--libtorch", variant, *upstream_flags(upstream), "--home", str(tmp_path / "h0"),
+                     "--json", check=True)
+        locks.append((variant, tmp_path / "h0" / "lockfiles" / f"{variant}.conda-lock.yml", json.loads(res.stdout)["key"]))
+    before = len(wheel_fetches(upstream))
+    exported = fdlenv("mirror", "export", *sum((["--lock", str(f)] for _, f, _ in locks), []), *upstream_flags(upstream),
+                      "--home", str(tmp_path / "h0"), "--json", str(root), check=True)
+    out = json.loads(exported.stdout)
+    fetched = wheel_fetches(upstream)[before:]
+    assert len(fetched) == len(set(fetched)) == out["copied"] > 0          # each file once, by the export
+    assert (root / "pytorch/rocm7.1/torch/index.html").is_file() and (root / "pypi/nvidia-cuda-nvcc-cu12").is_dir()
+    assert set(out["mirrors"]) == {"pypi", "pytorch"}
+    marker = len(upstream.requests)
+    for n in range(5):
+        home = tmp_path / f"box{n}"
+        for variant, lock, key in locks:
+            res = fdlenv("env", "realize", "--libtorch", variant, "--lock", str(lock), "--frozen", "--home", str(home),
+                         "--mirror", f"pytorch={url}/pytorch", "--mirror", f"pypi={url}/pypi", "--json")
+            assert res.returncode == 0, res.stderr
+            assert json.loads(res.stdout)["key"] == key
+    assert len(upstream.requests) == marker                                   # the boxes never asked upstream
+    again = fdlenv("mirror", "export", *sum((["--lock", str(f)] for _, f, _ in locks), []), *upstream_flags(upstream),
+                   "--home", str(tmp_path / "h0"), "--json", str(root), check=True)
+    assert json.loads(again.stdout)["copied"] == 0 and len(upstream.requests) == marker   # unchanged: nothing
+
+
+def test_a_grown_lock_exports_only_what_is_new_and_a_file_not_matching_the_lock_is_refused(tmp_path, upstream):
+    root = tmp_path / "mirror"
+    lock_of = {}
+    for variant in ("cpu", "rocm7.0"):
+        fdlenv("env", "realize", "--libtorch", variant, *upstream_flags(upstream), "--home", str(tmp_path / "h"),
+               check=True)
+        lock_of[variant] = str(tmp_path / "h" / "lockfiles" / f"{variant}.conda-lock.yml")
+    first = json.loads(fdlenv("mirror", "export", "--lock", lock_of["cpu"], *upstream_flags(upstream), "--home",
+                              str(tmp_path / "h"), "--json", str(root), check=True).stdout)
+    grown = json.loads(fdlenv("mirror", "export", "--lock", lock_of["cpu"], "--lock", lock_of["rocm7.0"],
+                              *upstream_flags(upstream), "--home", str(tmp_path / "h"), "--json", str(root),
+                              check=True).stdout)
+    assert first["copied"] == 1 and grown["copied"] == 1 and grown["kept"] == 1
+    page = (root / "pytorch/cpu/torch/index.html").read_text()
+    assert "torch-2.10.0%2Bcpu-cp312-cp312-manylinux_2_28_x86_64.whl#sha256=" in page and "data-core-metadata" in page
+    # a mirror of the upstream that serves other bytes than were locked: refused, nothing written
+    bad = tmp_path / "bad"
+    (bad / "cpu" / "torch").mkdir(parents=True)
+    wheel = "torch-2.10.0+cpu-cp312-cp312-manylinux_2_28_x86_64.whl"
+    (bad / "cpu" / wheel).write_bytes(b"not the locked wheel")
+    (bad / "cpu" / "torch" / "index.html").write_text(f'<a href="../{wheel.replace("+", "%2B")}">{wheel}</a>')
+    res = fdlenv("mirror", "export", "--lock", lock_of["cpu"], "--mirror", f"pytorch={bad.as_uri()}",
+                 "--home", str(tmp_path / "h"), str(tmp_path / "other"))
+    assert res.returncode == 2 and res.stderr.count("error:") == 1 and "does not match the lock" in res.stderr
+    assert not list((tmp_path / "other").rglob("*.whl"))
+
+
+def test_conda_packages_are_exported_as_a_channel_a_box_realises_from(tmp_path, static):
+    root, url = static
+    w = make_world(tmp_path / "world", variants=("cpu",))
+    res = fdlenv("mirror", "export", "--lock", str(w.lock), "--home", str(w.home.root), "--json", str(root), check=True)
+    out = json.loads(res.stdout)
+    assert "flodl" in out["mirrors"] and (root / "conda/flodl/linux-64/repodata.json").is_file()
+    box = fdlenv("env", "realize", "--libtorch", "cpu", "--lock", str(w.lock), "--home", str(tmp_path / "box"),
+                 "--mirror", f"flodl={url}/conda/flodl", "--json")
+    assert box.returncode == 0, box.stderr
+    assert Path(json.loads(box.stdout)["path"]).is_dir()
+
+
+def test_nothing_to_export_is_one_error_naming_the_locks(tmp_path):
+    w = make_world(tmp_path / "world", variants=("cpu",))
+    res = fdlenv("mirror", "export", "--lock", str(w.lock), "--libtorch", "rocm7.1", "--home", str(w.home.root),
+                 str(tmp_path / "m"), env={**os.environ})
+    assert res.returncode == 2 and res.stderr.count("error:") == 1 and str(w.lock) in res.stderr

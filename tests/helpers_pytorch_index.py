@@ -115,7 +115,11 @@ def lay_out(root: Path, wheels: dict[str, list[Path]], metadata: bool = True) ->
                     (d / (p.name + ".metadata")).write_bytes(z.read(meta))
             files.setdefault(p.name.split("-")[0].replace("_", "-").lower(), []).append((folder, target))
     variants = [f for f in wheels if f]
-    for variant in variants:
+    for variant in variants:   # the root page lists the projects, as PyTorch's does (a mirror reads it)
+        served = sorted(p for p, entries in files.items() if any(f in ("", variant) for f, _ in entries))
+        (whl / variant).mkdir(parents=True, exist_ok=True)
+        (whl / variant / "index.html").write_text("<!DOCTYPE html>\n<html><body>\n" + "".join(
+            f'<a href="/whl/{variant}/{p}/">{p}</a><br/>\n' for p in served) + "</body></html>\n")
         for project, entries in files.items():
             served = [(f, t) for f, t in entries if f in ("", variant)]
             if not served:

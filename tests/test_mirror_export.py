@@ -19,6 +19,8 @@ import pytest
 from helpers_pytorch_index import serve
 from helpers_store import fdlenv, make_world
 
+from fdlenv.store.records import holds, read_variant
+
 
 @pytest.fixture(scope="module")
 def upstream(tmp_path_factory):
@@ -122,3 +124,86 @@ def test_nothing_to_export_is_one_error_naming_the_locks(tmp_path):
     res = fdlenv("mirror", "export", "--lock", str(w.lock), "--libtorch", "rocm7.1", "--home", str(w.home.root),
                  str(tmp_path / "m"), env={**os.environ})
     assert res.returncode == 2 and res.stderr.count("error:") == 1 and str(w.lock) in res.stderr
+
+
+# ------------------------------------------------------------------ a pull-through cache: devpi
+
+@pytest.fixture
+def devpi(tmp_path, upstream):
+    """A real devpi-server on 127.0.0.1, with one mirror index per upstream index name."""
+    import base64
+    import shutil
+    import socket
+    import threading
+    import urllib.request
+
+    init, server = shutil.which("devpi-init"), shutil.which("devpi-server")
+    if not (init and server):
+        pytest.skip("needs devpi-server (the test extra installs it)")
+    srv = tmp_path / "devpi"
+    subprocess.run([init, "--serverdir", str(srv), "--root-passwd", "", "--no-root-pypi"], check=True,
+                   capture_output=True)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([server, "--serverdir", str(srv), "--host", "127.0.0.1", "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in proc.stdout:             # the barrier: devpi says when it serves
+        lines.append(line)
+        if "Serving on" in line:
+            break
+    else:
+        pytest.fail("devpi-server did not start:\n" + "".join(lines[-20:]))
+    threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()   # keep the pipe drained
+    base = f"http://127.0.0.1:{port}"
+
+    def call(method, path, body, auth=None):
+        req = urllib.request.Request(base + path, data=json.dumps(body).encode(), method=method, headers={
+            "Content-Type": "application/json", "Accept": "application/json", **({"X-Devpi-Auth": auth} if auth else {})})
+        with urllib.request.urlopen(req) as r:
+            return json.loads(r.read() or b"{}")
+
+    token = call("POST", "/+login", {"user": "root", "password": ""})["result"]["password"]
+    auth = base64.b64encode(f"root:{token}".encode()).decode()
+    mirrors = {"pypi": f"{upstream.simple}/"}
+    mirrors.update({f"pytorch/{v}": f"{upstream.url}/{v}/" for v in ("cpu", "cu126", "rocm7.0", "rocm7.1")})
+    flags = []
+    for name, url in mirrors.items():
+        index = "up-" + name.replace("/", "-").replace(".", "")
+        call("PUT", f"/root/{index}", {"type": "mirror", "mirror_url": url}, auth)
+        flags += ["--mirror", f"{name}={base}/root/{index}/+simple"]
+    yield flags
+    proc.terminate()
+    proc.wait()
+
+
+def test_five_homes_realise_through_devpi_and_upstream_serves_each_file_once(tmp_path, upstream, devpi):
+    locks = []
+    for variant in ("rocm7.1", "cu126"):
+        res = fdlenv("env", "realize", "--libtorch", variant, *upstream_flags(upstream), "--home", str(tmp_path / "h0"),
+                     "--json", check=True)
+        locks.append((variant, tmp_path / "h0" / "lockfiles" / f"{variant}.conda-lock.yml", json.loads(res.stdout)["key"]))
+    before = len(wheel_fetches(upstream))
+    for n in range(5):
+        for variant, lock, key in locks:
+            res = fdlenv("env", "realize", "--libtorch", variant, "--lock", str(lock), "--frozen", *devpi,
+                         "--home", str(tmp_path / f"box{n}"), "--json")
+            assert res.returncode == 0, res.stderr
+            assert json.loads(res.stdout)["key"] == key
+    fetched = wheel_fetches(upstream)[before:]
+    locked = {r.sha256 for _, lock, _ in locks for v in ("rocm7.1", "cu126") if holds(lock, v, "linux-64")
+              for r in read_variant(lock, v, "linux-64")}
+    assert fetched and len(fetched) == len(set(fetched)) == len(locked)   # each locked file once, by devpi
+
+
+def test_a_mirror_that_is_down_is_transient_and_named(tmp_path, upstream):
+    import socket
+
+    fdlenv("env", "realize", "--libtorch", "cpu", *upstream_flags(upstream), "--home", str(tmp_path / "h0"), check=True)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        down = f"http://127.0.0.1:{s.getsockname()[1]}/pytorch"
+    res = fdlenv("env", "realize", "--libtorch", "cpu", "--lock", str(tmp_path / "h0/lockfiles/cpu.conda-lock.yml"),
+                 "--frozen", "--mirror", f"pytorch={down}", "--home", str(tmp_path / "box"))
+    assert res.returncode == 1 and res.stderr.count("error:") == 1 and down in res.stderr   # --persist re-dials

@@ -196,6 +196,12 @@ class Index:
         self.server.shutdown()
         self.server.server_close()
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
 
 def serve(tmp: Path, *, metadata: bool = True, **kw) -> Index:
     root = tmp / "pytorch-index"

@@ -32,9 +32,8 @@ NO_EXTRA = ("import runpy, sys; sys.modules['conda_lock'] = None; sys.modules['p
 
 @pytest.fixture(scope="module")
 def index(tmp_path_factory):
-    idx = serve(tmp_path_factory.mktemp("pt"))
-    yield idx
-    idx.close()
+    with serve(tmp_path_factory.mktemp("pt")) as idx:
+        yield idx
 
 
 @pytest.fixture
@@ -117,19 +116,15 @@ def test_cpu_and_cu126_realise_with_their_runtime_wheels_and_without_python_pack
 
 
 def test_pep_691_json_pages_lock_the_same_file_as_html_pages(box, tmp_path_factory):
-    idx = serve(tmp_path_factory.mktemp("pt-json"), json_pages=True)
-    try:
+    with serve(tmp_path_factory.mktemp("pt-json"), json_pages=True) as idx:
         res = realize(box, idx, "cpu")
         assert res.returncode == 0, res.stderr
         assert any(r.endswith("/cpu/torch/") for r in idx.requests)
-    finally:
-        idx.close()
     assert "torch-2.10.0+cpu-cp312-cp312-manylinux_2_28_x86_64.whl" in (box / "h/lockfiles/cpu.conda-lock.yml").read_text()
 
 
 def test_an_index_without_pep_658_metadata_is_read_with_range_requests_not_whole_wheels(box, tmp_path_factory):
-    idx = serve(tmp_path_factory.mktemp("pt-nometa"), metadata=False)
-    try:
+    with serve(tmp_path_factory.mktemp("pt-nometa"), metadata=False) as idx:
         res = realize(box, idx, "rocm7.0")
         assert res.returncode == 0, res.stderr
         assert not any(r.endswith(".metadata") for r in idx.requests)
@@ -137,8 +132,6 @@ def test_an_index_without_pep_658_metadata_is_read_with_range_requests_not_whole
         # the wheel itself was downloaded once, whole, by the realise (not by the resolver)
         whole = [r for r in idx.requests if r.endswith("manylinux_2_28_x86_64.whl") and "rocm7.0" in r]
         assert len(whole) == len([n for n, _ in idx.ranges if "rocm7.0" in n]) + 1
-    finally:
-        idx.close()
 
 
 def test_join_auto_on_an_amd_box_with_unknown_host_rocm_runs_the_agent_in_rocm70(box, index):

@@ -24,9 +24,8 @@ from fdlenv.store.records import holds, read_variant
 
 @pytest.fixture(scope="module")
 def upstream(tmp_path_factory):
-    idx = serve(tmp_path_factory.mktemp("upstream"))
-    yield idx
-    idx.close()
+    with serve(tmp_path_factory.mktemp("upstream")) as idx:
+        yield idx
 
 
 @pytest.fixture

@@ -46,10 +46,10 @@ def export(home, lock_files: list[Path], variants: list[str] | None, platforms: 
     done = _load(out)
     pip = [r for r in records if pipindex.is_entry_url(r.url)]
     conda = [r for r in records if r.manager == "conda"]
-    other = [r for r in records if r not in pip and r not in conda]
-    if other:
-        raise Fail.permanent(f"mirror export: {other[0].name} is locked by URL ({other[0].url}), not through an "
-                             "index or channel; a static mirror serves index and channel entries only")
+    for r in records:
+        if r.manager == "pip" and not pipindex.is_entry_url(r.url):
+            raise Fail.permanent(f"mirror export: {r.name} is locked by URL ({r.url}), not through an index or "
+                                 "channel; a static mirror serves index and channel entries only")
     todo = [(r, _pip_path(r)) for r in pip if not _kept(out, done, _pip_path(r), r.sha256)]
     todo += [(r, _conda_path(r)) for r in conda if not _kept(out, done, _conda_path(r), r.sha256)]
     copied = 0

@@ -29,13 +29,9 @@ from . import variants
 from .errors import Fail
 
 
-def variant_for(token: str | None, home, survey=None, notes: list[str] | None = None) -> str | None:
+def variant_for(token: str, survey=None, notes: list[str] | None = None) -> str:
     """A `--libtorch` token -> canonical variant; `survey`: a callable returning the Survey
-    (default: the real one); no token -> the box's active variant (None when nothing is).
-    `auto` appends its reason to `notes`."""
-    if token is None:
-        from .store.pointers import active_variant
-        return active_variant(home)
+    (default: the real one). `auto` appends its reason to `notes`."""
     name = variants.parse_token(token)
     if name != "auto":
         return name
@@ -63,7 +59,7 @@ def choose(home, token: str | None, view, mirrors: dict[str, str], *, platform: 
             return act
         variant = act.variant
     else:
-        variant = variant_for(token, home, survey, notes)
+        variant = variant_for(token, survey, notes)
     return _active.of_env(env_for(home, variant, view, mirrors, platform=platform, frozen=frozen,
                                   prefer_realised=prefer_realised, activate=activate, fork=fork,
                                   notes=notes))

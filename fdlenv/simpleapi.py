@@ -134,11 +134,10 @@ def _from_html(body: bytes, final: str) -> list[IndexFile]:
         url, _, frag = href.partition("#")
         tail = urllib.parse.unquote(url.rstrip("/").rsplit("/", 1)[-1])
         name = text if text.endswith((".whl", ".tar.gz", ".zip")) else tail
-        meta = attrs.get("data-core-metadata", attrs.get("data-dist-info-metadata"))
+        key = next((k for k in ("data-core-metadata", "data-dist-info-metadata") if k in attrs), None)
+        meta = None if key is None else _metadata_flag(attrs[key] if attrs[key] is not None else True)
         out.append(IndexFile(name, urllib.parse.urljoin(final, url), _hash_of(frag), None,
-                             attrs.get("data-requires-python"), "data-yanked" in attrs,
-                             _metadata_flag(meta if "data-core-metadata" in attrs or
-                                            "data-dist-info-metadata" in attrs else None)))
+                             attrs.get("data-requires-python"), "data-yanked" in attrs, meta))
     return out
 
 

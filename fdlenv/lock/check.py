@@ -144,10 +144,11 @@ def _check_requirements(env: EnvFile, pip: dict, lines: list[str], platform: str
 
     from .closure import target_environment
 
+    target = target_environment(platform)
     todo = []
     for text in env.requirements:
         req = Requirement(text)
-        if req.marker is not None and not req.marker.evaluate(target_environment(platform)):
+        if req.marker is not None and not req.marker.evaluate(target):
             continue   # not for this platform
         name = pipindex.normalize(req.name)
         if name not in pip:

@@ -121,9 +121,9 @@ def _end_group(proc) -> None:
             continue
 
 
-def _vendor(env) -> str:
+def _variant(env) -> variants.Variant:
     v = env.variant
-    return v.vendor if isinstance(v, variants.Variant) else variants.get(v).vendor
+    return v if isinstance(v, variants.Variant) else variants.get(v)
 
 
 def _run_recipe(recipe: Recipe, project: Path, env, environ: dict, keep_fds: tuple[int, ...] = ()) -> None:
@@ -149,7 +149,7 @@ def _run_recipe(recipe: Recipe, project: Path, env, environ: dict, keep_fds: tup
         proc.guard.release()
     if rc == 0:
         return
-    vendor = _vendor(env)
+    vendor = _variant(env).vendor
     if vendor in ("nvidia", "amd"):
         root = toolkit.toolkit_root(vendor, environ)
         dirs = [root / "include", Path(env.path) / "include", *Path(env.path).glob("targets/*/include")]
@@ -168,10 +168,7 @@ def variant_trees(project: Path, env, environ: dict) -> tuple[dict, Path | None]
     `CARGO_TARGET_DIR=<project>/target/fdlenv-<variant>` (a `target/...` artifact is looked up
     there), and `FDLENV_BUILD_DIR=<project>/build/fdlenv-<variant>` for CMake recipes
     (`cmake -S . -B "$FDLENV_BUILD_DIR"`)."""
-    v = env.variant
-    name = v.name if isinstance(v, variants.Variant) else str(v)
-    if env.key == "no-libtorch":
-        name = "none"
+    name = _variant(env).name
     out = dict(environ)
     out.setdefault("FDLENV_BUILD_DIR", str(project / "build" / f"fdlenv-{name}"))
     if "CARGO_TARGET_DIR" in environ:

@@ -38,6 +38,7 @@ from typing import Mapping
 from .. import atomic, hashing, variants
 from ..errors import Fail
 from ..home import Home
+from .cudahome import DIRNAME as CUDA_HOME   # an NVIDIA env's own CUDA_HOME, `<env>/cuda`
 from .env import Env
 
 SENTINEL = "/__fdlenv_inherited__"
@@ -178,11 +179,12 @@ def child_environ(home: Home, env: Env, base: Mapping[str, str] | None = None,
     activation + flodl's variables."""
     base = restored(os.environ if base is None else base)
     out = _apply(activation_diff(home, env), base)
-    return libtorch_environ(out, Path(env.libtorch_root), variants.get(env.variant).vendor, rocm_root)
+    return libtorch_environ(out, Path(env.libtorch_root), variants.get(env.variant).vendor, rocm_root,
+                            env_path=Path(env.path))
 
 
 def libtorch_environ(base: Mapping[str, str], libtorch: Path, vendor: str,
-                     rocm_root: Path | None = None) -> dict[str, str]:
+                     rocm_root: Path | None = None, env_path: Path | None = None) -> dict[str, str]:
     """flodl's variables for a libtorch dir, over `base`: the whole activation of a libtorch
     flodl installed itself (precompiled/<dir>, builds/<name>), and the top of an env's."""
     out = dict(base)
@@ -190,27 +192,16 @@ def libtorch_environ(base: Mapping[str, str], libtorch: Path, vendor: str,
     out["FDL_GPU_FEATURE"] = variants.FEATURE.get(vendor, "")
     rocm = host_rocm_lib(base, rocm_root) if vendor == "amd" else None
     cuda = nvidia_libs(libtorch) if vendor == "nvidia" else []
-    out["LD_LIBRARY_PATH"] = _join([str(rocm) if rocm else "", str(libtorch / "lib"), *cuda,
+    out["LD_LIBRARY_PATH"] = _join([str(rocm or ""), str(libtorch / "lib"), *cuda,
                                     *out.get("LD_LIBRARY_PATH", "").split(":")])
     cmake = libtorch / "share" / "cmake" / "Torch"
     if cmake.is_dir():   # find_package(Torch) with nothing passed
         out["CMAKE_PREFIX_PATH"] = _join([str(libtorch), *out.get("CMAKE_PREFIX_PATH", "").split(":")])
         out["Torch_DIR"] = str(cmake)
-    home = cuda_home_of(libtorch) if vendor == "nvidia" else None
-    if home is not None:   # the env's own toolkit dir; a host toolkit is never mixed in
-        out["CUDA_HOME"] = out["CUDA_PATH"] = str(home)
+    if vendor == "nvidia" and env_path is not None and (env_path / CUDA_HOME / "include").is_dir():
+        # the env's own toolkit dir (`store.cudahome`); a host toolkit is never mixed in
+        out["CUDA_HOME"] = out["CUDA_PATH"] = str(env_path / CUDA_HOME)
     return out
-
-
-def cuda_home_of(libtorch: Path) -> Path | None:
-    """The CUDA_HOME an env assembled for its wheel libtorch (`store.cudahome`), or None."""
-    from .cudahome import DIRNAME
-
-    for up in libtorch.parents:
-        if (up / ".fdlenv").is_dir():
-            home = up / DIRNAME
-            return home if (home / "include").is_dir() else None
-    return None
 
 
 def shell_state(before: Mapping[str, str], after: Mapping[str, str]) -> str:

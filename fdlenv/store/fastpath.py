@@ -10,6 +10,7 @@ with its manifest (an env dir exists only when complete).
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from .. import atomic, hashing
@@ -17,8 +18,15 @@ from ..home import Home
 from .env import MANIFEST, Env, rebase
 
 
+_DIGESTS: dict = {}   # (path, inode, size, mtime) -> digest: the view and realise ask about one file
+
+
 def lock_digest(lock: Path) -> str:
-    return hashing.of_bytes(lock.read_bytes())
+    st = os.stat(lock)
+    memo = (str(lock), st.st_ino, st.st_size, st.st_mtime_ns)
+    if memo not in _DIGESTS:
+        _DIGESTS[memo] = hashing.of_bytes(lock.read_bytes())
+    return _DIGESTS[memo]
 
 
 def _entry(home: Home, digest: str, variant: str, platform: str) -> Path:

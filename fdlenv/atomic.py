@@ -1,15 +1,26 @@
-"""Small files written whole or not at all: the one temp-then-rename helper.
+"""Whole or not at all: small files, links, deleted trees and swapped trees.
 
 A reader sees the old content or the new, never half of it, and a failed
 write (a full disk, a kill between write and rename aside) leaves no temp
 name behind. Temp names are `.<name>.<pid>` beside the target, so the rename
 stays on one filesystem.
+
+Trees follow the same rule (the hardening issue: a kill -9 must leave the old
+state or the new): `discard` renames a tree out of its name before deleting
+it, so a killed delete leaves a hidden `.trash-*` name that later runs sweep,
+never a half tree under the real name; `exchange` swaps two trees in one
+rename (Linux renameat2 RENAME_EXCHANGE), so a repaired env replaces the old
+one with no moment where neither is there.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 from pathlib import Path
+
+TRASH = ".trash-"
 
 
 def write_text(path: Path, text: str) -> None:
@@ -45,3 +56,35 @@ def symlink(link: Path, target) -> None:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+
+
+def discard(path: Path, trash_dir: Path | None = None) -> None:
+    """Delete the tree (or file) at `path`: first renamed to `<trash_dir or its dir>/.trash-<name>.<pid>`
+    (one atomic step: the name is gone), then deleted out of sight."""
+    trash = (trash_dir or path.parent) / f"{TRASH}{path.name}.{os.getpid()}"
+    try:
+        os.rename(path, trash)
+    except FileNotFoundError:
+        return
+    if trash.is_dir() and not trash.is_symlink():
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        trash.unlink(missing_ok=True)
+
+
+def exchange(a: Path, b: Path) -> bool:
+    """Swap the trees at `a` and `b` in one step; False where the kernel or filesystem cannot
+    (the caller then falls back to two renames)."""
+    import ctypes
+
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), str(a))

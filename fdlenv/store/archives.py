@@ -17,7 +17,6 @@ re-hash.
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 import urllib.parse
 from dataclasses import dataclass
@@ -118,8 +117,8 @@ def evict_cache_entry(home: Home, r: Record) -> None:
     if r.manager == "pip":
         from .wheelfile import entry_dir
 
-        shutil.rmtree(entry_dir(home, r.sha256), ignore_errors=True)
+        atomic.discard(entry_dir(home, r.sha256))
         return
     stem = r.filename.removesuffix(".conda").removesuffix(".tar.bz2")
-    shutil.rmtree(home.pkgs / stem, ignore_errors=True)
+    atomic.discard(home.pkgs / stem)   # renamed out of its name first: never half an entry
     (home.pkgs / f"{stem}.lock").unlink(missing_ok=True)

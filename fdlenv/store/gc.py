@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections import namedtuple
 from pathlib import Path
 
+from .. import atomic
 from ..filelocks import exclusive, held
 from ..home import Home
 from . import pointers
@@ -168,25 +168,18 @@ def _kept(home: Home, kept_envs: list[Path], sources: bool) -> dict[str, int]:
 
 def gc(home: Home, plan: GcPlan) -> None:
     home.ensure(home.staging)
+    # Every tree is renamed out of its name first (`atomic.discard`): a kill -9 at any point
+    # leaves each env and cache entry whole or gone, never half deleted under its name.
     for d in plan.envs:
-        # Rename first: the env vanishes at once, deletion happens out of sight.
-        trash = home.staging / f"gc-{d.name}-{os.getpid()}"
-        os.rename(d, trash)
-        shutil.rmtree(trash, ignore_errors=True)
+        atomic.discard(d, home.staging)
     for e in plan.cache_entries:
-        shutil.rmtree(e, ignore_errors=True)
+        atomic.discard(e)
         e.with_name(e.name + ".lock").unlink(missing_ok=True)
     for a in plan.archives:
         a.unlink(missing_ok=True)
     for p, _why in plan.other:
         if p.is_dir() and not p.is_symlink():
-            # A tree: out of sight first (one rename), then deleted.
-            trash = home.staging / f"gc-{p.name}-{os.getpid()}" if p.parent != home.staging else p
-            try:
-                os.rename(p, trash)
-            except OSError:
-                trash = p
-            shutil.rmtree(trash, ignore_errors=True)
+            atomic.discard(p, home.staging if p.parent != home.staging else None)
         else:
             p.unlink(missing_ok=True)
 

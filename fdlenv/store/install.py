@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .. import __version__, filelocks, variants
+from .. import __version__, atomic, filelocks, variants
 from ..errors import Fail, os_failure
 from ..home import Home
 from ..progress import during, say
@@ -58,8 +58,9 @@ def _clear_debris(home: Home, key: str) -> None:
 
 def build(home: Home, variant: str, key: str, records: list[Record], final: Path,
            lock: Path, digest: str, platform: str, mirrors: dict[str, str],
-           worker: WorkerProcess | None = None) -> None:
-    """Install `records` as `final`. `worker`: an install worker the caller started early."""
+           worker: WorkerProcess | None = None, replace: bool = False) -> None:
+    """Install `records` as `final`. `worker`: an install worker the caller started early.
+    `replace` (a repair): `final` exists and is swapped for the new build in one rename."""
     home.ensure(home.envs, home.staging, home.cache)
     _clear_debris(home, key)
     t0 = time.monotonic()
@@ -93,7 +94,7 @@ def build(home: Home, variant: str, key: str, records: list[Record], final: Path
         (stage / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
         _share_metadata(stage, (stage / MANIFEST).stat().st_mode & 0o777)
         _fsync_files(stage / MANIFEST, root / ".arch", stage / ".fdlenv", root, stage)
-        os.rename(stage, final)
+        _publish(home, stage, final, replace)
         _fsync_files(home.envs)
     except OSError as e:
         worker.abandon()
@@ -104,6 +105,21 @@ def build(home: Home, variant: str, key: str, records: list[Record], final: Path
         shutil.rmtree(stage, ignore_errors=True)
         raise
     say(f"realised {variant} in {time.monotonic() - t0:.1f}s")
+
+
+def _publish(home: Home, stage: Path, final: Path, replace: bool) -> None:
+    """Rename the staging dir into `envs/`; a repair swaps it with the old env in one step
+    (`atomic.exchange`), so a process running in the env never finds it missing, and deletes
+    the old one after."""
+    if not (replace and final.exists()):
+        os.rename(stage, final)
+    elif atomic.exchange(stage, final):
+        atomic.discard(stage)
+    else:   # no renameat2 here: two renames, the old env kept aside until the new one is in
+        aside = home.staging / f"{atomic.TRASH}{final.name}.{os.getpid()}"
+        os.rename(final, aside)
+        os.rename(stage, final)
+        atomic.discard(aside)
 
 
 def _install(home: Home, worker: WorkerProcess, archives: list[Archive], wheel_records: list[Record],

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -186,15 +185,7 @@ def repair(home: Home, env_dir: Path, report: Report, mirrors: dict[str, str] | 
         for r in records:
             if r.name in bad:
                 evict_cache_entry(home, r)
-        # Not `<key>-*`: the build sweeps those as debris of killed runs.
-        trash = home.staging / f"trash-{m['key']}-{os.getpid()}"
-        home.ensure(home.staging)
-        os.rename(env_dir, trash)
-        try:
-            build(home, m["variant"], m["key"], records, env_dir, Path(m["lock"]["path"]),
-                   m["lock"]["sha256"], m["platform"], mirrors or {})
-        except BaseException:
-            if not env_dir.exists():
-                os.rename(trash, env_dir)  # keep the old env rather than none
-            raise
-        shutil.rmtree(trash, ignore_errors=True)
+        # Built beside the old env and swapped in by one rename: a kill at any point leaves
+        # the old env or the new one, and nothing running in it sees it missing.
+        build(home, m["variant"], m["key"], records, env_dir, Path(m["lock"]["path"]),
+              m["lock"]["sha256"], m["platform"], mirrors or {}, replace=True)

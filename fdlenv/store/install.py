@@ -192,12 +192,16 @@ def _install(home: Home, worker: WorkerProcess, archives: list[Archive], wheel_r
             raise Fail.permanent(f"installing {variant} failed: " + " / ".join(
                 line.strip() for line in e["message"].strip().splitlines()[-3:]))
         # The bytes are verified now: their path check holds for that sha256 from here on.
-        (home.cache / "verified").mkdir(parents=True, exist_ok=True)
-        for sha in json.loads(marker.read_text())["paths_checked"]:
-            (home.cache / "verified" / f"{sha}.paths").touch()
+        for sha, layout in json.loads(marker.read_text())["paths_checked"].items():
+            atomic.write_text(home.cache / "verified" / f"{sha}.paths", json.dumps(layout))
         if wheel_records:
             pyver = _site_python(archives, wheel_records)
-            linked = sum(wheels.link(entries[r.sha256], stage, pyver) for r in wheel_records)
+            linked = 0
+            for r in wheel_records:
+                try:
+                    linked += wheels.link(entries[r.sha256], stage, pyver)
+                except wheels.LinkRefused as e:
+                    raise Fail.permanent(f"wheel {r.filename} cannot be installed: {e}; refusing it") from None
             say(f"linked {linked} files of {len(wheel_records)} wheel(s) into lib/python{pyver}/site-packages")
     finally:
         for p in (marker, err):

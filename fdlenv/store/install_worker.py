@@ -10,11 +10,14 @@ this worker writes last, never by the exit code, and the worker always leaves
 through os._exit. The child also keeps rattler's tokio threads out of the
 caller, and dies with its parent.
 
-Order: refuse packages whose paths escape the prefix (once per archive
-sha256, remembered in `cache/verified/<sha256>.paths` after the parent has
-verified the bytes), then install into the staging prefix as if it lived at
-the final env path (`alternative_target_prefix`), so prefix placeholders and
-script shebangs name the published location.
+Order: refuse packages whose paths escape the prefix or run through another
+package's symlink (each archive's layout read once per sha256, remembered in
+`cache/verified/<sha256>.paths` after the parent has verified the bytes),
+then install into the staging prefix as if it lived at the final env path
+(`alternative_target_prefix`), so prefix placeholders and script shebangs
+name the published location; then refuse any symlink a package made that
+resolves outside the env. Nothing is written through a symlink before it is
+checked: no path of the lock runs through one.
 """
 
 from __future__ import annotations
@@ -166,26 +169,68 @@ def _die_with_parent() -> None:
         os._exit(1)
 
 
-async def _check_paths(items: tuple[CondaItem, ...], memo: Path) -> list[str]:
-    """Refuse escaping paths; returns the sha256s checked (the parent remembers them once the
-    archive's bytes are verified, so a tampered archive never vouches for the real one)."""
-    checked = []
-    for it in items:
-        if (memo / f"{it.sha256}.paths").exists():
-            continue
-        from rattler.package_streaming import PackageArchive
+def _layout(memo: Path) -> dict | None:
+    """What an earlier check remembered of an archive: its symlinks, its other paths and the dirs
+    they pass through (an empty or older memo file: None, so it is read again)."""
+    try:
+        d = json.loads(memo.read_text())
+        return d if isinstance(d, dict) and {"links", "files", "dirs"} <= d.keys() else None
+    except (OSError, ValueError):
+        return None
 
-        archive = await PackageArchive.from_path(it.archive)
-        for rel in (p.relative_path for p in (await archive.paths_json()).paths):
-            if _escapes(str(rel)):
-                raise PathEscape(f"package {it.name} ({it.filename}) has a path that escapes "
-                                 f"the prefix: {rel!r}; refusing to install it")
-        checked.append(it.sha256)
+
+async def _check_paths(items: tuple[CondaItem, ...], memo: Path) -> dict[str, dict]:
+    """Refuse what could write outside the prefix, before anything is linked: a path that
+    escapes, and a path that runs through a symlink or lands on another package's symlink
+    (rattler would write through it).
+    Returns the layout of each archive read here; the parent remembers it once the archive's
+    bytes are verified, so a tampered archive never vouches for the real one."""
+    checked, links, dirs, files = {}, {}, {}, {}
+    for it in items:
+        layout = _layout(memo / f"{it.sha256}.paths")
+        if layout is None:
+            from rattler.package_streaming import PackageArchive
+
+            archive = await PackageArchive.from_path(it.archive)
+            mine, plain, through = [], [], set()
+            for entry in (await archive.paths_json()).paths:
+                rel = str(entry.relative_path)
+                if _escapes(rel):
+                    raise PathEscape(f"package {it.name} ({it.filename}) has a path that escapes "
+                                     f"the prefix: {rel!r}; refusing to install it")
+                (mine if entry.path_type.softlink else plain).append(rel)
+                through.update(str(parent) for parent in Path(rel).parents if str(parent) != ".")
+            layout = checked[it.sha256] = {"links": sorted(mine), "files": sorted(plain),
+                                           "dirs": sorted(through)}
+        links.update((rel, it.name) for rel in layout["links"])
+        dirs.update((rel, it.name) for rel in layout["dirs"])
+        files.update((rel, it.name) for rel in layout["files"])
+    for rel in sorted(links.keys() & (dirs.keys() | files.keys())):
+        other = dirs.get(rel) or files[rel]
+        raise PathEscape(f"package {other} installs {'files through' if rel in dirs else 'a file over'} "
+                         f"{rel!r}, a symlink of package {links[rel]}; a write through it could land "
+                         "outside the env; refusing it")
     return checked
 
 
-async def _conda(req: Request) -> list[str]:
-    """Path check, then the install, in one event loop."""
+def _inside(path: str, *roots: Path) -> bool:
+    return any(path == str(r) or path.startswith(str(r) + os.sep) for r in roots)
+
+
+def _check_links(items: tuple[CondaItem, ...], memo: Path, checked: dict, staging: Path, final: Path) -> None:
+    """After the install: every symlink a package made resolves inside the env."""
+    roots = (Path(os.path.realpath(staging)), final)
+    for it in items:
+        layout = checked.get(it.sha256) or _layout(memo / f"{it.sha256}.paths") or {"links": []}
+        for rel in layout["links"]:
+            real = os.path.realpath(staging / rel)
+            if not _inside(real, *roots):
+                raise PathEscape(f"package {it.name} ({it.filename}) has a symlink {rel!r} that resolves "
+                                 f"outside the env ({real}); refusing to install it")
+
+
+async def _conda(req: Request) -> dict[str, dict]:
+    """Path check, then the install, in one event loop, then where the symlinks resolve."""
     staging, final = Path(req.staging), Path(req.final)
     checked = await _check_paths(req.conda, Path(req.memo))
     if req.conda:
@@ -195,12 +240,13 @@ async def _conda(req: Request) -> list[str]:
         await rattler.install(records, target_prefix=staging, cache_dir=Path(req.cache),
                               alternative_target_prefix=final, show_progress=False,
                               execute_link_scripts=False)
+        _check_links(req.conda, Path(req.memo), checked, staging, final)
     else:
         staging.mkdir(parents=True, exist_ok=True)
     return checked
 
 
-def run(req: Request) -> list[str]:
+def run(req: Request) -> dict[str, dict]:
     import asyncio
 
     return asyncio.run(_conda(req))

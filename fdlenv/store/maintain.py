@@ -134,7 +134,25 @@ def verify(env_dir: Path, full: bool = False) -> Report:
     wheels = [r for r in manifest["records"] if r["manager"] == "pip"]
     if wheels:
         _verify_wheels(env_dir, wheels, full, rep)
+    if full:
+        rep.problems += _links_outside(env_dir)
     return rep
+
+
+def _links_outside(env_dir: Path) -> list[Problem]:
+    """Every symlink in the env resolves inside it (a package's link to /X would let a later
+    write, or the trainer, reach outside the store)."""
+    root = os.path.realpath(env_dir)
+    out = []
+    for dirpath, dirs, files in os.walk(env_dir):
+        for name in dirs + files:
+            path = os.path.join(dirpath, name)
+            if os.path.islink(path):
+                real = os.path.realpath(path)
+                if real != root and not real.startswith(root + os.sep):
+                    out.append(Problem(os.path.relpath(path, env_dir), f"symlink resolves outside the env ({real})",
+                                       "(env)"))
+    return out
 
 
 def _verify_wheels(env_dir: Path, wheels: list[dict], full: bool, rep: Report) -> None:

@@ -239,22 +239,55 @@ def _stream(home: Home, r: Record, chunks, where: str, progress: Bytes) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+class LinkRefused(Exception):
+    """A wheel's file would land on or go through a symlink in the env (or is an activation
+    script, which only the lock's conda packages may ship)."""
+
+
 def link(entry: Path, prefix: Path, pyver: str) -> int:
-    """Hard-link a cache entry into the env at `prefix`; returns the files linked."""
-    targets = {"site": prefix / "lib" / f"python{pyver}" / "site-packages",
-               "data": prefix, "include": prefix / "include"}
+    """Hard-link a cache entry into the env at `prefix`; returns the files linked.
+    Never through a symlink: every directory on the way is opened with O_NOFOLLOW."""
+    if (entry / "data" / "etc" / "conda").exists():
+        raise LinkRefused("it ships etc/conda/ (activation scripts come only from the lock's conda packages)")
+    targets = {"site": ("lib", f"python{pyver}", "site-packages"), "data": (), "include": ("include",)}
     count = 0
     for part, target in targets.items():
         if (entry / part).is_dir():
-            os.makedirs(target, exist_ok=True)
-            count += _link_tree(os.open(entry / part, _DIR), os.open(target, _DIR))
+            count += _link_tree(os.open(entry / part, _DIR), _open_under(prefix, target), "/".join(target) or ".")
     return count
 
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY
+_NOFOLLOW = _DIR | os.O_NOFOLLOW
 
 
-def _link_tree(src: int, dst: int) -> int:
+def _open_dir(name: str, parent: int, where: str) -> int:
+    """`name` under directory fd `parent`, made when missing; a symlink or file there is refused."""
+    try:
+        os.mkdir(name, dir_fd=parent)
+    except FileExistsError:
+        pass
+    try:
+        return os.open(name, _NOFOLLOW, dir_fd=parent)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise LinkRefused(f"{where}/{name} in the env is a symlink or a file, not a directory") from None
+        raise
+
+
+def _open_under(prefix: Path, parts: tuple[str, ...]) -> int:
+    fd = os.open(prefix, _DIR)
+    where = ""
+    for part in parts:
+        try:
+            nfd = _open_dir(part, fd, where or ".")
+        finally:
+            os.close(fd)
+        fd, where = nfd, f"{where}/{part}" if where else part
+    return fd
+
+
+def _link_tree(src: int, dst: int, where: str) -> int:
     """Link every file under directory fd `src` into directory fd `dst` (both closed here).
     Paths are resolved against the open directories, not from the root: a 12,000-file
     torch links in about the time `cp -al` takes."""
@@ -267,16 +300,13 @@ def _link_tree(src: int, dst: int) -> int:
                     continue
                 try:
                     os.link(e.name, e.name, src_dir_fd=src, dst_dir_fd=dst, follow_symlinks=False)
-                except FileExistsError:   # the same file from two wheels (namespace __init__): last wins
-                    os.unlink(e.name, dir_fd=dst)
+                except FileExistsError:   # the same file from two wheels (namespace __init__): last wins;
+                    os.unlink(e.name, dir_fd=dst)   # a symlink there is replaced, never written through
                     os.link(e.name, e.name, src_dir_fd=src, dst_dir_fd=dst, follow_symlinks=False)
                 count += 1
         for name in subdirs:
-            try:
-                os.mkdir(name, dir_fd=dst)
-            except FileExistsError:
-                pass
-            count += _link_tree(os.open(name, _DIR, dir_fd=src), os.open(name, _DIR, dir_fd=dst))
+            below = _open_dir(name, dst, where)
+            count += _link_tree(os.open(name, _NOFOLLOW, dir_fd=src), below, f"{where}/{name}")
     finally:
         os.close(src)
         os.close(dst)

@@ -5,14 +5,23 @@ bash, zsh and sh (dash, busybox) share the POSIX form (`export VAR='v'`,
 whose name ends in PATH is a path list there, and fish splits the colon
 string itself). Values are quoted so the shell reads them back byte for
 byte. Only exported variables are ever written: a prompt (PS1, fish's
-fish_prompt) is the shell's own and is never touched.
+fish_prompt) is the shell's own and is never touched. A name is data too: one
+that is not `[A-Za-z_][A-Za-z0-9_]*` (from a hand-made `_FDLENV_STATE`, an
+activate.d script, a foreign environment) is never printed.
 """
 
 from __future__ import annotations
 
+import re
 import shlex
 
 SHELLS = ("bash", "zsh", "fish", "sh")
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def valid_name(name: str) -> bool:
+    """A name every shell reads as one variable name and nothing else."""
+    return NAME.fullmatch(name) is not None
 
 
 def _fish_quote(value: str) -> str:
@@ -22,6 +31,7 @@ def _fish_quote(value: str) -> str:
 def render(shell: str, changes: dict[str, str | None]) -> str:
     """`changes`: VAR -> new value, or None to unset. Unsets first, then sets, by name."""
     lines = []
+    changes = {k: v for k, v in changes.items() if valid_name(k)}
     for var in sorted(k for k, v in changes.items() if v is None):
         lines.append(f"set -e {var}" if shell == "fish" else f"unset {var}")
     for var in sorted(k for k, v in changes.items() if v is not None):

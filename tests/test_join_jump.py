@@ -450,3 +450,23 @@ def test_jump_hops_take_their_settings_from_their_own_ssh_config_entry(tmp_path)
     assert gw.key_files == [str(key), "/keys/join"]     # its own first, absent ones dropped
     assert gw.strict == "no" and p.required_keys == ["/keys/join"]
     assert p.key_name == "box" and plan(tmp_path, "", "Port=2200").key_name == "[box]:2200"
+
+
+@pytest.mark.parametrize("ssh_config, target, options", [
+    ("Host *\n ProxyCommand relay %h\n", "x$(touch P)", ()),                    # --ssh 'u@x$(touch P)'
+    ("Host box\n HostName b`touch P`\n ProxyCommand relay %h\n", "box", ()),   # ssh.target's HostName
+    ("", "box", ("ProxyJump=j$(touch P)x",)),                                  # a jump host
+    ("", "box", ("User=u;touch P", "ProxyCommand=relay %r")),                  # %r
+    ("Host box\n ProxyCommand relay %h\n", "-oProxyCommand=x", ()),            # an option as a host
+])
+def test_a_host_or_user_a_shell_would_run_is_refused_as_openssh_does(tmp_path, ssh_config, target, options):
+    with pytest.raises(Fail) as e:
+        plan(tmp_path, ssh_config, *options, target=target)
+    assert not e.value.transient and "invalid characters" in e.value.message
+    assert not (tmp_path / "P").exists()
+
+
+def test_ordinary_hosts_users_and_addresses_still_plan():
+    p = plan_hop(SshConfig(target="gpu-7.example.org", user="trainer_1", options=("ProxyJump=al@[::1]:2022",)),
+                 home="/nonexistent", ssh_config_path="/nonexistent")
+    assert p.hostname == "gpu-7.example.org" and [(h.user, h.hostname) for h in p.via] == [("al", "::1")]

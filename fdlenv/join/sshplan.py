@@ -139,6 +139,19 @@ def _local_user() -> str:
         return ""
 
 
+_SHELL_CHARS = set("'`\"$\\;&<>|(){}")
+
+
+def check_name(value: str | None, field: str, what: str) -> None:
+    """OpenSSH's rule for a host or user name that may reach a shell through %h/%r/%n/%k:
+    no shell metacharacter, blank or control character, and no leading '-'."""
+    if value and (value.startswith("-") or any(c in _SHELL_CHARS or c.isspace() or not c.isprintable()
+                                               for c in value)):
+        raise Fail.permanent(f"{what}: {field} {value!r} contains invalid characters (as OpenSSH, "
+                             "fdlenv refuses shell metacharacters, blanks and a leading '-' in host "
+                             "and user names)")
+
+
 def expand_tokens(value: str, hop: HopPlan, what: str) -> str:
     """ProxyCommand/ProxyJump tokens: %h host, %p port, %r user, %n name as written,
     %k HostKeyAlias (else the name), %% a percent sign; anything else is refused."""
@@ -155,6 +168,8 @@ def expand_tokens(value: str, hop: HopPlan, what: str) -> str:
         if tok not in table:
             raise Fail.permanent(f"{what}: unknown token %{tok} in {value!r} (fdlenv expands "
                                  "%h %p %r %n %k and %%)")
+        check_name(table[tok], {"h": "host name", "r": "user name", "n": "host", "k": "HostKeyAlias"}
+                   .get(tok, "value"), what)
         out.append(table[tok])
         i += 2
     return "".join(out)
@@ -263,6 +278,9 @@ def plan_hop(ssh: SshConfig, *, ssh_config_path: str | None = None,
     port = _port(_first(opts.get("port"), ssh.port, conf.get("port"), DEFAULT_SSH_PORT),
                  f"{what}: Port")
     user = _first(opts.get("user"), ssh.user, conf.get("user"))
+    check_name(target, "host", what)
+    check_name(hostname, "HostName", what)
+    check_name(user, "User", what)
     required = []
     for k in (opts.get("identityfile"), ssh.identity_file):
         if k and os.path.expanduser(k) not in required:
@@ -341,6 +359,8 @@ def _plan_jump(spec: str, target: HopPlan, opts: dict, cfg: _Config,
     port = port or _port(_first(conf.get("port"), DEFAULT_SSH_PORT),
                          f"{what}: jump host {host}: Port")
     user = _first(user, conf.get("user"))
+    for value, field in ((host, "jump host"), (hostname, "jump HostName"), (user, "jump user")):
+        check_name(value, field, what)
     keys = []
     for k in conf.get("identityfile") or []:
         k = os.path.expanduser(k)

@@ -32,10 +32,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Mapping
 
 from .. import atomic, hashing, variants
+from ..shells import valid_name
 from ..errors import Fail
 from ..home import Home
 from .cudahome import DIRNAME as CUDA_HOME   # an NVIDIA env's own CUDA_HOME, `<env>/cuda`
@@ -56,33 +58,62 @@ def _environ_of(blob: bytes) -> dict[str, str]:
                 if "=" in item)
 
 
+_SHELL_SAFE = re.compile(r"[A-Za-z0-9_./+:,@%=-]*")   # nothing a shell expands or splits on
+
+
+def _alias_dir() -> str:
+    """A private temp dir with a shell-safe path, for the env's alias during a capture."""
+    import tempfile
+
+    for base in (tempfile.gettempdir(), "/tmp", "/dev/shm"):
+        if _SHELL_SAFE.fullmatch(base) and os.access(base, os.W_OK | os.X_OK):
+            return tempfile.mkdtemp(prefix="fdlenv-act-", dir=base)
+    raise Fail.permanent("activation needs a writable temp dir whose path a shell reads as is; "
+                         "set TMPDIR to one (letters, digits and ./_- only)")
+
+
 def _capture(env: Env, base: Mapping[str, str]) -> dict:
+    """Run rattler's activation once and keep what it changed, as data.
+
+    rattler writes the prefix into its script unquoted (`export PATH="<prefix>/bin:..."`), so a
+    home holding `$(...)`, a backtick, `"` or `$HOME` would be run or expanded. The script is
+    therefore written for an alias, a symlink to the env at a shell-safe temp path, and the
+    alias is replaced by the env's real path in the captured values, never in a shell."""
+    import shutil
     import subprocess  # only on a capture: a re-dial reads the cached diff
 
     from rattler.shell import ActivationVariables, Shell, activate
 
-    probe = {k: v for k, v in base.items() if k != STATE}
+    probe = {k: v for k, v in base.items() if k != STATE and valid_name(k)}
     for var in PATH_LISTS:
         probe[var] = SENTINEL
-    # Commands inside activate.d scripts still need a PATH that finds them.
-    search = f"{SENTINEL}:{base.get('PATH', '/usr/bin:/bin')}"
+    # Commands inside activate.d scripts still need a PATH that finds them (shell-safe entries only).
+    search = ":".join([SENTINEL, *(p for p in base.get("PATH", "/usr/bin:/bin").split(":")
+                                   if p and _SHELL_SAFE.fullmatch(p))])
     probe["PATH"] = search
-    script = activate(env.path, ActivationVariables(None, search.split(":")), Shell.bash).script
-    res = subprocess.run(["bash", "--noprofile", "--norc", "-c",
-                          f"env -0; printf '\\0{_SPLIT}\\0'\n{script}\nenv -0"],
-                         env=probe, capture_output=True, stdin=subprocess.DEVNULL)
+    tmp = _alias_dir()
+    alias = os.path.join(tmp, "env")
+    try:
+        os.symlink(os.path.abspath(env.path), alias)
+        script = activate(Path(alias), ActivationVariables(None, search.split(":")), Shell.bash).script
+        res = subprocess.run(["bash", "--noprofile", "--norc", "-c",
+                              f"env -0; printf '\\0{_SPLIT}\\0'\n{script}\nenv -0"],
+                             env=probe, capture_output=True, stdin=subprocess.DEVNULL)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     before, sep, after = res.stdout.partition(f"\0{_SPLIT}\0".encode())
     if res.returncode != 0 or not sep:
         raise Fail.permanent(f"activating {env.path} failed: "
                              f"{res.stderr.decode(errors='replace').strip()[-300:]}")
     before, after = _environ_of(before), _environ_of(after)
+    real = str(os.path.abspath(env.path))
     diff: dict = {"set": {}, "unset": []}
     for var, value in after.items():
-        if var in SHELL_OWNED or before.get(var) == value:
+        if var in SHELL_OWNED or before.get(var) == value or not valid_name(var):
             continue
         if var == "PATH":
             value = value.replace(search, SENTINEL)
-        diff["set"][var] = value
+        diff["set"][var] = value.replace(alias, real)
     diff["unset"] = sorted(v for v in before if v not in after and v not in SHELL_OWNED
                            and v not in PATH_LISTS)
     return diff
@@ -156,10 +187,14 @@ def restored(environ: Mapping[str, str]) -> dict[str, str]:
         state = json.loads(raw)["vars"] if raw else {}
     except (ValueError, KeyError, TypeError):
         return out          # not ours to read: dropped, nothing else touched
-    for var, pair in state.items():
+    for var, pair in state.items() if isinstance(state, dict) else ():
+        if not isinstance(var, str) or not valid_name(var):
+            continue
         try:
             was, now = pair
         except (TypeError, ValueError):
+            continue
+        if not all(v is None or isinstance(v, str) for v in (was, now)):
             continue
         cur = out.get(var)
         if cur == now:

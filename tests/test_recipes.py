@@ -333,3 +333,35 @@ def test_the_cloud_init_unit_exposure_is_at_most_5_0(tmp_path):
     unit = tmp_path / "fdlenv-join.service"
     unit.write_text(next(f["content"] for f in doc["write_files"] if f["path"].endswith(".service")))
     assert exposure(unit) <= 5.0
+
+
+def test_cloud_init_never_ships_join_token_and_says_where_the_unit_reads_it(tmp_path):
+    yml = tmp_path / "worker.yml"
+    yml.write_text(f"# the fleet's worker\njoin:\n  controller: ctrl.example:1337\n  token: {TOKEN}\n"
+                   "  # the binary\n  bin: ./train\n")
+    text, doc, res = cloud("--fdl-yml", str(yml))
+    assert TOKEN not in text and TOKEN not in res.stderr
+    shipped = next(f for f in doc["write_files"] if f["path"].endswith("/fdl.yml"))["content"]
+    assert shipped == "# the fleet's worker\njoin:\n  controller: ctrl.example:1337\n  # the binary\n  bin: ./train\n"
+    unit = next(f["content"] for f in doc["write_files"] if f["path"].endswith(".service"))
+    assert directives(unit)["LoadCredential"] == ["fdlenv-token:/etc/fdlenv/token"]
+    assert "join.token is left out" in res.stderr and "/etc/fdlenv/token" in res.stderr
+    assert "# No secret here" in text
+    flow = tmp_path / "flow.yml"
+    flow.write_text(f"join: {{token: {TOKEN}, controller: 'c:1'}}\n")
+    text, doc, _ = cloud("--fdl-yml", str(flow))
+    shipped = next(f for f in doc["write_files"] if f["path"].endswith("/fdl.yml"))["content"]
+    assert TOKEN not in text and yaml.safe_load(shipped) == {"join": {"controller": "c:1"}}
+
+
+def test_a_token_file_others_can_read_is_used_with_a_warning(tmp_path, capsys):
+    from fdlenv.config.token import read_token_file
+
+    tok = tmp_path / "tok"
+    tok.write_text(TOKEN + "\n")
+    os.chmod(tok, 0o600)
+    assert read_token_file(str(tok), "--token-file") == TOKEN and "warning" not in capsys.readouterr().err
+    os.chmod(tok, 0o644)
+    assert read_token_file(str(tok), "--token-file") == TOKEN
+    err = capsys.readouterr().err
+    assert "warning: --token-file" in err and "0644" in err and "chmod 600" in err and TOKEN not in err

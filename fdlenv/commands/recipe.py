@@ -112,6 +112,15 @@ def run_cloud_init(args: argparse.Namespace) -> int:
     text, project = plan.project_file(args.fdl_yml, workdir) if args.fdl_yml else (None, None)
     facts = plan.facts(tail, project, workdir)
     facts = facts._replace(sshfs=args.sshfs or facts.sshfs)
+    stripped = plan.without_token(text) if text is not None else None
+    if stripped is not None:   # never shipped: the fdl.yml it writes is 0644 on the box
+        from ..recipes.cloudinit import DEFAULT_TOKEN_FILE  # noqa: PLC0415
+
+        text, facts = stripped, facts._replace(token_in_clear=None)
+        token_file = token_file or DEFAULT_TOKEN_FILE
+        say(f"note: --fdl-yml {args.fdl_yml}: join.token is left out of the shipped fdl.yml (it would "
+            f"be readable on the box and in the user-data); the unit reads the token from "
+            f"{token_file}: provision it there (root, 0600), or pass --embed-token FILE")
     out = cloud_config(user=user, install=args.install.strip(), fdl_yml=text, project=project,
                        facts=facts, join_args=tail, workdir=workdir, home=home,
                        token_file=token_file, embedded_token=embedded,

@@ -40,6 +40,7 @@ def read_token_file(path: str, field: str) -> str:
     try:
         with open(path, "rb") as f:
             data = f.read(MAX_BYTES + 1)
+            mode = os.fstat(f.fileno()).st_mode
     except OSError as e:
         raise Fail.permanent(f"{where}: cannot read it ({e.strerror or e}); {ACCEPTED}") from None
     if len(data) > MAX_BYTES:
@@ -55,6 +56,11 @@ def read_token_file(path: str, field: str) -> str:
     if any(ord(c) < 0x20 or ord(c) == 0x7f for c in text):
         raise Fail.permanent(f"{where}: the token holds a newline or another control character; "
                              f"{ACCEPTED}")
+    if field != CREDENTIAL_FIELD and mode & 0o077 and os.path.isfile(path):
+        from ..progress import say
+
+        say(f"warning: {where} is readable by other users (mode {mode & 0o777:04o}); "
+            f"make it root- or owner-only: chmod 600 {path}")
     return text
 
 

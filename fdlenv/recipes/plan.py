@@ -59,6 +59,31 @@ def facts(tail: list[str], project, base: str) -> JoinFacts:
                      mountpoint=os.path.normpath(os.path.join(base, mount)))
 
 
+def without_token(text: str) -> str | None:
+    """`text` (an fdl.yml) with `join.token` taken out, or None when it has none. The key's
+    lines are cut where that leaves the same document less the token (comments and layout
+    kept); anything else (a flow mapping) is written again from the parsed document."""
+    import yaml  # noqa: PLC0415
+
+    data = yaml.safe_load(text)
+    join = data.get("join") if isinstance(data, dict) else None
+    if not isinstance(join, dict) or "token" not in join:
+        return None
+    want = dict(data, join={k: v for k, v in join.items() if k != "token"})
+    root = yaml.compose(text)
+    jnode = next(v for k, v in root.value if k.value == "join")
+    key, value = next((k, v) for k, v in jnode.value if k.value == "token")
+    lines = text.splitlines(keepends=True)
+    end = value.end_mark.line + (1 if value.end_mark.column else 0)
+    cut = "".join(lines[:key.start_mark.line] + lines[end:])
+    try:
+        if yaml.safe_load(cut) == want:
+            return cut
+    except yaml.YAMLError:
+        pass
+    return yaml.safe_dump(want, sort_keys=False)
+
+
 def project_at(workdir: str):
     """fdl.yml as join will find it from `workdir`, when that directory is on this box."""
     if not os.path.isdir(workdir):
@@ -118,7 +143,7 @@ def warnings(f: JoinFacts, token_file: str | None) -> list[str]:
     if f.token_in_clear == "--token":
         out.append("warning: --token in ExecStart is readable by every user through `ps`; put it "
                    "in a root-only file (0600) and give the recipe --token-file FILE instead")
-    elif f.token_in_clear == "join.token" and token_file is None:
+    elif f.token_in_clear == "join.token" and token_file is None:   # systemd: fdl.yml stays where it is
         out.append("warning: fdl.yml's join.token is readable by whoever reads fdl.yml; move it to "
                    "a root-only file (0600) and give the recipe --token-file FILE")
     if f.token_file_in_tail:

@@ -156,7 +156,7 @@ def _open(url: str):
     parsed = urllib.parse.urlparse(url)
     if parsed.scheme in ("", "file"):
         return open(urllib.parse.unquote(parsed.path) if parsed.scheme else url, "rb")
-    from .simpleapi import open_url
+    from .netread import open_url
     return open_url(url)
 
 

@@ -30,9 +30,9 @@ from html.parser import HTMLParser
 from typing import NamedTuple
 
 from .errors import Fail
+from .netread import open_url, read_all
 
 JSON_TYPE = "application/vnd.pypi.simple.v1+json"
-TIMEOUT = 60
 # An index answers pages and metadata of kilobytes (PyTorch's torch page: ~1 MB); a body past
 # these is a broken or hostile index, refused before it fills memory.
 PAGE_LIMIT = 64 << 20
@@ -51,22 +51,6 @@ class IndexFile(NamedTuple):
     metadata: str | None          # None: no PEP 658 file; "": one, no hash stated; else its sha256
 
 
-def read_capped(f, limit: int, url: str) -> bytes:
-    """At most `limit` bytes of `f`; more is a permanent failure naming `url`."""
-    body = f.read(limit + 1)
-    if len(body) > limit:
-        raise Fail.permanent(f"wheel index: {url} sent over {limit >> 20} MiB; an index page or metadata "
-                             "file is far smaller (a broken or hostile index?)")
-    return body
-
-
-def open_url(url: str, headers: dict[str, str] | None = None):
-    """urlopen with fdlenv's timeout; OSError (URLError, HTTPError) on failure."""
-    import urllib.request
-
-    return urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=TIMEOUT)
-
-
 def _read_page(url: str) -> tuple[bytes, str, str]:
     """(body, content type, final URL) of a page; a file:// directory reads its index.html or
     lists its entries."""
@@ -77,12 +61,12 @@ def _read_page(url: str) -> tuple[bytes, str, str]:
             page = os.path.join(path, "index.html")
             if os.path.isfile(page):
                 with open(page, "rb") as f:
-                    return read_capped(f, PAGE_LIMIT, page), "text/html", url.rstrip("/") + "/"
+                    return read_all(f, PAGE_LIMIT, page), "text/html", url.rstrip("/") + "/"
             links = "".join(f'<a href="{urllib.parse.quote(n)}">{n}</a>' for n in sorted(os.listdir(path)))
             return links.encode(), "text/html", url.rstrip("/") + "/"
         raise FileNotFoundError(path)
     with open_url(url, {"Accept": f"{JSON_TYPE}, text/html;q=0.01"}) as resp:
-        return read_capped(resp, PAGE_LIMIT, url), resp.headers.get("Content-Type", ""), resp.geturl()
+        return read_all(resp, PAGE_LIMIT, url), resp.headers.get("Content-Type", ""), resp.geturl()
 
 
 class _Anchors(HTMLParser):
@@ -158,7 +142,8 @@ def _from_json(body: bytes, final: str, page: str) -> list[IndexFile]:
 
 def project_files(base: str, project: str) -> list[IndexFile]:
     """Every file `base` lists for `project` (a PEP 503-normalised name). A remote index's links
-    to anything but http(s) (a `file:///...` href) are dropped: an index names files it serves."""
+    are followed only on its own scheme (or https): a `file:///...` href or JSON url is dropped,
+    since an index names files it serves, never files of the machine reading it."""
     page = f"{base.rstrip('/')}/{project}/"
     try:
         body, ctype, final = _read_page(page)
@@ -167,8 +152,9 @@ def project_files(base: str, project: str) -> list[IndexFile]:
             raise Fail.permanent(f"wheel index {base}: no project {project!r} (its page {page} is missing)") from None
         raise Fail.retry(f"wheel index {base}: cannot read {page}: {getattr(e, 'reason', None) or e}") from None
     files = _from_json(body, final, page) if JSON_TYPE in ctype else _from_html(body, final)
-    local = urllib.parse.urlparse(final).scheme == "file"
-    return [f for f in files if local or urllib.parse.urlparse(f.url).scheme in ("http", "https")]
+    scheme = urllib.parse.urlparse(final).scheme
+    allowed = {"file", "http", "https"} if scheme == "file" else {scheme, "https"} & {"http", "https"}
+    return [f for f in files if urllib.parse.urlparse(f.url).scheme in allowed]
 
 
 def find_file(base: str, project: str, filename: str) -> tuple[str, str | None, int | None]:
@@ -204,9 +190,9 @@ def _fetch(url: str) -> bytes:
     try:
         if parsed.scheme == "file":
             with open(urllib.parse.unquote(parsed.path), "rb") as fh:
-                return read_capped(fh, META_LIMIT, url)
+                return read_all(fh, META_LIMIT, url)
         with open_url(url) as resp:
-            return read_capped(resp, META_LIMIT, url)
+            return read_all(resp, META_LIMIT, url)
     except OSError as e:
         if getattr(e, "code", None) == 404 or isinstance(e, FileNotFoundError):
             raise Fail.permanent(f"wheel index: {url} is missing (its page says it exists)") from None
@@ -253,7 +239,7 @@ class _RangeFile(io.RawIOBase):
                                      "server ignores range requests; fdlenv does not download a whole wheel "
                                      "to lock it (use an index with PEP 658 metadata)")
             total = int(resp.headers.get("Content-Range", "*/0").rpartition("/")[2] or 0)
-            return read_capped(resp, META_LIMIT, self.url), total
+            return read_all(resp, META_LIMIT, self.url), total
 
     def readable(self):
         return True

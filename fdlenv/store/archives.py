@@ -16,6 +16,7 @@ re-hash.
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 import urllib.parse
@@ -90,22 +91,31 @@ def locate(home: Home, r: Record, mirrors: dict[str, str]) -> Archive:
 
 
 def _download(home: Home, r: Record, url: str, dest: Path) -> None:
-    import urllib.request
+    """Into `archives/`, hashed as it streams, bounded (`netread`); a .conda (a zip) whose bytes end
+    before its end record is a cut download, transient; whole bytes with another hash, permanent."""
+    from .. import netread
+    from .streamzip import file_complete
+    from .wheelfile import DOWNLOAD_LIMIT
 
     home.ensure(home.archives)
     d = hashing.Digest(md5=True)
     fd, tmp = tempfile.mkstemp(dir=home.archives, prefix=f".{r.sha256[:16]}-")
     try:
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=60) as resp:
-            while chunk := resp.read(CHUNK):
+        with os.fdopen(fd, "wb") as out, netread.open_url(url) as resp:
+            for chunk in netread.chunks(resp, url, DOWNLOAD_LIMIT, size=CHUNK):
                 d.update(chunk)
                 out.write(chunk)
             out.flush()
             os.fsync(out.fileno())
         if (bad := mismatch(r, url, d)):
+            if r.filename.endswith(".conda") and not file_complete(tmp):
+                raise Fail.retry(f"download of {url} ended early ({os.path.getsize(tmp)} bytes, before the "
+                                 "archive's end); retry")
             raise bad
         os.replace(tmp, dest)
     except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise
         raise Fail.retry(f"download of {url} failed: {e}") from None
     finally:
         if os.path.exists(tmp):

@@ -14,10 +14,20 @@ Handled: stored and deflated members, sizes in the header or after the data
 sizes. Anything else (encryption, other methods, a stored member whose size
 comes only after it) raises `Unsupported`, and the caller falls back to
 downloading the file whole and extracting it with `zipfile`.
+
+Bounded before verified (the bytes are hashed beside this, so until the end
+they are anyone's): a member never inflates past the size its header states,
+all members together never past RATIO times the bytes read (plus SLACK), and
+inflating runs OUT_STEP at a time, so a zip bomb neither fills the disk nor
+memory. Bytes that are not a zip this reader understands raise `Malformed`
+(never struct, codec or zlib errors); `complete()` says whether the stream
+ended with the zip's own end record, which tells a cut download from a whole
+one.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 import zlib
@@ -35,6 +45,15 @@ except ImportError:   # a platform without isal's wheels: the same with zlib
 LOCAL = b"PK\x03\x04"
 CENTRAL = b"PK\x01\x02"
 DESCRIPTOR = b"PK\x07\x08"
+END = b"PK\x05\x06"
+END64 = b"PK\x06\x06"
+TAIL_LIMIT = 64 << 20     # the central directory (torch's: 1.2 MB for 12,000 members)
+OUT_STEP = 1 << 20        # inflated bytes per call: what one member may hold in memory at once
+RATIO = 32                # wheels inflate 2-5x; a whole archive past 32x is a bomb
+SLACK = 16 << 20          # ... beyond a first 16 MiB, which small text-heavy wheels may need
+# What broken bytes raise while parsed: reported as Malformed, never as themselves.
+PARSE_ERRORS = (struct.error, UnicodeDecodeError, ValueError, IndexError, OverflowError)
+NAME_ERRNOS = (errno.ENAMETOOLONG, errno.EISDIR, errno.ENOTDIR, errno.EEXIST, errno.EINVAL, errno.ELOOP)
 
 
 def escapes(name: str) -> bool:
@@ -50,6 +69,32 @@ class Escape(Exception):
     """A member whose path leaves the extraction root."""
 
 
+class Malformed(Exception):
+    """Bytes that are not a well-formed zip (or inflate past their bounds)."""
+
+
+def file_complete(path) -> bool:
+    """`complete` for a zip on disk (a downloaded part): does it end with its end record?"""
+    with open(path, "rb") as f:
+        total = f.seek(0, 2)
+        f.seek(max(0, total - (22 + 0xFFFF + 20)))
+        return complete(f.read(), total)
+
+
+def complete(tail: bytes, total: int) -> bool:
+    """Whether a zip of `total` bytes whose last bytes are `tail` ends with its end record (and
+    the central directory it names ends there): a cut download does not."""
+    at = tail.rfind(END, max(0, len(tail) - (22 + 0xFFFF)))
+    if at < 0 or len(tail) - at < 22:
+        return False
+    size, offset, comment = struct.unpack_from("<IIH", tail, at + 12)
+    if at + 22 + comment != len(tail):
+        return False
+    if 0xFFFFFFFF in (size, offset):          # zip64: its own end record precedes
+        return tail.rfind(END64, 0, at) >= 0
+    return offset + size + 22 + comment == total
+
+
 class StreamUnzip:
     """Feed it the bytes of a zip in order; members land under `root` at `place(name)`."""
 
@@ -63,17 +108,34 @@ class StreamUnzip:
         self.tail = bytearray()     # the central directory, kept for the modes
         self.made: set[str] = set()
         self.files: list[tuple[str, str]] = []   # (zip name, path under root)
+        self.sizes: dict[str, int] = {}          # zip name -> bytes extracted (for RECORD)
+        self.read = self.written = 0             # bytes fed, bytes extracted (the ratio cap)
+        self.member_name, self.member_size, self.member_written = "", None, 0
 
     def feed(self, data: bytes) -> None:
+        self.read += len(data)
         if self.state == "central":
             self.tail += data
+            if len(self.tail) > TAIL_LIMIT:
+                raise Malformed(f"its central directory runs past {TAIL_LIMIT >> 20} MiB (an endless body?)")
             return
         if self.pos:
             del self.buf[:self.pos]
             self.pos = 0
         self.buf += data
-        while self._step():
-            pass
+        try:
+            while self._step():
+                pass
+        except PARSE_ERRORS + INFLATE_ERRORS as e:
+            raise Malformed(f"{type(e).__name__}: {e}") from None
+        except OSError as e:
+            if e.errno in NAME_ERRNOS:     # a member name no file can have, or a file over a dir
+                raise Malformed(f"member cannot be written: {e.strerror}") from None
+            raise
+
+    def complete(self) -> bool:
+        """The stream reached the central directory and ended with the zip's end record."""
+        return self.state == "central" and complete(bytes(self.tail[-(22 + 0xFFFF + 20):]), self.read)
 
     def _avail(self) -> int:
         return len(self.buf) - self.pos
@@ -103,7 +165,7 @@ class StreamUnzip:
             self.buf, self.pos = bytearray(), 0
             return False
         if sig != LOCAL:
-            raise Unsupported(f"unexpected record {sig!r}")
+            raise Malformed(f"unexpected record {sig!r} where a member should start")
         if self._avail() < 30:
             return False
         (_, _, flags, method, _, _, _, csize, usize, nlen, elen) = struct.unpack_from("<4sHHHHHIIIHH", self.buf, self.pos)
@@ -115,6 +177,8 @@ class StreamUnzip:
         if flags & 0x1:
             raise Unsupported("encrypted member")
         name = raw.decode("utf-8" if flags & 0x800 else "cp437")
+        if "\0" in name or not name:
+            raise Malformed(f"a member name {name!r} no file can have")
         zip64 = False
         if csize == 0xFFFFFFFF or usize == 0xFFFFFFFF:
             zip64 = True
@@ -137,7 +201,11 @@ class StreamUnzip:
                 self.files.append((name, rel))
         self.inflate = _decompressobj(-15) if method == 8 else None
         known = not descriptor or csize != 0
+        if method == 0 and known and csize != usize and not descriptor:
+            raise Malformed(f"stored member {name!r} states {usize} bytes but holds {csize}")
         self.member = [out, method, csize if known else None, descriptor, zip64]
+        self.member_size = usize if not descriptor else None    # a bound only where stated first
+        self.member_name, self.member_written = name, 0
         self.state = "data"
         return True
 
@@ -163,21 +231,40 @@ class StreamUnzip:
         if remaining is not None:
             chunk = self._take(min(remaining, self._avail()))
             self.member[2] = remaining - len(chunk)
-            self._write(out, self.inflate.decompress(chunk) if self.inflate else chunk)
+            if self.inflate:
+                self._inflate(out, chunk)
+            else:
+                self._write(out, chunk)
             if self.member[2] == 0:
                 self._end_member(out)
             return self._avail() > 0 or self.state != "data"
         # size unknown (a data descriptor follows): deflate knows where it ends
         chunk = self._take(self._avail())
-        self._write(out, self.inflate.decompress(chunk))
+        self._inflate(out, chunk)
         if self.inflate.eof:
             self.buf, self.pos = bytearray(self.inflate.unused_data), 0
             self._end_member(out)
             return True
         return False
 
+    def _inflate(self, out, chunk: bytes) -> None:
+        """Inflate `chunk` OUT_STEP at a time, each step written (and bounded) before the next."""
+        d = self.inflate
+        self._write(out, d.decompress(chunk, OUT_STEP))
+        while d.unconsumed_tail and not d.eof:
+            self._write(out, d.decompress(d.unconsumed_tail, OUT_STEP))
+
     def _write(self, out, data: bytes) -> None:
-        if out is not None and data:
+        if not data:
+            return
+        self.member_written += len(data)
+        self.written += len(data)
+        if self.member_size is not None and self.member_written > self.member_size:
+            raise Malformed(f"member {self.member_name!r} inflates past the {self.member_size} bytes "
+                            "its header states")
+        if self.written > RATIO * self.read + SLACK:
+            raise Malformed(f"the archive inflates over {RATIO}x its size (a zip bomb?)")
+        if out is not None:
             out.write(data)
 
     def _end_member(self, out) -> None:
@@ -185,6 +272,10 @@ class StreamUnzip:
             self._write(out, self.inflate.flush())
         if out is not None:
             out.close()
+        if self.member_size is not None and self.member_written != self.member_size:
+            raise Malformed(f"member {self.member_name!r} holds {self.member_written} bytes, its header "
+                            f"states {self.member_size}")
+        self.sizes[self.member_name] = self.member_written
         self.state = "descriptor" if self.member[3] else "header"
 
     def _descriptor(self) -> bool:
@@ -204,6 +295,14 @@ class StreamUnzip:
         """After the last byte: the stream must have reached the central directory; apply modes."""
         if self.state != "central":
             raise Unsupported(f"the zip ended in state {self.state}")
+        try:
+            modes = self._modes()
+        except PARSE_ERRORS as e:
+            raise Malformed(f"its central directory: {type(e).__name__}: {e}") from None
+        for name, rel in self.files:
+            os.chmod(self.root / rel, 0o755 if modes.get(name, 0) & 0o111 else 0o644)
+
+    def _modes(self) -> dict[str, int]:
         modes = {}
         t, i = bytes(self.tail), 0
         while t[i:i + 4] == CENTRAL and i + 46 <= len(t):
@@ -213,5 +312,4 @@ class StreamUnzip:
             name = t[i + 46:i + 46 + nlen].decode("utf-8" if flags & 0x800 else "cp437")
             modes[name] = (attr >> 16) & 0o777
             i += 46 + nlen + elen + clen
-        for name, rel in self.files:
-            os.chmod(self.root / rel, 0o755 if modes.get(name, 0) & 0o111 else 0o644)
+        return modes

@@ -26,9 +26,13 @@ from ..errors import Fail
 from .. import hashing
 from ..home import Home
 from .records import Record, mismatch
+from . import streamzip
 from .streamzip import escapes
 
 CHUNK = 1 << 20
+# A download whose size nobody states (PyTorch's HTML pages give none) stops here: the largest
+# wheels (torch for ROCm) are about 5 GB.
+DOWNLOAD_LIMIT = 16 << 30
 
 
 def entry_dir(home: Home, sha256: str) -> Path:
@@ -48,10 +52,21 @@ def verify_local(r: Record, path: Path) -> None:
         raise bad
 
 
-def download(home: Home, r: Record, url: str, progress) -> Path:
-    """`archives/<sha256>.whl`, verified; resumes a part an interrupted run left."""
+def _range_start(resp) -> int | None:
+    """Where a 206's body starts (`Content-Range: bytes START-END/TOTAL`), or None."""
+    value = resp.headers.get("Content-Range", "")
+    unit, _, rest = value.partition(" ")
+    first = rest.partition("-")[0]
+    return int(first) if unit == "bytes" and first.isdigit() else None
+
+
+def download(home: Home, r: Record, url: str, progress, stated: int | None = None) -> Path:
+    """`archives/<sha256>.whl`, verified; resumes a part an interrupted run left. By cause: a cut,
+    a bad range or a part that does not yet end like a zip is transient (the part is kept); only
+    whole bytes with another sha256 are permanent (the part is dropped)."""
     import urllib.error
-    import urllib.request
+
+    from .. import netread
 
     done = home.archives / f"{r.sha256}.whl"
     part = home.archives / f".{r.sha256}.part"
@@ -65,14 +80,20 @@ def download(home: Home, r: Record, url: str, progress) -> Path:
         have = out.tell()
         headers = {"Range": f"bytes={have}-"} if have else {}
         try:
-            with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=60) as resp:
-                if have and resp.status != 206:   # no resume on this server: start over
+            with netread.open_url(url, headers) as resp:
+                start = _range_start(resp) if resp.status == 206 else 0
+                if start is None or (start and start != have) or (resp.status != 206 and resp.status != 200):
+                    out.truncate(0)
+                    raise Fail.retry(f"download of {url}: the server answered {resp.status} "
+                                     f"{resp.headers.get('Content-Range', '')!r} to a range from byte {have}; "
+                                     "starting over next time")
+                if start != have:          # a whole file (200, or a 206 from byte 0): start over
                     out.seek(0)
                     out.truncate()
-                    sha = hashing.Digest()
-                else:
-                    progress.add(have)
-                while chunk := resp.read(CHUNK):
+                    sha, have = hashing.Digest(), 0
+                progress.add(have)
+                for chunk in netread.chunks(resp, url, DOWNLOAD_LIMIT - have,
+                                            None if stated is None else stated - have, CHUNK):
                     if progress.stopped.is_set():
                         raise Fail.retry(f"stopped fetching {r.filename}: another wheel failed")
                     sha.update(chunk)
@@ -84,16 +105,51 @@ def download(home: Home, r: Record, url: str, progress) -> Path:
             if e.code == 416:   # the part is complete (or longer than the file): start over next time
                 out.truncate(0)
             raise Fail.retry(f"download of {url} failed: {e}") from None
+        except Fail as f:
+            if not f.transient:
+                out.truncate(0)
+            raise
         except OSError as e:
             if getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT):
                 raise
             raise Fail.retry(f"download of {url} failed (the part is kept and resumed next time): {e}") from None
         if sha.sha256 != r.sha256:
+            size = out.tell()
+            if (stated is not None and size < stated) or (stated is None and not streamzip.file_complete(part)):
+                raise Fail.retry(f"wheel {r.filename}: the download from {url} ended early at {size} bytes; "
+                                 "the part is kept and resumed next time")
             out.truncate(0)
             raise Fail.permanent(f"wheel {r.filename} from {url} does not match the lock: sha256 "
                                  f"{sha.sha256} != {r.sha256}; the index serves other bytes")
         os.replace(part, done)
     return done
+
+
+def check_record(r: Record, root: Path, sizes: dict[str, int]) -> None:
+    """The wheel's own RECORD against what was extracted (`sizes`: member -> bytes): every file
+    it lists is there with the size it states. (Contents: the wheel's sha256 is the lock's;
+    `env verify --full` re-hashes each file against RECORD.)"""
+    import csv
+
+    record = next((n for n in sizes if n.count("/") == 1 and n.endswith(".dist-info/RECORD")), None)
+    rel = place(record) if record else None
+    if rel is None:
+        raise Fail.permanent(f"wheel {r.filename} has no .dist-info/RECORD; refusing it")
+    try:
+        with open(root / rel, newline="", encoding="utf-8") as f:
+            rows = list(csv.reader(f))
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise Fail.permanent(f"wheel {r.filename}: its RECORD cannot be read ({e}); refusing it") from None
+    for row in rows:
+        if not row or not row[0] or row[0] == record or row[0].endswith("/"):
+            continue
+        name, size = row[0], row[2] if len(row) > 2 else ""
+        if name not in sizes:
+            raise Fail.permanent(f"wheel {r.filename}: RECORD lists {name!r}, which the wheel does not hold; "
+                                 "refusing it")
+        if size and (not size.isdigit() or int(size) != sizes[name]):
+            raise Fail.permanent(f"wheel {r.filename}: RECORD states {size} bytes for {name!r}, the wheel "
+                                 f"holds {sizes[name]}; refusing it")
 
 
 _DATA_DIR = re.compile(r"[^/]+-[^/]+\.data")
@@ -118,8 +174,14 @@ def extract(home: Home, r: Record, path: Path, pool: ThreadPoolExecutor) -> None
     try:
         with zipfile.ZipFile(path) as zf:
             members = [i for i in zf.infolist() if not i.is_dir()]
+        if sum(m.file_size for m in members) > streamzip.RATIO * path.stat().st_size + streamzip.SLACK:
+            raise Fail.permanent(f"wheel {r.filename} inflates over {streamzip.RATIO}x its size "
+                                 "(a zip bomb?); refusing it")
         planned = []
         for m in members:
+            if "\0" in m.filename:
+                raise Fail.permanent(f"wheel {r.filename} has a member name no file can have "
+                                     f"({m.filename!r}); refusing it")
             rel = place(m.filename)
             if rel is None:
                 continue
@@ -134,11 +196,22 @@ def extract(home: Home, r: Record, path: Path, pool: ThreadPoolExecutor) -> None
         futures: list[Future] = [pool.submit(_extract_group, path, g, tmp) for g in groups]
         for f in futures:
             f.result()
+        check_record(r, tmp, {m.filename: m.file_size for m in members})
         publish(tmp, final)
-    except zipfile.BadZipFile as e:
-        raise Fail.permanent(f"wheel {r.filename} is not a valid zip ({e})") from None
+    except _BAD_ZIP as e:
+        raise Fail.permanent(f"wheel {r.filename} is not a valid zip ({type(e).__name__}: {e})") from None
+    except OSError as e:
+        if e.errno in streamzip.NAME_ERRNOS:
+            raise Fail.permanent(f"wheel {r.filename}: a member cannot be written ({e.strerror}); "
+                                 "refusing it") from None
+        raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+# What a crafted zip makes zipfile raise (besides OSError): a permanent "not a valid zip".
+_BAD_ZIP = (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, NotImplementedError, RuntimeError,
+            ValueError, *streamzip.PARSE_ERRORS, *streamzip.INFLATE_ERRORS)
 
 
 def _balance(planned: list, n: int) -> list[list]:

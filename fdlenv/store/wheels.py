@@ -40,7 +40,7 @@ import urllib.parse
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 
-from .. import filelocks, hashing, pipindex, simpleapi
+from .. import filelocks, hashing, netread, pipindex, simpleapi
 from ..errors import Fail
 from ..home import Home
 from ..progress import Meter, say
@@ -92,7 +92,7 @@ def ensure(home: Home, records: list[Record], mirrors: dict[str, str]) -> dict[s
             ThreadPoolExecutor(DOWNLOADS - 1 if first else DOWNLOADS, thread_name_prefix="fdlenv-dl",
                                initializer=_lower_priority if first else None) as dl, \
             ThreadPoolExecutor(cpus, thread_name_prefix="fdlenv-x") as xp:
-        futures = [(big if r is first else dl).submit(_fetch_and_extract, home, r, sources[r.sha256][0],
+        futures = [(big if r is first else dl).submit(_fetch_and_extract, home, r, *sources[r.sha256],
                                                        progress, xp) for r in todo]
         wait(futures, return_when=FIRST_EXCEPTION)
         failed = next((f.exception() for f in futures if f.done() and f.exception()), None)
@@ -148,26 +148,29 @@ def _local_size(url: str) -> int | None:
         return None
 
 
-def _fetch_and_extract(home: Home, r: Record, source: str, progress: Bytes, pool: ThreadPoolExecutor) -> None:
-    """One wheel, under its own lock: two realises that need it fetch and extract it once."""
+def _fetch_and_extract(home: Home, r: Record, source: str, stated: int | None, progress: Bytes,
+                       pool: ThreadPoolExecutor) -> None:
+    """One wheel, under its own lock: two realises that need it fetch and extract it once.
+    `stated`: its size as the index gives it (a cap on what is read), or None."""
     with filelocks.exclusive(home.locks / f"whl-{r.sha256}.lock", f"fetching {r.filename}"):
         if entry_dir(home, r.sha256).is_dir():   # another process finished it while we waited
             progress.add(finished=1, extracted=1)
             return
-        _fetch_and_extract_held(home, r, source, progress, pool)
+        _fetch_and_extract_held(home, r, source, stated, progress, pool)
 
 
-def _fetch_and_extract_held(home: Home, r: Record, source: str, progress: Bytes, pool: ThreadPoolExecutor) -> None:
+def _fetch_and_extract_held(home: Home, r: Record, source: str, stated: int | None, progress: Bytes,
+                            pool: ThreadPoolExecutor) -> None:
     parsed = urllib.parse.urlparse(source)
     if parsed.scheme in ("http", "https"):
         resumable = (home.archives / f"{r.sha256}.whl").is_file() or (home.archives / f".{r.sha256}.part").is_file()
         if not resumable:
             try:
-                _stream(home, r, _http_chunks(source), source, progress)
+                _stream(home, r, _http_chunks(source, stated), source, progress)
                 return
             except streamzip.Unsupported as e:
                 say(f"wheel {r.filename} cannot be extracted while it downloads ({e}): fetching it whole")
-        path = wheelfile.download(home, r, source, progress)
+        path = wheelfile.download(home, r, source, progress, stated)
         _extract_whole(home, r, path, pool, progress)
         path.unlink(missing_ok=True)
     elif parsed.scheme in ("file", ""):
@@ -190,12 +193,15 @@ def _extract_whole(home: Home, r: Record, path: Path, pool: ThreadPoolExecutor, 
     progress.add(extracted=1)
 
 
-def _http_chunks(url: str):
-    import urllib.request
-
-    with urllib.request.urlopen(url, timeout=60) as resp:
-        while chunk := resp.read(CHUNK):
-            yield chunk
+def _http_chunks(url: str, stated: int | None):
+    try:
+        resp = netread.open_url(url)
+    except OSError as e:
+        raise Fail.retry(f"download of {url} failed: {e}") from None
+    with resp:
+        if resp.status != 200:      # a 206 to a request without a range: not the whole file
+            raise Fail.retry(f"download of {url}: the server answered {resp.status} to a whole-file request; retry")
+        yield from netread.chunks(resp, url, wheelfile.DOWNLOAD_LIMIT, stated, CHUNK)
 
 
 def _file_chunks(path: Path):
@@ -206,7 +212,9 @@ def _file_chunks(path: Path):
 
 def _stream(home: Home, r: Record, chunks, where: str, progress: Bytes) -> None:
     """Read, hash and extract in one pass (a download or a local file); the entry is published
-    only on a sha256 match. An interrupted stream is restarted, never published."""
+    only on a sha256 match. By cause: bytes that end before the zip's end record are a cut
+    (transient, restarted next time); bytes that are no well-formed wheel, or whole bytes with
+    another sha256, are permanent; nothing is published either way."""
     tmp = home.pkgs / f".whl-{r.sha256}.{os.getpid()}.{threading.get_ident()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -223,16 +231,26 @@ def _stream(home: Home, r: Record, chunks, where: str, progress: Bytes) -> None:
         except streamzip.Escape as e:
             raise Fail.permanent(f"wheel {r.filename} has a member that escapes its root: {e}; "
                                  "refusing to install it") from None
-        except (OSError, *streamzip.INFLATE_ERRORS) as e:
+        except streamzip.Malformed as e:
+            raise Fail.permanent(f"wheel {r.filename} ({where}) is not a well-formed wheel: {e}; "
+                                 "refusing it") from None
+        except OSError as e:
             if getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT):
                 raise
             raise Fail.retry(f"reading {where} failed: {e}") from None
         if sha.sha256 != r.sha256:
+            if not unzip.complete():
+                raise Fail.retry(f"wheel {r.filename}: {where} ended early ({unzip.read} bytes, before the "
+                                 "zip's end); nothing was kept, retry")
             raise Fail.permanent(f"wheel {r.filename} ({where}) does not match the lock: sha256 "
                                  f"{sha.sha256} != {r.sha256}; it was tampered with or the index "
                                  "serves other bytes")
         progress.add(finished=1)
-        unzip.finish()
+        try:
+            unzip.finish()
+        except streamzip.Malformed as e:
+            raise Fail.permanent(f"wheel {r.filename} is not a well-formed wheel: {e}") from None
+        wheelfile.check_record(r, tmp, unzip.sizes)
         wheelfile.publish(tmp, entry_dir(home, r.sha256))
         progress.add(extracted=1)
     finally:

@@ -165,8 +165,9 @@ def _fetch_and_extract_held(home: Home, r: Record, source: str, stated: int | No
     if parsed.scheme in ("http", "https"):
         resumable = (home.archives / f"{r.sha256}.whl").is_file() or (home.archives / f".{r.sha256}.part").is_file()
         if not resumable:
+            length: dict[str, int] = {}
             try:
-                _stream(home, r, _http_chunks(source, stated), source, progress)
+                _stream(home, r, _http_chunks(source, stated, length), source, progress, length)
                 return
             except streamzip.Unsupported as e:
                 say(f"wheel {r.filename} cannot be extracted while it downloads ({e}): fetching it whole")
@@ -193,7 +194,8 @@ def _extract_whole(home: Home, r: Record, path: Path, pool: ThreadPoolExecutor, 
     progress.add(extracted=1)
 
 
-def _http_chunks(url: str, stated: int | None):
+def _http_chunks(url: str, stated: int | None, length: dict[str, int]):
+    """The body of `url`; `length["whole"]` is set to the size the server or index states."""
     try:
         resp = netread.open_url(url)
     except OSError as e:
@@ -201,6 +203,9 @@ def _http_chunks(url: str, stated: int | None):
     with resp:
         if resp.status != 200:      # a 206 to a request without a range: not the whole file
             raise Fail.retry(f"download of {url}: the server answered {resp.status} to a whole-file request; retry")
+        declared = resp.headers.get("Content-Length", "")
+        if stated is not None or declared.isdigit():
+            length["whole"] = stated if stated is not None else int(declared)
         yield from netread.chunks(resp, url, wheelfile.DOWNLOAD_LIMIT, stated, CHUNK)
 
 
@@ -210,11 +215,12 @@ def _file_chunks(path: Path):
             yield chunk
 
 
-def _stream(home: Home, r: Record, chunks, where: str, progress: Bytes) -> None:
+def _stream(home: Home, r: Record, chunks, where: str, progress: Bytes, length: dict[str, int] | None = None) -> None:
     """Read, hash and extract in one pass (a download or a local file); the entry is published
-    only on a sha256 match. By cause: bytes that end before the zip's end record are a cut
-    (transient, restarted next time); bytes that are no well-formed wheel, or whole bytes with
-    another sha256, are permanent; nothing is published either way."""
+    only on a sha256 match. By cause: bytes that end before the zip's end record, and short of
+    the size stated for them (`length["whole"]`, when known), are a cut (transient, restarted
+    next time); bytes that are no well-formed wheel, or whole bytes with another sha256, are
+    permanent; nothing is published either way. A local file is whole by definition."""
     tmp = home.pkgs / f".whl-{r.sha256}.{os.getpid()}.{threading.get_ident()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -239,7 +245,8 @@ def _stream(home: Home, r: Record, chunks, where: str, progress: Bytes) -> None:
                 raise
             raise Fail.retry(f"reading {where} failed: {e}") from None
         if sha.sha256 != r.sha256:
-            if not unzip.complete():
+            whole = length is None or length.get("whole") == unzip.read
+            if not unzip.complete() and not whole:
                 raise Fail.retry(f"wheel {r.filename}: {where} ended early ({unzip.read} bytes, before the "
                                  "zip's end); nothing was kept, retry")
             raise Fail.permanent(f"wheel {r.filename} ({where}) does not match the lock: sha256 "

@@ -77,14 +77,12 @@ def export(home, lock_files: list[Path], variants: list[str] | None, platforms: 
 
 
 def _records(lock_files: list[Path], variants: list[str] | None, platforms: list[str] | None):
-    import yaml
-
     from . import variants as _variants
-    from .store.records import holds, read_variant
+    from .store.records import holds, load_lock, read_variant
 
     seen, out = set(), []
     for lock in lock_files:
-        doc = yaml.safe_load(lock.read_text()) or {}
+        doc = load_lock(lock)
         plats = [p for p in (doc.get("metadata") or {}).get("platforms") or [] if not platforms or p in platforms]
         for v in variants or list(_variants.VARIANTS):
             for p in plats:

@@ -120,7 +120,12 @@ def _from_html(body: bytes, final: str) -> list[IndexFile]:
         name = text if text.endswith((".whl", ".tar.gz", ".zip")) else tail
         key = next((k for k in ("data-core-metadata", "data-dist-info-metadata") if k in attrs), None)
         meta = None if key is None else _metadata_flag(attrs[key] if attrs[key] is not None else True)
-        out.append(IndexFile(name, urllib.parse.urljoin(final, url), _hash_of(frag), None,
+        try:
+            absolute = urllib.parse.urljoin(final, url)
+            urllib.parse.urlparse(absolute)
+        except ValueError:      # not a URL at all (`http://[::1`): a link nobody can follow
+            continue
+        out.append(IndexFile(name, absolute, _hash_of(frag), None,
                              attrs.get("data-requires-python"), "data-yanked" in attrs, meta))
     return out
 

@@ -67,7 +67,7 @@ def loads(text: str, source: str | Path = "<text>"):
     """The document in `text` (None when empty); YamlError names `source` and the line."""
     import yaml
 
-    _nesting(text, source)
+    check_nesting(text, source)
     loader = _loader()(text)
     try:
         if "&" in text and "*" in text:   # may hold an alias: find where it is used, for the message
@@ -87,7 +87,7 @@ def loads(text: str, source: str | Path = "<text>"):
 MAX_DEPTH = 256   # deeper than any config; libyaml's recursive composer overflows the C stack far below 100,000
 
 
-def _nesting(text: str, source) -> None:
+def check_nesting(text: str, source) -> None:
     """Refuse flow collections nested deeper than MAX_DEPTH (`[[[[...`): libyaml would crash the
     interpreter, not raise. Counted only when there are that many brackets at all; quoted
     brackets count too, which only makes the bound stricter."""

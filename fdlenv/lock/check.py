@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..errors import Fail
 from ..home import Home
 from ..variants import VARIANTS
 from ..mirrors import ChannelMap
@@ -40,6 +41,22 @@ def covered_variants(lockfile) -> list[str]:
     return categories or [v.name for v in VARIANTS.values() if v.package in names]
 
 
+def _parse(path: Path, parse_conda_lock_file):
+    """conda-lock's own parse of `path`, after fdlenv's reader has refused what would crash it
+    (nesting, non-UTF-8, not v1); what conda-lock still rejects is one permanent error."""
+    from ..store.records import load_lock
+
+    load_lock(path, "--out")
+    try:
+        return parse_conda_lock_file(path)
+    except (ValueError, TypeError, KeyError, RecursionError) as e:   # pydantic's errors are ValueErrors
+        detail = " ".join(str(e).split())[:300]
+        raise Fail.permanent(f"--out {path}: not a lock conda-lock reads ({type(e).__name__}: {detail}); "
+                             "regenerate it with `fdlenv lock`") from None
+    except Exception as e:   # noqa: BLE001 - conda-lock's own exception types (UnknownLockfileVersion)
+        raise Fail.permanent(f"--out {path}: {e}; regenerate it with `fdlenv lock`") from None
+
+
 def check_locks(envs_dir: Path, out: Path, *, variants: list[str] | None = None,
                 platforms: list[str] | None = None, mirrors: dict[str, str] | None = None,
                 home: Home) -> list[str]:
@@ -55,7 +72,8 @@ def check_locks(envs_dir: Path, out: Path, *, variants: list[str] | None = None,
         lockfile = None
         for candidate in (out, split_path(out, env.variant)):
             if candidate.is_file():
-                parsed.setdefault(candidate, parse_conda_lock_file(candidate))
+                if candidate not in parsed:
+                    parsed[candidate] = _parse(candidate, parse_conda_lock_file)
                 if env.variant in covered_variants(parsed[candidate]):
                     lockfile = parsed[candidate]
                     break

@@ -85,12 +85,12 @@ def from_mapping(data, where: str = MANIFEST) -> RunManifest:
 
 
 def parse(text: str, where: str = MANIFEST) -> RunManifest:
-    import yaml  # 25 ms: only when the manifest changed since the last dial
+    from ..yamlfile import YamlError, loads   # 25 ms: only when the manifest changed since the last dial
 
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise Fail.permanent(f"run manifest {where} is not valid YAML: {e}")
+        data = loads(text, where)
+    except YamlError as e:
+        raise Fail.permanent(f"run manifest {where} is not valid YAML ({e.where}); accepted: a YAML mapping of the manifest fields") from None
     return from_mapping(data, where)
 
 

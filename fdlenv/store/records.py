@@ -57,26 +57,43 @@ class Record:
         return cls(**d)
 
 
-def _load(path: Path) -> dict:
+def load_lock(path: Path, field: str = "--lock") -> dict:
+    """The lock at `path` as a document, or one permanent `--lock:` error (never a traceback:
+    nesting that would crash libyaml is refused first)."""
     import yaml
+
+    from ..yamlfile import YamlError, check_nesting
 
     try:
         text = path.read_bytes().decode("utf-8")
     except FileNotFoundError:
-        raise Fail.permanent(f"--lock: {path} does not exist; expected {FORMS}") from None
+        raise Fail.permanent(f"{field}: {path} does not exist; expected {FORMS}") from None
     except UnicodeDecodeError as e:
-        raise Fail.permanent(f"--lock: {path} is not UTF-8 text (byte {e.start}); expected {FORMS}") from None
+        raise Fail.permanent(f"{field}: {path} is not UTF-8 text (byte {e.start}); expected {FORMS}") from None
+    try:
+        check_nesting(text, path)
+    except YamlError as e:
+        raise Fail.permanent(f"{field}: {path} does not parse as YAML ({e.where}); expected {FORMS}") from None
     try:
         doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as e:
         where = getattr(e, "problem_mark", None)
         at = f" at line {where.line + 1}" if where else ""
         what = " ".join(str(getattr(e, "problem", "") or "").split())
-        raise Fail.permanent(f"--lock: {path} does not parse as YAML{at}" + (f" ({what})" if what else "")
+        raise Fail.permanent(f"{field}: {path} does not parse as YAML{at}" + (f" ({what})" if what else "")
                              + f"; expected {FORMS}") from None
     if not isinstance(doc, dict) or doc.get("version") != 1 or not isinstance(doc.get("package"), list):
-        raise Fail.permanent(f"--lock: {path} is not {FORMS}")
+        raise Fail.permanent(f"{field}: {path} is not {FORMS}")
+    for i, e in enumerate(doc["package"]):
+        for key in _SCALARS if isinstance(e, dict) else ():
+            if not isinstance(e.get(key), (str, int, float, type(None))):
+                label = e["name"] if isinstance(e.get("name"), str) else f"#{i}"
+                raise Fail.permanent(f"{field}: {path}: package {label!r} has a malformed {key}; accepted: "
+                                     "a string (regenerate the lock with `fdlenv lock`)")
     return doc
+
+
+_SCALARS = ("name", "version", "manager", "platform", "url", "category", "build")
 
 
 def _categories(entry: dict) -> set[str]:
@@ -142,7 +159,7 @@ def _record(path: Path, i: int, e: dict) -> Record:
 
 def holds(path: Path, variant: str, platform: str) -> bool:
     """Does the lock at `path` hold `variant` for `platform`? (A lock that does not parse fails.)"""
-    entries = _load(path)["package"]
+    entries = load_lock(path)["package"]
     if not all(isinstance(e, dict) for e in entries):
         raise Fail.permanent(f"--lock: {path}: package entries must be mappings; expected {FORMS}")
     named = {c for e in entries for c in _categories(e) if c in variants.VARIANTS}
@@ -158,7 +175,7 @@ def holds(path: Path, variant: str, platform: str) -> bool:
 
 def read_variant(path: Path, variant: str, platform: str) -> list[Record]:
     """The records of `variant` for `platform`, sorted by (manager, name)."""
-    doc = _load(path)
+    doc = load_lock(path)
     entries = doc["package"]
     cats = set()
     for e in entries:

@@ -157,7 +157,8 @@ def test_any_shell_state_is_undone_or_dropped_and_never_raises(state):
     assert "_FDLENV_STATE" not in out and all(isinstance(v, str) for v in out.values())
 
 
-@pytest.mark.parametrize("nesting", ["[" * 50000 + "]" * 50000, "[" * 1000 + "]" * 1000, "{a: " * 3000 + "1" + "}" * 3000])
+@pytest.mark.parametrize("nesting", ["[" * 50000 + "]" * 50000, "[" * 1000 + "]" * 1000, "{a: " * 3000 + "1" + "}" * 3000],
+                         ids=["50000 brackets", "1000 brackets", "3000 braces"])
 def test_deeply_nested_locks_are_one_error_not_a_crash(tmp_path, nesting):
     import subprocess
     import sys
@@ -172,7 +173,7 @@ def test_deeply_nested_locks_are_one_error_not_a_crash(tmp_path, nesting):
         assert "Traceback" not in res.stderr
 
 
-@pytest.mark.parametrize("body, words", [
+@pytest.mark.parametrize("body, words", ids=["version 7", "a list as a name", "unclosed"], argvalues=[
     ("version: 7\npackage: []\n", "not a conda-lock v1"),
     ("version: 1\nmetadata: {platforms: [linux-64]}\npackage:\n- {name: [x], version: '1', manager: pip}\n", ""),
     ("version: 1\npackage: [\n", "does not parse"),

@@ -11,8 +11,11 @@ slow), and each read must end. The rules, in one place:
   at its caller's limit) and is stalled when less than STALL_BYTES arrived in the
   last STALL_WINDOW seconds;
 - by cause: more bytes than stated is permanent (the server serves other bytes);
-  a cut, a reset, a timeout or a stall is transient (`Fail.retry`), so a persist
-  box tries again; what the bytes are is for the caller's hash to decide.
+  a cut, a reset, a timeout or a stall is transient (`Fail.retry`); what the
+  bytes are is for the caller's hash to decide;
+- a transient failure is tried again here (`retrying`: TRIES in all, a short
+  pause between), and only then reaches the caller (exit 1: a persist box
+  re-dials later).
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ PAGE_DEADLINE = 120          # seconds a whole page or metadata file may take
 STALL_WINDOW = 60            # a download is stalled when, over this many seconds,
 STALL_BYTES = 64 << 10       # ... fewer bytes than this arrived
 PIECE = 1 << 20
+TRIES = 3                    # attempts of one download before its transient failure is reported
+PAUSE = 1.0                  # seconds before the second attempt, doubled for each later one
 
 
 def open_url(url: str, headers: dict[str, str] | None = None):
@@ -90,3 +95,18 @@ def chunks(f, url: str, limit: int, stated: int | None = None, size: int = PIECE
                 raise Fail.retry(f"{url} stalled: {window_bytes} bytes in the last {now - window_start:.0f} s; retry")
             window_start, window_bytes = now, 0
         yield chunk
+
+
+def retrying(fetch, what: str, stop=None):
+    """`fetch()`, tried again after a transient `Fail` (TRIES in all); `stop()` true: give up now
+    (another download of the same realise failed for good)."""
+    from .progress import say
+
+    for attempt in range(1, TRIES + 1):
+        try:
+            return fetch()
+        except Fail as f:
+            if not f.transient or attempt == TRIES or (stop is not None and stop()):
+                raise
+            say(f"{what}: {f.message}; trying again ({attempt + 1}/{TRIES})")
+            time.sleep(PAUSE * 2 ** (attempt - 1))

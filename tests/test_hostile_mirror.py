@@ -44,6 +44,9 @@ class Faulty(http.server.SimpleHTTPRequestHandler):
             return super().do_GET()
         data = open(path, "rb").read()
         mode = type(self).mode
+        if mode == "cut-once":      # the first answer is cut, every later one whole
+            type(self).mode = "normal"
+            mode = "cut"
         self.send_response(206 if mode.startswith("206") else 200)
         if mode == "206-zero":        # a range asked, the whole file sent as a range from 0
             self.send_header("Content-Range", f"bytes 0-{len(data) - 1}/{len(data)}")
@@ -127,10 +130,19 @@ def test_a_download_cut_mid_body_is_transient_and_the_next_try_succeeds(mirror, 
     assert res.returncode == 1, res.stderr
     last = _one_error(res)
     assert "tampered" not in last and ("ended early" in last or "cut" in last), last
+    assert res.stderr.count("trying again") == 2          # tried three times before saying so
     _nothing_published(home)
     Faulty.mode = "normal"
     res = _realise(home, lock, url)
     assert res.returncode == 0, res.stderr
+
+
+def test_a_download_cut_once_is_tried_again_and_the_realise_succeeds(mirror):
+    home, lock, url, _ = mirror
+    Faulty.mode = "cut-once"
+    res = _realise(home, lock, url)
+    assert res.returncode == 0, res.stderr
+    assert "trying again (2/3)" in res.stderr
 
 
 def test_a_zip_bomb_in_place_of_the_wheel_stops_at_the_ratio_cap(mirror):

@@ -470,3 +470,10 @@ def test_ordinary_hosts_users_and_addresses_still_plan():
     p = plan_hop(SshConfig(target="gpu-7.example.org", user="trainer_1", options=("ProxyJump=al@[::1]:2022",)),
                  home="/nonexistent", ssh_config_path="/nonexistent")
     assert p.hostname == "gpu-7.example.org" and [(h.user, h.hostname) for h in p.via] == [("al", "::1")]
+
+
+def test_strict_host_key_checking_comes_from_ssh_config_unless_an_option_says_otherwise(tmp_path):
+    assert plan(tmp_path, "Host box\n StrictHostKeyChecking no\n").strict == "no"
+    assert plan(tmp_path, "Host box\n StrictHostKeyChecking yes\n").strict == "yes"
+    assert plan(tmp_path, "Host box\n StrictHostKeyChecking no\n", "StrictHostKeyChecking=yes").strict == "yes"
+    assert plan(tmp_path, "").strict == "accept-new"

@@ -86,7 +86,9 @@ def locate(home: Home, r: Record, mirrors: dict[str, str]) -> Archive:
         return Archive(r, path, False)
     if parsed.scheme not in ("http", "https"):
         raise Fail.permanent(f"archive URL {url!r}: unsupported scheme; accepted: file://, http://, https://")
-    _download(home, r, url, cached)
+    from ..netread import retrying
+
+    retrying(lambda: _download(home, r, url, cached), f"archive {r.filename}")
     return Archive(r, cached, True)
 
 

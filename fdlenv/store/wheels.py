@@ -156,7 +156,8 @@ def _fetch_and_extract(home: Home, r: Record, source: str, stated: int | None, p
         if entry_dir(home, r.sha256).is_dir():   # another process finished it while we waited
             progress.add(finished=1, extracted=1)
             return
-        _fetch_and_extract_held(home, r, source, stated, progress, pool)
+        netread.retrying(lambda: _fetch_and_extract_held(home, r, source, stated, progress, pool),
+                         f"wheel {r.filename}", progress.stopped.is_set)
 
 
 def _fetch_and_extract_held(home: Home, r: Record, source: str, stated: int | None, progress: Bytes,

@@ -17,7 +17,7 @@ import os
 import sys
 
 from . import __version__
-from .errors import EXIT_PERMANENT, EXIT_TRANSIENT, Fail, os_failure
+from .errors import EXIT_PERMANENT, Fail, os_failure
 
 # True once main() runs as the program itself (console script, python -m): only then
 # may the store fork its install worker; commands read it as `args.owns_process`.
@@ -25,6 +25,7 @@ OWNS_PROCESS = False
 
 # A closed stdout (`fdlenv env list | head`): quiet, with a SIGPIPE death's status (128 + 13).
 EXIT_BROKEN_PIPE = 141
+EXIT_INTERRUPTED = 130      # 128 + SIGINT, as a shell reports a command ended by Ctrl-C
 
 # One module per command under fdlenv/commands; each defines add_parser(sub).
 COMMANDS = ("env", "run", "shell_hook", "detect", "lock", "pack", "mirror", "walkthrough", "join", "recipe", "build",
@@ -182,9 +183,10 @@ def main(argv: list[str] | None = None) -> int:
         # and no second complaint when the interpreter flushes at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         rc = EXIT_BROKEN_PIPE
-    if OWNS_PROCESS and "rattler" in sys.modules:
+    if OWNS_PROCESS and ("rattler" in sys.modules or rc == EXIT_INTERRUPTED):
         # py-rattler 0.28 can crash at interpreter exit (134/139) after its calls succeeded
         # (`lock`, `pack`): the exit code must stay 0/1/2, so leave without the teardown.
+        # After Ctrl-C, too: a download thread still in a socket read would hold the exit.
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
@@ -208,6 +210,15 @@ def fail(message: str, code: int) -> int:
     return code
 
 
+def _first_interrupt(signum, frame) -> None:
+    """Ctrl-C: stop what runs (KeyboardInterrupt unwinds it, its cleanup included); a second
+    press while it cleans up changes nothing. main() then leaves at once with 130."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
 def _main(argv: list[str]) -> int:
     global _JSON
     head, tail = split_tail(argv)
@@ -228,12 +239,16 @@ def _main(argv: list[str]) -> int:
             settle_variant_option(args)
         except Fail as f:
             return fail(f.message, f.exit_code)
+    if OWNS_PROCESS:
+        import signal
+
+        signal.signal(signal.SIGINT, _first_interrupt)
     try:
         return int(args.func(args) or 0)
     except Fail as f:
         return fail(f.message, f.exit_code)
     except KeyboardInterrupt:
-        return fail("interrupted", EXIT_TRANSIENT)
+        return fail("interrupted", EXIT_INTERRUPTED)
     except BrokenPipeError:
         raise           # main() makes it quiet
     except OSError as e:

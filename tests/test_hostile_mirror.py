@@ -47,6 +47,8 @@ class Faulty(http.server.SimpleHTTPRequestHandler):
         if mode == "cut-once":      # the first answer is cut, every later one whole
             type(self).mode = "normal"
             mode = "cut"
+        if mode == "slow":
+            data = data + b"\0" * (64 << 20)        # longer than any test waits; never whole
         self.send_response(206 if mode.startswith("206") else 200)
         if mode == "206-zero":        # a range asked, the whole file sent as a range from 0
             self.send_header("Content-Range", f"bytes 0-{len(data) - 1}/{len(data)}")
@@ -61,6 +63,11 @@ class Faulty(http.server.SimpleHTTPRequestHandler):
                 self.wfile.write(data[: len(data) // 2])
             elif mode == "other":
                 self.wfile.write(type(self).body)
+            elif mode == "slow":          # a 64 KiB piece every 50 ms: minutes for the whole wheel
+                for i in range(0, len(data), 65536):
+                    self.wfile.write(data[i:i + 65536])
+                    self.wfile.flush()
+                    time.sleep(0.05)
             elif mode == "endless":
                 self.wfile.write(data)
                 while True:
@@ -309,3 +316,27 @@ def test_a_download_that_stalls_is_transient():
         netread.STALL_WINDOW = netread_window
         a.close()
         b.close()
+
+
+@pytest.mark.parametrize("presses", [1, 2])
+def test_ctrl_c_ends_a_realise_at_once_with_130_and_leaves_no_debris(mirror, presses):
+    import signal
+    import subprocess
+    import sys
+
+    home, lock, url, _ = mirror
+    Faulty.mode = "slow"
+    proc = subprocess.Popen([sys.executable, "-m", "fdlenv", "env", "realize", "--libtorch", "cu128", "--lock",
+                             str(lock), "--home", str(home.root), "--mirror", f"pypi={url}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    while not list(home.pkgs.glob(".whl-*")) if home.pkgs.is_dir() else True:   # the marker: a download under way
+        assert proc.poll() is None, proc.communicate()
+    for _ in range(presses):
+        os.killpg(proc.pid, signal.SIGINT)          # what a terminal's Ctrl-C sends: the whole group
+    out, err = proc.communicate(timeout=10)          # a liveness bound; the downloads alone take minutes
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "Exception ignored" not in err
+    assert err.strip().splitlines()[-1] == "error: interrupted"
+    assert not list(home.pkgs.glob(".*")), (err, [(p.name, sorted(os.listdir(p))[:5]) for p in home.pkgs.glob(".*")])
+    assert not (home.staging.is_dir() and list(home.staging.iterdir()))
+    assert not (home.envs.is_dir() and list(home.envs.iterdir()))

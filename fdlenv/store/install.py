@@ -103,8 +103,22 @@ def build(home: Home, variant: str, key: str, records: list[Record], final: Path
     except BaseException:
         worker.abandon()
         shutil.rmtree(stage, ignore_errors=True)
+        for leftover in (Path(str(stage) + ".ok"), Path(str(stage) + ".err")):
+            leftover.unlink(missing_ok=True)
+        _sweep_own_extractions(home)
         raise
     say(f"realised {variant} in {time.monotonic() - t0:.1f}s")
+
+
+def _sweep_own_extractions(home: Home) -> None:
+    """After a failure or Ctrl-C: wait (briefly) for this process's download threads to stop,
+    then remove the extraction dirs they leave (`pkgs/.whl-<sha>.<pid>.*`)."""
+    deadline = time.monotonic() + wheels.GRACE
+    for t in threading.enumerate():
+        if t.name.startswith("fdlenv-") and t is not threading.current_thread():
+            t.join(max(0.0, deadline - time.monotonic()))
+    for tmp in home.pkgs.glob(f".whl-*.{os.getpid()}.*") if home.pkgs.is_dir() else ():
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _publish(home: Home, stage: Path, final: Path, replace: bool) -> None:
@@ -136,38 +150,23 @@ def _install(home: Home, worker: WorkerProcess, archives: list[Archive], wheel_r
         marker=str(marker), error=str(err))
     entries: dict[str, Path] = {}
     wheel_failures: list[BaseException] = []
+    stop = threading.Event()     # set when this thread is interrupted: the downloads stop too
 
     def fetch_wheels():
         try:
-            entries.update(wheels.ensure(home, wheel_records, mirrors))
+            entries.update(wheels.ensure(home, wheel_records, mirrors, stop))
         except BaseException as e:  # noqa: BLE001 - re-raised in this thread below
             wheel_failures.append(e)
 
-    fetcher = threading.Thread(target=fetch_wheels, daemon=True)
-    if wheel_records:
-        fetcher.start()
-    # Hash local archives while the worker extracts them.
     failures: list[Fail] = []
-
-    def hash_all():
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            for a, fut in [(a, pool.submit(verify, home, a)) for a in archives]:
-                try:
-                    fut.result()
-                except Fail as f:
-                    failures.append(f)
-                except OSError as e:  # unreadable: unverified is never published
-                    failures.append(Fail.permanent(f"cannot read archive {a.path} to verify it: {e}"))
-
-    hasher = threading.Thread(target=hash_all, daemon=True)
-    hasher.start()
-    poll, size = _installed(stage, archives)
-    with during(f"installing {len(archives)} package(s) for {variant}", every=3.0, poll=poll,
-                total=size) if archives else contextlib.nullcontext():
-        returncode = worker.run(req)
-        hasher.join()
-    if wheel_records:
-        fetcher.join()
+    fetcher = threading.Thread(target=fetch_wheels, daemon=True)
+    try:
+        returncode = _run_beside(fetcher, wheel_records, archives, home, worker, req, stage, variant, failures)
+    except BaseException:    # Ctrl-C: the downloads stop and clean up before the caller's cleanup
+        stop.set()
+        if fetcher.is_alive():
+            fetcher.join(wheels.GRACE + 0.5)
+        raise
     try:
         if wheel_failures:
             raise wheel_failures[0]
@@ -206,6 +205,36 @@ def _install(home: Home, worker: WorkerProcess, archives: list[Archive], wheel_r
     finally:
         for p in (marker, err):
             p.unlink(missing_ok=True)
+
+
+def _run_beside(fetcher: threading.Thread, wheel_records: list[Record], archives: list[Archive], home: Home,
+                worker: WorkerProcess, req: Request, stage: Path, variant: str, failures: list) -> int:
+    """The wheels' fetcher, the install worker and the hashing of local archives, side by side;
+    returns the worker's exit code (its marker file, not this, says whether it succeeded)."""
+    if wheel_records:
+        fetcher.start()
+    # Hash local archives while the worker extracts them.
+
+    def hash_all():
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            for a, fut in [(a, pool.submit(verify, home, a)) for a in archives]:
+                try:
+                    fut.result()
+                except Fail as f:
+                    failures.append(f)
+                except OSError as e:  # unreadable: unverified is never published
+                    failures.append(Fail.permanent(f"cannot read archive {a.path} to verify it: {e}"))
+
+    hasher = threading.Thread(target=hash_all, daemon=True)
+    hasher.start()
+    poll, size = _installed(stage, archives)
+    with during(f"installing {len(archives)} package(s) for {variant}", every=3.0, poll=poll,
+                total=size) if archives else contextlib.nullcontext():
+        returncode = worker.run(req)
+        hasher.join()
+    if wheel_records:
+        fetcher.join()
+    return returncode
 
 
 def _installed(stage: Path, archives: list[Archive]):

@@ -133,7 +133,11 @@ class WorkerProcess:
 
     def _wait(self) -> int:
         if self._status is None:
-            self._status = self._proc.wait() if self._proc else os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+            try:
+                self._status = self._proc.wait() if self._proc else \
+                    os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+            except ChildProcessError:    # reaped already (a Ctrl-C between the wait and its result)
+                self._status = -1
         return self._status
 
     def _close_pipe(self) -> None:
@@ -255,6 +259,7 @@ def run(req: Request) -> dict[str, dict]:
 def _serve(read_fd: int) -> None:
     """The worker's body: one request from the pipe, then the marker (or the error file)."""
     try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the parent's to handle: it kills us
         _die_with_parent()
         try:
             import rattler  # noqa: F401 - imported while the parent still prepares the request

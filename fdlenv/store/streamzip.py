@@ -69,6 +69,10 @@ class Escape(Exception):
     """A member whose path leaves the extraction root."""
 
 
+class Stopped(Exception):
+    """The caller stopped the stream (another download failed, or Ctrl-C)."""
+
+
 class Malformed(Exception):
     """Bytes that are not a well-formed zip (or inflate past their bounds)."""
 
@@ -98,8 +102,9 @@ def complete(tail: bytes, total: int) -> bool:
 class StreamUnzip:
     """Feed it the bytes of a zip in order; members land under `root` at `place(name)`."""
 
-    def __init__(self, root: Path, place: Callable[[str], str | None]):
+    def __init__(self, root: Path, place: Callable[[str], str | None], stop=None):
         self.root, self.place = root, place
+        self.stop = stop            # an Event: once set, feed() raises Stopped at the next member
         self.buf = bytearray()
         self.pos = 0                # bytes of buf already consumed (no memmove per member)
         self.state = "header"
@@ -125,7 +130,8 @@ class StreamUnzip:
         self.buf += data
         try:
             while self._step():
-                pass
+                if self.stop is not None and self.stop.is_set():
+                    raise Stopped("stopped")
         except PARSE_ERRORS + INFLATE_ERRORS as e:
             raise Malformed(f"{type(e).__name__}: {e}") from None
         except OSError as e:

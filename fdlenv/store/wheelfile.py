@@ -165,7 +165,9 @@ def place(name: str) -> str | None:
     return "site/" + name
 
 
-def extract(home: Home, r: Record, path: Path, pool: ThreadPoolExecutor) -> None:
+def extract(home: Home, r: Record, path: Path, pool: ThreadPoolExecutor,
+            stop: threading.Event | None = None) -> None:
+    """Unpack verified bytes at `path` into the cache entry; `stop` set: give up between members."""
     final = entry_dir(home, r.sha256)
     if final.is_dir():
         return
@@ -193,7 +195,7 @@ def extract(home: Home, r: Record, path: Path, pool: ThreadPoolExecutor) -> None
         for d in dirs:
             os.makedirs(tmp / d, exist_ok=True)
         groups = _balance(planned, max(1, min(os.cpu_count() or 2, len(planned) // 64 or 1)))
-        futures: list[Future] = [pool.submit(_extract_group, path, g, tmp) for g in groups]
+        futures: list[Future] = [pool.submit(_extract_group, path, g, tmp, stop) for g in groups]
         for f in futures:
             f.result()
         check_record(r, tmp, {m.filename: m.file_size for m in members})
@@ -224,9 +226,11 @@ def _balance(planned: list, n: int) -> list[list]:
     return [g for g in groups if g]
 
 
-def _extract_group(path: Path, group: list, root: Path) -> None:
+def _extract_group(path: Path, group: list, root: Path, stop: threading.Event | None) -> None:
     with zipfile.ZipFile(path) as zf:
         for m, rel in group:
+            if stop is not None and stop.is_set():
+                raise Fail.retry(f"stopped extracting {path.name}")
             dest = root / rel
             with zf.open(m) as src, open(dest, "wb") as dst:
                 shutil.copyfileobj(src, dst, CHUNK)

@@ -55,11 +55,12 @@ class Bytes(Meter):
     """Byte-level progress of a batch of wheels: size, rate, ETA and what is extracted (live on a
     terminal, a line every few seconds elsewhere; extraction goes on after the last byte)."""
 
-    def __init__(self, count: int, total: int, every: float = 3.0):
+    def __init__(self, count: int, total: int, every: float = 3.0, stop: threading.Event | None = None):
         super().__init__("wheels", total, every)
         self.count = count
         self.finished = self.extracted = 0
-        self.stopped = threading.Event()    # set when one wheel failed: the others give up
+        # Set when one wheel failed or the caller stops (Ctrl-C): the others give up at their next chunk.
+        self.stopped = stop if stop is not None else threading.Event()
 
     def add(self, n: int = 0, *, finished: int = 0, extracted: int = 0) -> None:
         with self._lock:
@@ -70,8 +71,13 @@ class Bytes(Meter):
                            f"{self.extracted}/{self.count} extracted")
 
 
-def ensure(home: Home, records: list[Record], mirrors: dict[str, str]) -> dict[str, Path]:
-    """sha256 -> complete cache entry, for every wheel record (fetching what is missing)."""
+GRACE = 1.5           # seconds the downloads get to stop at their next chunk once stopped
+
+
+def ensure(home: Home, records: list[Record], mirrors: dict[str, str],
+           stop: threading.Event | None = None) -> dict[str, Path]:
+    """sha256 -> complete cache entry, for every wheel record (fetching what is missing).
+    `stop`, once set (the caller was interrupted), makes every download give up at its next chunk."""
     out = {r.sha256: entry_dir(home, r.sha256) for r in records}
     todo = [r for r in records if not out[r.sha256].is_dir()]
     if not todo:
@@ -87,21 +93,30 @@ def ensure(home: Home, records: list[Record], mirrors: dict[str, str]) -> dict[s
     # threads run at a lower one, so on a small machine they fill what CPU it leaves.
     todo.sort(key=lambda r: -(sources[r.sha256][1] or 0))
     first = todo[0] if len(todo) > 1 and sources[todo[0].sha256][1] else None
-    with Bytes(len(todo), total) as progress, \
-            ThreadPoolExecutor(1, thread_name_prefix="fdlenv-big") as big, \
-            ThreadPoolExecutor(DOWNLOADS - 1 if first else DOWNLOADS, thread_name_prefix="fdlenv-dl",
-                               initializer=_lower_priority if first else None) as dl, \
-            ThreadPoolExecutor(cpus, thread_name_prefix="fdlenv-x") as xp:
-        futures = [(big if r is first else dl).submit(_fetch_and_extract, home, r, *sources[r.sha256],
-                                                       progress, xp) for r in todo]
-        wait(futures, return_when=FIRST_EXCEPTION)
-        failed = next((f.exception() for f in futures if f.done() and f.exception()), None)
-        if failed is not None:   # the env cannot be made: stop the other downloads now
+    with Bytes(len(todo), total, stop=stop) as progress:
+        big = ThreadPoolExecutor(1, thread_name_prefix="fdlenv-big")
+        dl = ThreadPoolExecutor(DOWNLOADS - 1 if first else DOWNLOADS, thread_name_prefix="fdlenv-dl",
+                                initializer=_lower_priority if first else None)
+        xp = ThreadPoolExecutor(cpus, thread_name_prefix="fdlenv-x")
+        futures = []
+        try:
+            futures = [(big if r is first else dl).submit(_fetch_and_extract, home, r, *sources[r.sha256],
+                                                           progress, xp) for r in todo]
+            wait(futures, return_when=FIRST_EXCEPTION)
+            failed = next((f.exception() for f in futures if f.done() and f.exception()), None)
+            if failed is not None:   # the env cannot be made: stop the other downloads now
+                raise failed
+        except BaseException:
+            # A failed wheel or Ctrl-C: every other download stops at its next chunk and removes
+            # its own temp dir; whatever has not stopped within GRACE is left to the process's exit.
             progress.stopped.set()
             for f in futures:
                 f.cancel()
-            wait(futures)
-            raise failed
+            wait(futures, timeout=GRACE)
+            raise
+        finally:
+            for pool in (big, dl, xp):
+                pool.shutdown(wait=False, cancel_futures=True)
     say(f"wheels ready in {time.monotonic() - t0:.1f} s ({progress.done / 1e9:.2f} GB downloaded)")
     return out
 
@@ -191,7 +206,7 @@ def _fetch_and_extract_held(home: Home, r: Record, source: str, stated: int | No
 def _extract_whole(home: Home, r: Record, path: Path, pool: ThreadPoolExecutor, progress: Bytes) -> None:
     """The whole-file path for verified bytes at `path` (see store.wheelfile)."""
     progress.add(finished=1)
-    wheelfile.extract(home, r, path, pool)
+    wheelfile.extract(home, r, path, pool, progress.stopped)
     progress.add(extracted=1)
 
 
@@ -224,17 +239,19 @@ def _stream(home: Home, r: Record, chunks, where: str, progress: Bytes, length: 
     permanent; nothing is published either way. A local file is whole by definition."""
     tmp = home.pkgs / f".whl-{r.sha256}.{os.getpid()}.{threading.get_ident()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
     sha = hashing.Digest()
-    unzip = streamzip.StreamUnzip(tmp, wheelfile.place)
+    # `tmp` is made with the first member: a stream stopped before any byte came leaves nothing.
+    unzip = streamzip.StreamUnzip(tmp, wheelfile.place, progress.stopped)
     try:
         try:
             for chunk in chunks:
                 if progress.stopped.is_set():
-                    raise Fail.retry(f"stopped fetching {r.filename}: another wheel failed")
+                    raise Fail.retry(f"stopped fetching {r.filename}: another wheel failed or the realise was stopped")
                 sha.update(chunk)
                 unzip.feed(chunk)
                 progress.add(len(chunk))
+        except streamzip.Stopped:
+            raise Fail.retry(f"stopped fetching {r.filename}: another wheel failed or the realise was stopped") from None
         except streamzip.Escape as e:
             raise Fail.permanent(f"wheel {r.filename} has a member that escapes its root: {e}; "
                                  "refusing to install it") from None
@@ -259,6 +276,7 @@ def _stream(home: Home, r: Record, chunks, where: str, progress: Bytes, length: 
         except streamzip.Malformed as e:
             raise Fail.permanent(f"wheel {r.filename} is not a well-formed wheel: {e}") from None
         wheelfile.check_record(r, tmp, unzip.sizes)
+        tmp.mkdir(parents=True, exist_ok=True)   # a wheel with nothing to install still gets its entry
         wheelfile.publish(tmp, entry_dir(home, r.sha256))
         progress.add(extracted=1)
     finally:

@@ -28,10 +28,10 @@ TRIALS = 20
 
 
 def _world(tmp: Path):
-    """A cpu env of a 1,500-file conda package and a 600-file wheel (both in the package cache)."""
-    w = make_world(tmp, nfiles=1500)
+    """A cpu env of a 600-file conda package and a 300-file wheel (both in the package cache)."""
+    w = make_world(tmp, nfiles=600)
     wheel = make_wheel(tmp / "wheels", "bigwheel", "1.0",
-                       {f"d{i // 100}/m{i}.py": f"X = {i}\n" for i in range(600)})
+                       {f"d{i // 100}/m{i}.py": f"X = {i}\n" for i in range(300)})
     write_env(w.envs, "cpu", ["flodl"], ["libtorch-cpu 2.10.0", "hooks", "common-data", {"pip": [str(wheel)]}])
     lock_envs(w.envs, w.lock, home=w.home)
     return w

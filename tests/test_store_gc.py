@@ -61,7 +61,8 @@ def test_gc_takes_what_runs_left_and_reports_what_it_never_touches(tmp_path):
     assert str(made["new walk-through"]) not in planned and plan["envs"] == []
     assert plan["bytes"] >= 4096 + 4000
     assert all(p.exists() for p in made.values())                   # a dry run removes nothing
-    assert any(k.startswith("channels/") for k in plan["kept"]) and any(k.startswith("source/") for k in plan["kept"])
+    assert plan["kept"]["never_collected"] == ["channels/", "data/", "libtorch/"] and "--sources" in plan["kept"]["source"]
+    assert plan["kept"]["envs"] > 0 and all(k.isidentifier() for k in plan["kept"])
     res = fdlenv("env", "gc", *_home(w), check=True)
     assert "never collected" in res.stdout
     for name in ("staging", "activation", "fast", "lock", "build", "build staging", "old walk-through"):
@@ -117,3 +118,61 @@ def test_env_remove_leaves_an_env_a_process_uses_and_flodls_own_download(tmp_pat
     fdlenv("env", "gc", *_home(w), check=True)
     assert not os.path.exists(env["path"])                  # unrooted: the next gc takes it
     assert (flodl / "lib" / "libtorch.so").read_bytes() == b"flodl"
+
+
+def _distinct_bytes(*roots: Path) -> int:
+    """The oracle: bytes of the distinct inodes (files and links) under `roots`, as `du` counts them."""
+    seen, total = set(), 0
+    for root in roots:
+        for dirpath, _dirs, files in os.walk(root):
+            for name in files:
+                st = os.lstat(os.path.join(dirpath, name))
+                if (st.st_dev, st.st_ino) not in seen:
+                    seen.add((st.st_dev, st.st_ino))
+                    total += st.st_size
+    return total
+
+
+def _sharing_world(tmp_path):
+    from helpers_conda import Pkg, make_channel, write_env
+
+    from fdlenv.lock import lock_envs
+
+    w = make_world(tmp_path, variants=("cpu", "cu126"))
+    make_channel(w.home.channel, [Pkg("bigshared", "1.0", files={"share/big.bin": os.urandom(3 << 20)})])
+    for v in ("cpu", "cu126"):
+        write_env(w.envs, v, ["flodl"], [f"libtorch-{v} 2.10.0", "hooks", "common-data", "bigshared"])
+    lock_envs(w.envs, w.lock, home=w.home)
+    return w
+
+
+def test_sizes_count_each_inode_once_in_remove_gc_and_list(tmp_path):
+    w = _sharing_world(tmp_path)
+    cpu, cu = realise_json(w, "cpu"), realise_json(w, "cu126")
+    listed = {e["variant"]: e["size"] for e in json.loads(fdlenv("env", "list", "--json", *_home(w)).stdout)["envs"]}
+    for env in (cpu, cu):
+        entries = [w.home.pkgs / n for n in json.loads(
+            (Path(env["path"]) / ".fdlenv/manifest.json").read_text())["size"]["entries"]]
+        assert abs(listed[env["variant"]] - _distinct_bytes(Path(env["path"]), *entries)) < 64 << 10
+    kept = json.loads(fdlenv("env", "gc", "--dry-run", "--json", *_home(w), check=True).stdout)["kept"]["envs"]
+    assert abs(kept - _distinct_bytes(w.home.envs, w.home.pkgs)) < 64 << 10     # 3 MB shared: once
+    before = _distinct_bytes(w.home.root)
+    dry = json.loads(fdlenv("env", "remove", "cpu", "--dry-run", "--json", *_home(w), check=True).stdout)
+    out = json.loads(fdlenv("env", "remove", "cpu", "--json", *_home(w), check=True).stdout)
+    freed = before - _distinct_bytes(w.home.root)
+    assert abs(out["bytes"] - freed) < 64 << 10 and abs(dry["bytes"] - out["bytes"]) < 64 << 10
+    assert freed < 1 << 20                         # the shared 3 MB stays with cu126
+    assert (w.home.pkgs / "bigshared-1.0-0" / "share" / "big.bin").is_file()
+
+
+def test_gc_drops_a_root_whose_env_was_deleted_by_hand(tmp_path):
+    import shutil
+
+    w = make_world(tmp_path)
+    env = realise_json(w)
+    shutil.rmtree(env["path"])
+    roots = list(w.home.roots.iterdir())
+    assert roots and all(not p.exists() for p in roots)
+    plan = json.loads(fdlenv("env", "gc", "--json", *_home(w), check=True).stdout)
+    assert {o["path"] for o in plan["other"]} >= {str(p) for p in roots}
+    assert list(w.home.roots.iterdir()) == []

@@ -243,5 +243,8 @@ def _report_plan(args, plan, **extra) -> None:
         print(f"  {p}: {why}")
     for p in extra.get("still_in_use") or ():
         print(f"  kept {p}: a running process still uses it (gc takes it once that ends)")
-    for what, size in plan.kept.items():
-        print(f"  kept {what}: {size / (1 << 20):.1f} MiB")
+    print(f"  kept envs (rooted, pointed at or in use): {plan.kept['envs'] / (1 << 20):.1f} MiB")
+    if plan.kept["never_collected"]:
+        print(f"  kept {', '.join(plan.kept['never_collected'])}: never collected")
+    if "source" in plan.kept:
+        print(f"  kept source/: {plan.kept['source']}")

@@ -36,14 +36,15 @@ from ..home import Home
 from . import pointers
 from .env import MANIFEST, read_manifest
 from .leases import in_use, store_lock
-from .maintain import file_stats, env_dirs, size_of
+from . import sizes
+from .maintain import env_dirs, size_of
 
 NEVER = ("channels", "data", "libtorch")
 
 
 class GcPlan(namedtuple("GcPlan", "envs cache_entries archives other bytes kept")):
-    """envs, cache_entries, archives: lists of Paths; other: [(Path, why)]; bytes: what goes;
-    kept: {what: bytes} of what stays (and why, in the name)."""
+    """envs, cache_entries, archives: lists of Paths; other: [(Path, why)]; bytes: what goes (each
+    inode once); kept: {"envs": bytes, "never_collected": [dir/...], "source": why} of what stays."""
 
     __slots__ = ()
 
@@ -70,26 +71,20 @@ def collect(home: Home, dry_run: bool = False, sources: bool = False,
 
 def gc_plan(home: Home, sources: bool = False, skip: set[Path] = frozenset()) -> GcPlan:
     """What `collect` removes (see the module docstring). Call it under `collect`'s lock;
-    `skip`: links to read as gone (a dry run of `env remove`)."""
+    `skip`: links to read as gone (a dry run of `env remove`). Costs a manifest read per env,
+    never a walk of what is kept (`store.sizes`)."""
     live = pointers.live_targets(home, skip)
-    dead, kept = [], []
+    dead, kept, held_sizes, dead_sizes = [], [], [], []
     for d in env_dirs(home):
         m = read_manifest(d)
         busy = held(home.locks / f"{m['key']}.lock") or in_use(d)
-        (kept if Path(os.path.realpath(d)) in live or busy else dead).append(d)
-    total = sum(size_of(d) for d in dead)
-    dead_inodes = {(st.st_dev, st.st_ino) for d in dead for st in file_stats(d)}
-    entries = []
-    if home.pkgs.is_dir():
-        for e in sorted(home.pkgs.iterdir()):
-            if not e.is_dir() or e.name.startswith("."):
-                continue
-            stats = list(file_stats(e))
-            # An entry nothing links once the dead envs are gone: every file's other links are dead ones.
-            if all(st.st_nlink == 1 or ((st.st_dev, st.st_ino) in dead_inodes and st.st_nlink <= 2)
-                   for st in stats):
-                entries.append(e)
-                total += sum(st.st_size for st in stats)
+        keep = Path(os.path.realpath(d)) in live or busy
+        (kept if keep else dead).append(d)
+        (held_sizes if keep else dead_sizes).append(sizes.of_env(home, m, d))
+    wanted_entries = {name for _, names in held_sizes for name in names}
+    entries = [e for e in sorted(home.pkgs.iterdir()) if e.is_dir() and not e.name.startswith(".")
+               and e.name not in wanted_entries] if home.pkgs.is_dir() else []
+    total = sum(own for own, _ in dead_sizes) + sum(sizes.entry_size(home, e.name) for e in entries)
     kept_keys = {read_manifest(d)["key"] for d in kept}
     wanted = {r["sha256"] for d in kept for r in read_manifest(d)["records"]}
     archives = []
@@ -99,13 +94,22 @@ def gc_plan(home: Home, sources: bool = False, skip: set[Path] = frozenset()) ->
             if a.is_file() and sha not in wanted:
                 archives.append(a)
                 total += a.stat().st_size
-    other = list(_leftovers(home, kept_keys, {d.name for d in dead}, wanted, sources))
+    other = list(_leftovers(home, kept_keys, {d.name for d in dead}, wanted, sources,
+                            {e.name for e in entries}))
     total += sum(size_of(p) for p, _why in other)
-    return GcPlan(dead, entries, archives, other, total, _kept(home, kept, sources))
+    return GcPlan(dead, entries, archives, other, total, _kept(home, held_sizes, sources))
 
 
-def _leftovers(home: Home, keys: set[str], dead: set[str], wanted: set[str], sources: bool):
+def _leftovers(home: Home, keys: set[str], dead: set[str], wanted: set[str], sources: bool,
+               dead_entries: set[str]):
     """Step 3 of the module docstring: (path, why)."""
+    for p in sorted(home.roots.iterdir()) if home.roots.is_dir() else ():
+        if p.is_symlink() and not p.exists():
+            yield p, "a root whose env is gone (deleted by hand?)"
+    sized = home.cache / "sizes"
+    for p in sorted(sized.iterdir()) if sized.is_dir() else ():
+        if p.name in dead_entries or not (home.pkgs / p.name).is_dir():
+            yield p, "size of a cache entry that is gone"
     if home.staging.is_dir():
         for p in sorted(home.staging.iterdir()):
             yield p, "left in staging by an earlier run"
@@ -157,12 +161,13 @@ def _fast_alive(home: Home, entry: Path, dead: set[str]) -> bool:
         return False
 
 
-def _kept(home: Home, kept_envs: list[Path], sources: bool) -> dict[str, int]:
-    out = {"envs (rooted, pointed at or in use)": sum(size_of(d) for d in kept_envs)}
-    for name in NEVER + (() if sources else ("source",)):
-        d = home.root / name
-        if d.exists():
-            out[f"{name}/ (never collected)" if name != "source" else "source/ (kept; --sources drops it)"] = size_of(d)
+def _kept(home: Home, kept_envs: list[tuple[int, list[str]]], sources: bool) -> dict:
+    """What stays, by identifier: `envs` in bytes (each inode once); the trees gc never touches are
+    named, not walked (a dataset under data/ may hold millions of files)."""
+    out: dict = {"envs": sizes.total(home, kept_envs)}
+    out["never_collected"] = [f"{name}/" for name in NEVER if (home.root / name).exists()]
+    if not sources and home.source.exists():
+        out["source"] = "kept; --sources drops the trees no join holds"
     return out
 
 

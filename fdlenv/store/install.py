@@ -31,7 +31,7 @@ from ..errors import Fail, os_failure
 from ..home import Home
 from ..progress import during, say
 from .archives import Archive, evict_cache_entry, locate, verify
-from . import cudahome, wheels
+from . import cudahome, sizes, wheels
 from .install_worker import CondaItem, Request, WorkerProcess
 from .env import MANIFEST, libtorch_root
 from .records import Record
@@ -89,6 +89,7 @@ def build(home: Home, variant: str, key: str, records: list[Record], final: Path
             "libtorch_root": str(final_root),
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "tool_version": __version__, "links": links,
+            "size": sizes.measure(home, stage, records),
         }
         (stage / ".fdlenv").mkdir(exist_ok=True)
         (stage / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")

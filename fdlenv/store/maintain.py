@@ -19,7 +19,7 @@ from .. import hashing
 from ..home import Home
 from ..filelocks import exclusive
 from .leases import store_lock
-from . import pointers
+from . import pointers, sizes
 from .env import MANIFEST, moved_from, read_manifest
 
 
@@ -71,7 +71,7 @@ def listing(home: Home) -> list[EnvInfo]:
     for d in env_dirs(home):
         m = read_manifest(d)
         real = Path(os.path.realpath(d))
-        out.append(EnvInfo(m["variant"], m["key"], d, size_of(d), m["created"],
+        out.append(EnvInfo(m["variant"], m["key"], d, sizes.total(home, [sizes.of_env(home, m, d)]), m["created"],
                            active is not None and (active == real or real in active.parents),
                            real in live))
     return out

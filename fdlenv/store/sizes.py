@@ -1,0 +1,82 @@
+"""What envs and the package cache hold, in bytes: each inode once, at a cost per env.
+
+Why: envs hard-link the package cache, so summing `du` per env (or per env and
+per cache entry) counts a 6 GB torch once per link: twenty cu128 envs "kept"
+121 GB. And walking every kept file on each `env gc` or `env list` costs per
+file (12,000 per torch). So the bytes are measured once, at build time:
+- `measure(home, stage, records)`: the bytes only the env holds (files with
+  one link: prefix-rewritten copies, fdlenv's own files, whatever could not be
+  hard-linked) and the cache entries it links, kept in its manifest as `size`;
+- `entry_size(home, name)`: one walk per cache entry ever, remembered in
+  `cache/sizes/<name>`.
+Everything later adds those numbers: an env's size is its own bytes plus its
+entries', a set of envs counts each entry once, and what gc frees is the dead
+envs' own bytes plus the entries no kept env names.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .. import atomic
+from ..home import Home
+from .records import Record
+
+
+def entry_name(r: Record) -> str:
+    """The package-cache directory a record's files are linked from."""
+    if r.manager == "pip":
+        return f"whl-{r.sha256}"
+    return r.filename.removesuffix(".conda").removesuffix(".tar.bz2")
+
+
+def _walk_bytes(root: Path, only_single: bool = False) -> int:
+    total = 0
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            try:
+                st = os.lstat(os.path.join(dirpath, name))
+            except OSError:
+                continue
+            if not only_single or st.st_nlink == 1:
+                total += st.st_size
+    return total
+
+
+def entry_size(home: Home, name: str) -> int:
+    """Bytes of cache entry `name` (walked once, then read from cache/sizes/)."""
+    memo = home.cache / "sizes" / name
+    try:
+        return int(memo.read_text())
+    except (OSError, ValueError):
+        pass
+    entry = home.pkgs / name
+    if not entry.is_dir():
+        return 0
+    size = _walk_bytes(entry)
+    atomic.write_text(memo, str(size))
+    return size
+
+
+def measure(home: Home, stage: Path, records: list[Record]) -> dict:
+    """The manifest's `size` of a freshly built env (one walk of it, at build time)."""
+    names = sorted({entry_name(r) for r in records})
+    for name in names:
+        entry_size(home, name)
+    return {"own": _walk_bytes(stage, only_single=True), "entries": names}
+
+
+def of_env(home: Home, manifest: dict, env_dir: Path) -> tuple[int, list[str]]:
+    """(own bytes, cache entry names) of an env; an env built before sizes were kept is walked once."""
+    size = manifest.get("size")
+    if isinstance(size, dict) and isinstance(size.get("own"), int) and isinstance(size.get("entries"), list):
+        return size["own"], [str(n) for n in size["entries"]]
+    return _walk_bytes(env_dir, only_single=True), sorted({entry_name(Record.from_json(r))
+                                                           for r in manifest.get("records", [])})
+
+
+def total(home: Home, envs: list[tuple[int, list[str]]]) -> int:
+    """Bytes a set of envs holds: each one's own bytes, and each cache entry once."""
+    entries = {name for _, names in envs for name in names}
+    return sum(own for own, _ in envs) + sum(entry_size(home, n) for n in entries)

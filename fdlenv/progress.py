@@ -4,7 +4,9 @@ Anything that may take over a second says what it is doing. How, depends on
 where stderr goes:
 - a terminal: one live line per long step (`Meter`, drawn by tqdm: bytes,
   rate and ETA where there is a size, the elapsed time otherwise), redrawn
-  in place and finished with its final state;
+  in place and finished with its final state; the rate and ETA are read from
+  the last WINDOW seconds, never averaged since the start (a slow first
+  connection does not make the ETA read an hour);
 - anything else (a journal, a pipe, a CI log): plain lines, at most one
   every few seconds (`Ticker`, `during`, `Meter`'s fallback).
 `-q` (`set_quiet`) silences all of it; errors are never progress and always
@@ -72,13 +74,19 @@ class Meter:
     line every `every` seconds elsewhere. `poll()`, when given, returns (done, detail)
     and is asked before each draw (for work that reports nothing itself)."""
 
-    def __init__(self, message: str, total: int = 0, every: float = 3.0, poll=None):
+    WINDOW = 8.0       # seconds of recent progress the rate and ETA are read from
+
+    def __init__(self, message: str, total: int = 0, every: float = 3.0, poll=None, clock=time.monotonic):
         import threading   # not at module level: the re-dial path imports this module, never a Meter
+        from collections import deque
 
         self.message, self.total, self.done, self.detail = message, total, 0, ""
-        self._poll, self._every = poll, every
+        self._poll, self._every, self._clock = poll, every, clock
         self._lock = threading.Lock()
-        self._start = time.monotonic()
+        self._start = clock()
+        # (time, done) looks, the oldest within WINDOW: a slow start (index lookups, the first
+        # connection) does not weigh on the rate for the rest of the download.
+        self._samples: deque = deque([(self._start, 0)])
         self._stop = threading.Event()
         self._live = live()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -88,16 +96,31 @@ class Meter:
         with self._lock:
             self.done += n
 
+    def rate(self) -> float | None:
+        """Bytes per second over the last WINDOW seconds (None until a second of it is seen)."""
+        now = self._clock()
+        samples = self._samples
+        samples.append((now, self.done))
+        while len(samples) > 2 and now - samples[1][0] >= self.WINDOW:
+            samples.popleft()
+        t0, d0 = samples[0]
+        return (self.done - d0) / (now - t0) if now - t0 >= 1.0 else None
+
+    def eta(self, rate: float | None) -> float | None:
+        if not self.total or not rate or self.done >= self.total:
+            return None
+        return (self.total - self.done) / rate
+
     def line(self) -> str:
         """The plain line: size, rate and ETA when there are bytes, the elapsed time always."""
-        elapsed = max(time.monotonic() - self._start, 1e-6)
+        elapsed = max(self._clock() - self._start, 1e-6)
         head = f"{self.message}: {elapsed:.0f} s"
         if self.done or self.total:
-            rate = self.done / elapsed
+            rate = self.rate()
+            eta = self.eta(rate)
             size = f"{self.done / 1e9:.2f} of {self.total / 1e9:.2f} GB" if self.total else f"{self.done / 1e9:.2f} GB"
-            eta = (f", ETA {(self.total - self.done) / rate:.0f} s"
-                   if self.total and rate > 0 and self.done < self.total else "")
-            head = f"{self.message}: {size} at {rate / 1e6:.0f} MB/s{eta}"
+            speed = f" at {rate / 1e6:.0f} MB/s" if rate is not None else ""
+            head = f"{self.message}: {size}{speed}" + (f", ETA {_clock_text(eta)}" if eta is not None else "")
         return head + (f"; {self.detail}" if self.detail else "")
 
     def _refresh(self) -> None:
@@ -110,6 +133,11 @@ class Meter:
         self._bar.n = min(self.done, self.total) if self.total else self.done
         self._bar.set_description_str(f"{PREFIX}: {self.message}" + (f" ({self.detail})" if self.detail else ""),
                                       refresh=False)
+        if self.total:
+            rate = self.rate()
+            eta = self.eta(rate)
+            self._bar.set_postfix_str((f"{rate / 1e6:.0f} MB/s" if rate is not None else "-- MB/s")
+                                      + f" eta {_clock_text(eta) if eta is not None else '--'}", refresh=False)
         self._bar.refresh()
 
     def _run(self) -> None:
@@ -130,8 +158,8 @@ class Meter:
             self._bar = tqdm(total=self.total or None, desc=f"{PREFIX}: {self.message}", unit="B",
                              unit_scale=True, unit_divisor=1000, file=sys.stderr, leave=True,
                              ncols=size.columns, nrows=size.lines, mininterval=0.25,
-                             bar_format=("{desc}: {percentage:3.0f}%|{bar:12}| {n_fmt}B/{total_fmt}B "
-                                         "{rate_fmt} eta {remaining}") if self.total
+                             bar_format="{desc}: {percentage:3.0f}%|{bar:12}| {n_fmt}B/{total_fmt}B{postfix}"
+                             if self.total
                              else "{desc}: {elapsed}")
         else:
             say(f"{self.message} ...")
@@ -146,6 +174,15 @@ class Meter:
         if self._bar is not None:
             self._refresh()
             self._bar.close()
+
+
+def _clock_text(seconds: float) -> str:
+    """42 s, 6:25, 1:20:16."""
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s} s"
+    h, rest = divmod(s, 3600)
+    return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60}:{rest % 60:02d}"
 
 
 class during(Meter):

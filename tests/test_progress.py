@@ -64,9 +64,27 @@ def test_quiet_prints_the_result_and_no_progress(tmp_path):
 
 
 def test_a_meter_line_says_size_rate_eta_and_detail():
-    m = progress.Meter("wheels", total=4_000_000_000)
+    now = [0.0]
+    m = progress.Meter("wheels", total=4_000_000_000, clock=lambda: now[0])
+    now[0] = 10.0
     m.add(1_000_000_000)
     m.detail = "1/16 downloaded"
     line = m.line()
-    assert line.startswith("wheels: 1.00 of 4.00 GB at ") and "MB/s, ETA " in line
-    assert line.endswith("; 1/16 downloaded")
+    assert line == "wheels: 1.00 of 4.00 GB at 100 MB/s, ETA 30 s; 1/16 downloaded"
+
+
+def test_rate_and_eta_come_from_a_recent_window_not_a_slow_start():
+    now = [0.0]
+    m = progress.Meter("wheels", total=3_000_000_000, clock=lambda: now[0])
+    for t in range(1, 31):             # 30 s of lookups and a slow first connection: 1 MB/s
+        now[0] = t
+        m.add(1_000_000)
+        m.line()
+    for t in range(31, 41):            # then the mirror's real speed: 100 MB/s
+        now[0] = t
+        m.add(100_000_000)
+        line = m.line()
+    # since the start it would read 26 MB/s and ETA 1:16; the last 8 s say 100 MB/s and 20 s
+    assert "at 100 MB/s, ETA 20 s" in line, line
+    m2 = progress.Meter("wheels", total=10, clock=lambda: 0.0)
+    assert m2.line() == "wheels: 0.00 of 0.00 GB"        # nothing seen yet: no rate, no ETA

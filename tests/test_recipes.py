@@ -251,7 +251,9 @@ def test_a_join_argument_with_a_newline_cannot_add_a_unit_line(tmp_path):
 # ------------------------------------------------------------------ cloud-init
 
 def cloud(*args: str, **kw) -> tuple[str, dict, subprocess.CompletedProcess]:
-    res = recipe("cloud-init", *args, **kw)
+    """A cloud-config; `--install fdlenv` unless given (how this checkout is installed, an editable
+    local path, is not something a new box can install from)."""
+    res = recipe("cloud-init", *(() if "--install" in args else ("--install", "fdlenv")), *args, **kw)
     assert res.returncode == 0, res.stderr
     return res.stdout, yaml.safe_load(res.stdout), res
 
@@ -286,7 +288,10 @@ def test_cloud_init_installs_what_the_shipped_join_needs_and_creates_its_user(tm
     yml = tmp_path / "worker.yml"
     yml.write_text("join:\n  data_source: sshfs://u@h:/d\n  source:\n    from: git+https://g.example/m#v1\n")
     text, doc, _ = cloud("--user", "flodl", "--fdl-yml", str(yml), "--install", "fdlenv==0.1.0")
-    assert doc["packages"] == ["python3-venv", "sshfs", "git"]
+    assert doc["packages"] == ["python3-venv", "build-essential", "pkg-config", "curl", "sshfs", "git"]
+    rustup = [c for c in doc["runcmd"] if "rustup" in " ".join(c)]
+    assert rustup and rustup[0][:3] == ["runuser", "-u", "flodl"] and "HOME=/home/flodl" in rustup[0]
+    assert doc["runcmd"].index(rustup[0]) < len(doc["runcmd"]) - 2     # before the unit starts
     assert doc["users"] == ["default", {"name": "flodl", "lock_passwd": True, "shell": "/bin/bash"}]
     unit = next(f["content"] for f in doc["write_files"] if f["path"].endswith(".service"))
     assert directives(unit)["NoNewPrivileges"] == ["no"]
@@ -365,3 +370,46 @@ def test_a_token_file_others_can_read_is_used_with_a_warning(tmp_path, capsys):
     assert read_token_file(str(tok), "--token-file") == TOKEN
     err = capsys.readouterr().err
     assert "warning: --token-file" in err and "0644" in err and "chmod 600" in err and TOKEN not in err
+
+
+@pytest.mark.parametrize("direct, spec", [
+    ({"url": "https://github.com/o/fdlenv", "vcs_info": {"vcs": "git", "commit_id": "abc123"}},
+     "fdlenv @ git+https://github.com/o/fdlenv@abc123"),
+    ({"url": "https://files.example/fdlenv-0.1.0-py3-none-any.whl", "archive_info": {}},
+     "fdlenv @ https://files.example/fdlenv-0.1.0-py3-none-any.whl"),
+    (None, "fdlenv==0.1.0"),
+    ({"url": "file:///home/me/fdlenv", "dir_info": {"editable": True}}, None),
+])
+def test_cloud_init_installs_fdlenv_the_way_this_one_was_installed(monkeypatch, direct, spec):
+    import json
+    from importlib import metadata
+
+    from fdlenv.errors import Fail
+    from fdlenv.recipes import plan
+
+    class Dist:
+        version = "0.1.0"
+
+        def read_text(self, name):
+            return json.dumps(direct) if direct is not None and name == "direct_url.json" else None
+
+    monkeypatch.setattr(metadata, "distribution", lambda name: Dist())
+    if spec is not None:
+        assert plan.install_spec() == spec
+    else:
+        with pytest.raises(Fail) as e:
+            plan.install_spec()
+        assert not e.value.transient and "--install" in e.value.message and "file:///home/me/fdlenv" in e.value.message
+
+
+def test_cloud_init_ships_the_lock_fdl_yml_names_and_refuses_one_that_is_not_there(tmp_path):
+    yml = tmp_path / "worker.yml"
+    yml.write_text("join:\n  controller: c:1\nfdlenv:\n  lock: locks/fleet.conda-lock.yml\n")
+    res = recipe("cloud-init", "--fdl-yml", str(yml), "--install", "fdlenv")
+    assert res.returncode == 2 and "fdlenv.lock names 'locks/fleet.conda-lock.yml'" in res.stderr
+    (tmp_path / "locks").mkdir()
+    (tmp_path / "locks" / "fleet.conda-lock.yml").write_text("version: 1\npackage: []\n")
+    _, doc, _ = cloud("--fdl-yml", str(yml))
+    shipped = {f["path"]: f for f in doc["write_files"]}
+    lock = shipped["/home/ubuntu/training/locks/fleet.conda-lock.yml"]
+    assert lock["content"] == "version: 1\npackage: []\n" and lock["owner"] == "ubuntu:ubuntu"

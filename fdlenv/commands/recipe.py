@@ -59,8 +59,9 @@ def add_parser(sub) -> None:
                    help="service user (default: ubuntu, the image's own; another is created)")
     _common(c, "<the user's home>/training", "unset: ~/.flodl")
     c.add_argument("--fdl-yml", metavar="FILE", help="fdl.yml to ship into the working directory")
-    c.add_argument("--install", metavar="SPEC", default="fdlenv",
-                   help="pip requirement installing fdlenv on the box (default: fdlenv)")
+    c.add_argument("--install", metavar="SPEC",
+                   help="pip requirement installing fdlenv on the box: a wheel URL, fdlenv @ git+URL@COMMIT, "
+                        "or a version (default: how this fdlenv was installed)")
     c.add_argument("--embed-token", metavar="LOCAL_FILE",
                    help="write this token into the --token-file path (makes the output a secret)")
     c.set_defaults(func=run_cloud_init)
@@ -105,10 +106,11 @@ def run_cloud_init(args: argparse.Namespace) -> int:
     home = check_path(args.home, "--home") if args.home else None
     token_file = check_path(args.token_file, "--token-file") if args.token_file else None
     embedded = read_token_file(args.embed_token, "--embed-token") if args.embed_token else None
-    if not args.install.strip() or any(ord(c) < 0x20 for c in args.install):
+    install = args.install if args.install is not None else plan.install_spec()
+    if not install.strip() or any(ord(c) < 0x20 for c in install):
         from ..errors import Fail  # noqa: PLC0415
         raise Fail.permanent(f"--install: expected a pip requirement (fdlenv, fdlenv==X.Y, a "
-                             f"wheel or git URL), got {args.install!r}")
+                             f"wheel or git URL), got {install!r}")
     text, project = plan.project_file(args.fdl_yml, workdir) if args.fdl_yml else (None, None)
     facts = plan.facts(tail, project, workdir)
     facts = facts._replace(sshfs=args.sshfs or facts.sshfs)
@@ -121,10 +123,12 @@ def run_cloud_init(args: argparse.Namespace) -> int:
         say(f"note: --fdl-yml {args.fdl_yml}: join.token is left out of the shipped fdl.yml (it would "
             f"be readable on the box and in the user-data); the unit reads the token from "
             f"{token_file}: provision it there (root, 0600), or pass --embed-token FILE")
-    out = cloud_config(user=user, install=args.install.strip(), fdl_yml=text, project=project,
+    lock = plan.shipped_lock(args.fdl_yml, text) if text is not None else None
+    out = cloud_config(user=user, install=install.strip(), fdl_yml=text, project=project,
                        facts=facts, join_args=tail, workdir=workdir, home=home,
                        token_file=token_file, embedded_token=embedded,
-                       tail_source=plan.tail_value(tail, "--source"))
+                       tail_source=plan.tail_value(tail, "--source"),
+                       cargo=plan.needs_cargo(project, tail), lock=lock)
     for w in plan.warnings(facts, token_file or (embedded and "embedded")):
         say(w)
     if embedded is not None:

@@ -8,13 +8,18 @@ flodl's `fdl join-config --cloud-init` writes the same kind of file; what change
   secret mechanism; `--embed-token LOCAL` writes it from user-data instead (root, 0600),
   which makes this output a secret again, and says so;
 - fdlenv is installed with pip into a venv of the service user (`--install SPEC`, any pip
-  requirement: a version, a wheel URL, a git URL), not fetched as one binary; the unit
-  starts that venv's console script;
+  requirement: a version, a wheel URL, a git URL; by default how the fdlenv making the
+  recipe was installed, `plan.install_spec`), not fetched as one binary; the unit starts
+  that venv's console script;
+- what the join needs is installed too: git or rsync for its source; for a cargo build
+  (the default recipe) build-essential, pkg-config and curl, and rustup's minimal stable
+  toolchain as the service user unless cargo is already there, as flodl's does; the lock
+  fdl.yml names (`fdlenv.lock`) is shipped beside it;
 - the unit is `fdlenv recipe systemd`'s, hardened; AMD's device groups are added to the
   user on the box by `usermod` for those that exist there (a unit naming a group the box
   lacks would not start);
 - no ssh key is minted (fdlenv has no join-config wizard): name the hop in the shipped
-  fdl.yml, its key provisioned like the token; no rustup: a source build needs cargo baked.
+  fdl.yml, its key provisioned like the token.
 Layout as flodl's: the user's home is /root or /home/<user>, fdl.yml goes to
 `<home>/training` (the unit's working directory), the unit to
 /etc/systemd/system/fdlenv-join.service; payloads owned by the user are written after the
@@ -56,8 +61,14 @@ class _Command(list):
     """A runcmd entry, written on one line: [systemctl, daemon-reload]."""
 
 
-def _packages(join, tail_source: str | None, sshfs: bool) -> list[str]:
+RUSTUP = ('command -v cargo >/dev/null || [ -x "$HOME/.cargo/bin/cargo" ] || '
+          "curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal")
+
+
+def _packages(join, tail_source: str | None, sshfs: bool, cargo: bool = False) -> list[str]:
     pkgs = ["python3-venv"]
+    if cargo:
+        pkgs += ["build-essential", "pkg-config", "curl"]
     if sshfs:
         pkgs.append("sshfs")
     src = tail_source or (join.source.from_ if join is not None and join.source else None) or ""
@@ -71,7 +82,8 @@ def _packages(join, tail_source: str | None, sshfs: bool) -> list[str]:
 def cloud_config(*, user: str, install: str, fdl_yml: str | None, project, facts,
                  join_args: list[str], workdir: str | None = None, home: str | None = None,
                  token_file: str | None = None, embedded_token: str | None = None,
-                 tail_source: str | None = None) -> str:
+                 tail_source: str | None = None, cargo: bool = False,
+                 lock: tuple[str, str] | None = None) -> str:
     """The #cloud-config text. `project`/`fdl_yml`: the fdl.yml to ship (validated) and its
     text; `facts`: plan.JoinFacts; `embedded_token`: written to `token_file`, root-only."""
     user = check_name(user, "--user")
@@ -91,6 +103,10 @@ def cloud_config(*, user: str, install: str, fdl_yml: str | None, project, facts
     if fdl_yml is not None:
         files.append({"path": f"{workdir}/fdl.yml", "owner": f"{user}:{user}",
                       "permissions": "0644", "defer": True, "content": fdl_yml})
+    if lock is not None:
+        name, text = lock
+        files.append({"path": name if os.path.isabs(name) else os.path.normpath(f"{workdir}/{name}"),
+                      "owner": f"{user}:{user}", "permissions": "0644", "defer": True, "content": text})
     files.append({"path": UNIT_PATH, "permissions": "0644", "content": unit})
     as_user = ["runuser", "-u", user, "--"]
     groups = " ".join(GPU_GROUPS)
@@ -98,6 +114,7 @@ def cloud_config(*, user: str, install: str, fdl_yml: str | None, project, facts
         ["install", "-d", "-o", user, "-g", user, "-m", "0750", workdir],
         [*as_user, "python3", "-m", "venv", venv],
         [*as_user, f"{venv}/bin/pip", "install", "--quiet", install],
+        *([[*as_user, "env", f"HOME={uhome}", "sh", "-c", RUSTUP]] if cargo else []),
         ["sh", "-c", f'for g in {groups}; do getent group "$g" >/dev/null && usermod -aG "$g" '
                      f'"$0"; done; true', user],
         ["systemctl", "daemon-reload"],
@@ -107,7 +124,7 @@ def cloud_config(*, user: str, install: str, fdl_yml: str | None, project, facts
     if user not in ("root", "ubuntu"):
         doc["users"] = ["default", {"name": user, "lock_passwd": True, "shell": "/bin/bash"}]
     doc["packages"] = _packages(project.join if project is not None else None, tail_source,
-                                facts.sshfs)
+                                facts.sshfs, cargo)
     doc["write_files"] = files
     doc["runcmd"] = [_Command(c) for c in runcmd]
     head = [

@@ -84,6 +84,67 @@ def without_token(text: str) -> str | None:
     return yaml.safe_dump(want, sort_keys=False)
 
 
+def install_spec() -> str:
+    """How a new box installs the fdlenv running here: the git commit, the wheel URL or the
+    index version it was installed from (PEP 610 direct_url.json). A local path or an editable
+    checkout cannot be reached from a new box: that asks for --install."""
+    import json  # noqa: PLC0415
+    from importlib import metadata  # noqa: PLC0415
+
+    try:
+        dist = metadata.distribution("fdlenv")
+    except metadata.PackageNotFoundError:
+        dist = None
+    raw = dist.read_text("direct_url.json") if dist is not None else None
+    if dist is not None and not raw:
+        return f"fdlenv=={dist.version}"
+    try:
+        direct = json.loads(raw or "")
+    except ValueError:
+        direct = {}
+    url = str(direct.get("url", ""))
+    vcs = direct.get("vcs_info") or {}
+    if vcs.get("vcs") == "git" and url.startswith(("https://", "ssh://", "git://")):
+        return f"fdlenv @ git+{url}@{vcs.get('commit_id') or vcs.get('requested_revision') or 'HEAD'}"
+    if direct.get("archive_info") is not None and url.startswith(("https://", "http://")):
+        return f"fdlenv @ {url}"
+    raise Fail.permanent("--install: this fdlenv was installed from "
+                         + (f"{url} (a local path a new box cannot reach)" if url else "no record of where")
+                         + "; give --install SPEC: a wheel URL, `fdlenv @ git+https://...@COMMIT`, or "
+                         "a version on your index")
+
+
+def needs_cargo(project, tail: list[str]) -> bool:
+    """Whether the join builds its binary with cargo (a source given, its recipe cargo's or the
+    default `cargo build --release`)."""
+    join = project.join if project is not None else None
+    source = tail_value(tail, "--source") or (join.source.from_ if join is not None and join.source else None)
+    if not source:
+        return False
+    build = tail_value(tail, "--source-build") or (join.source.build if join is not None and join.source else None)
+    return not build or build.split()[0] in ("cargo", "fdl")
+
+
+def shipped_lock(fdl_yml: str, text: str) -> tuple[str, str] | None:
+    """The lock fdl.yml names (`fdlenv.lock`), read here to ship beside it: (the name as written,
+    its text); None when it names none. A named lock that is not here is exit 2: the box would stop."""
+    import yaml  # noqa: PLC0415
+
+    data = yaml.safe_load(text) or {}
+    value = (data.get("fdlenv") or {}).get("lock") if isinstance(data.get("fdlenv"), dict) else None
+    if not value:
+        return None
+    local = os.path.join(os.path.dirname(os.path.abspath(fdl_yml)), os.path.expanduser(str(value)))
+    try:
+        with open(local, encoding="utf-8") as f:
+            return str(value), f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise Fail.permanent(f"--fdl-yml {fdl_yml}: fdlenv.lock names {value!r}, which cannot be read here "
+                             f"({getattr(e, 'strerror', None) or e}); cloud-init ships it beside fdl.yml, so "
+                             "it must be there, or leave fdlenv.lock out (a variant no lock holds is locked "
+                             "on demand)") from None
+
+
 def project_at(workdir: str):
     """fdl.yml as join will find it from `workdir`, when that directory is on this box."""
     if not os.path.isdir(workdir):

@@ -78,7 +78,7 @@ def settings_of(args):
                    frozen=getattr(args, "frozen", False))
 
 
-def libtorch_of(args, say, *, prefer_realised: bool, activate: bool = False):
+def libtorch_of(args, say, *, prefer_realised: bool, activate: bool = False, settings=None):
     """(Settings, `store.active.Active`) for a command's --libtorch, through the one resolver
     (`fdlenv.libtorch.choose`); its notes go through `say`. No token and nothing active is
     one `error:` line."""
@@ -86,7 +86,7 @@ def libtorch_of(args, say, *, prefer_realised: bool, activate: bool = False):
     from .errors import Fail
     from .libtorch import choose
 
-    st = settings_of(args)
+    st = settings or settings_of(args)
     notes: list[str] = []
     try:
         act = choose(st.home, args.libtorch, st.view(), st.mirrors, platform=st.platform, frozen=st.frozen,
@@ -96,7 +96,14 @@ def libtorch_of(args, say, *, prefer_realised: bool, activate: bool = False):
         for n in notes:
             say(n)
     if act is None:
-        raise Fail.permanent("--libtorch: no variant given and none active; accepted: " + variants.ACCEPTED)
+        from .store.maintain import env_dirs
+        from .store.env import read_manifest
+
+        realised = sorted({read_manifest(d)["variant"] for d in env_dirs(st.home)})
+        hint = (f"; realised here: {', '.join(realised)} (`fdlenv env use {realised[0]}` makes one active)"
+                if realised else "")
+        raise Fail.permanent("--libtorch: no variant given and none active (flodl's libtorch/.active names "
+                             f"none){hint}; accepted: " + variants.ACCEPTED)
     return st, act
 
 

@@ -85,13 +85,19 @@ def add_parser(sub) -> None:
 
 
 def cmd_realize(args) -> int:
-    from ..flags import libtorch_of
+    from ..flags import libtorch_of, settings_of
     from ..progress import say
+    from ..store.pointers import active_label
 
     t0 = time.monotonic()
-    _st, act = libtorch_of(args, say, prefer_realised=False, activate=True)
+    st = settings_of(args)
+    before = active_label(st.home)
+    st, act = libtorch_of(args, say, prefer_realised=False, activate=True, settings=st)
     env = act.env
-    out = dict(env.to_json(), seconds=round(time.monotonic() - t0, 4))
+    after = active_label(st.home)
+    if after != before:     # realise activates, as flodl's install does: never silently
+        say(f"the active libtorch is now {after} (was {before or 'none'}); `fdlenv env use VARIANT` switches")
+    out = dict(env.to_json(), seconds=round(time.monotonic() - t0, 4), active=after, was_active=before)
     if args.json:
         print(json.dumps(out))
     else:

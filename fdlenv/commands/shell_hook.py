@@ -10,6 +10,9 @@ activated one, so:
 - `--deactivate` prints what restores the shell as it was before.
 `--json` prints pixi's shape, `{"environment_variables": {...}}`, plus what
 fdlenv adds (variant, key, path, label, unset).
+On a home where the variant was never realised, it is realised first (the
+download `env realize` does, with its progress on stderr, and a note saying so):
+bake `fdlenv env realize` into an image rather than into a first shell.
 """
 
 from __future__ import annotations
@@ -56,6 +59,9 @@ def cmd_shell_hook(args) -> int:
         from ..flags import libtorch_of
 
         st, act = libtorch_of(args, say, prefer_realised=True)
+        if act.env is not None and act.env.created:
+            say(f"shell-hook: {act.variant} was not realised on this home, so it was realised now; "
+                f"`fdlenv env realize --libtorch {act.variant}` does this ahead of a shell")
         original = restored(base)
         target = environ_for(st.home, act, original)
         target[STATE] = shell_state(original, target)

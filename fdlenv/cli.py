@@ -196,18 +196,11 @@ def main(argv: list[str] | None = None) -> int:
     return rc
 
 
-# Set from the argv before parsing: a failure under --json is also a JSON object on stdout.
-_JSON = False
-
-
 def fail(message: str, code: int) -> int:
-    """The one way a failure is told: an `error:` line on stderr and, under --json,
-    {"error": message, "exit": code} on stdout (a machine reading stdout gets an object)."""
-    print(f"error: {message}", file=sys.stderr)
-    if _JSON:
-        import json
-        print(json.dumps({"error": message, "exit": code}))
-    return code
+    """The one way a failure is told (`output.fail`): an `error:` line on stderr and, under
+    --json, {"schema", "error", "exit"} on stdout."""
+    from .output import fail as told
+    return told(message, code)
 
 
 def _first_interrupt(signum, frame) -> None:
@@ -220,9 +213,10 @@ def _first_interrupt(signum, frame) -> None:
 
 
 def _main(argv: list[str]) -> int:
-    global _JSON
     head, tail = split_tail(argv)
-    _JSON = "--json" in head
+    if "--json" in head:
+        from .output import set_json
+        set_json(True)
     try:
         head = take_env(head)   # --env X, --env=X, @X: exported as FDL_ENV
     except Fail as f:

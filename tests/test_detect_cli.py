@@ -35,7 +35,7 @@ def test_json_is_exactly_one_object_of_the_contract_shape(monkeypatch, capsys):
     out, err = capsys.readouterr()
     assert out.count("\n") == 1 and err == ""
     doc = json.loads(out)
-    assert list(doc) == ["devices", "findings", "driver", "auto"]
+    assert list(doc) == ["schema", "devices", "findings", "driver", "auto"] and doc["schema"] == 1
     assert doc["devices"][0] == {"vendor": "nvidia", "index": 0, "name": "RTX 5090", "arch": "12.0", "vram_mb": 32607}
     assert doc["devices"][1]["index"] == 0 and doc["devices"][1]["arch"] == "gfx1100"
     assert doc["driver"] == {"nvidia": None, "cuda": "12.8", "rocm": "7.1.0"}

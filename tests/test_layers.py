@@ -8,7 +8,7 @@ import is still a dependency). The layers, top to bottom:
 3 workflows: prepare, join.*, walkthrough, libtorch, export, recipes
 2 parts:     store.*, source.*, lock.*, pack.*, data, config.{grammar,schema,load,resolve,token}, settings, lockview
 1 names:     hw.*, variants, home, config.model, mirrors, pipindex, simpleapi, lockpath, filelocks, fdlfile
-0 base:      errors, progress, hashing, atomic, groupguard, shells, netread, fdlenv itself (__version__)
+0 base:      errors, output, progress, hashing, atomic, groupguard, shells, netread, fdlenv itself (__version__)
 
 Within one layer an import is allowed when it closes no cycle.
 """
@@ -28,7 +28,7 @@ LAYERS = {
         "config.resolve", "config.token", "settings", "lockview"),
     1: ("hw", "variants", "home", "config", "config.model", "mirrors", "pipindex", "simpleapi", "lockpath", "filelocks", "yamlfile",
         "fdlfile"),
-    0: ("", "errors", "progress", "hashing", "atomic", "groupguard", "shells", "netread"),
+    0: ("", "errors", "output", "progress", "hashing", "atomic", "groupguard", "shells", "netread"),
 }
 
 

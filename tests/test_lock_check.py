@@ -84,7 +84,7 @@ def test_cli_check_exit_codes(locked, capsys):
     home, envs, out, wheel = locked
     base = ["lock", "--check", "--envs", str(envs), "--out", str(out), "--home", str(home.root), "--json"]
     assert cli.main(base) == 0
-    assert json.loads(capsys.readouterr().out) == {"stale": False, "problems": []}
+    assert json.loads(capsys.readouterr().out) == {"schema": 1, "stale": False, "problems": []}
     write_env(envs, "cpu", ["flodl"], ["libtorch-cpu 2.9.*", "rsync", {"pip": [f"wheels/{wheel.name}"]}])
     assert cli.main(base) == 1
     captured = capsys.readouterr()

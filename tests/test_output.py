@@ -43,3 +43,45 @@ def test_the_variant_is_spelled_libtorch_everywhere_and_the_old_spellings_still_
     for cmd in (["lock"], ["pack", "libtorch"]):
         helptext = fdlenv(*cmd, "--help").stdout
         assert "--libtorch" in helptext and "--variant" in helptext
+
+
+def _keys(obj, path=""):
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield f"{path}.{k}", k
+            yield from _keys(v, f"{path}.{k}")
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from _keys(v, path + "[]")
+
+
+def test_every_json_answer_carries_the_schema_and_identifier_keys(tmp_path):
+    from helpers_store import make_world
+
+    w = make_world(tmp_path)
+    home = ("--home", str(w.home.root))
+    assert fdlenv("env", "realize", "--libtorch", "cpu", "--lock", str(w.lock), *home).returncode == 0
+    for args in (["env", "realize", "--libtorch", "cpu", "--lock", str(w.lock)], ["env", "list"],
+                 ["env", "path", "cpu"], ["env", "use", "cpu"], ["env", "verify"], ["env", "gc", "--dry-run"],
+                 ["env", "remove", "cpu", "--dry-run"], ["shell-hook", "--libtorch", "cpu"], ["detect"]):
+        res = fdlenv(*args, "--json", *(home if args[0] != "detect" else ()),
+                     env={"FLODL_TESTING_GPU_JSON": '{"devices": []}'})
+        assert res.returncode == 0, (args, res.stderr)
+        doc = json.loads(res.stdout)
+        assert next(iter(doc)) == "schema" and doc["schema"] == 1, args
+        bad = [p for p, k in _keys(doc) if not k.isidentifier() and ".environment_variables." not in p]
+        assert bad == [], (args, bad)
+
+
+def test_a_failed_verify_under_json_is_its_report_carrying_the_error(tmp_path):
+    import os
+
+    from helpers_store import make_world, realise_json
+
+    w = make_world(tmp_path)
+    env = realise_json(w)
+    os.unlink(os.path.join(env["path"], "share/common/data.txt"))
+    res = fdlenv("env", "verify", "--json", "--home", str(w.home.root))
+    assert res.returncode == 2 and res.stdout.count("\n") == 1
+    doc = json.loads(res.stdout)
+    assert doc["exit"] == 2 and doc["envs"][0]["problems"] and res.stderr.strip() == f"error: {doc['error']}"

@@ -53,7 +53,7 @@ def test_json_is_prepared_and_a_given_bin_is_made_absolute(world, box, tmp_path)
     res = prepare(box, tmp_path, "--libtorch", "cpu", "--lock", str(world.lock), "--bin", "train", "--json")
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
-    assert list(out) == ["variant", "libtorch", "env", "bin", "cwd", "data_path", "args", "run_id", "notes",
+    assert list(out) == ["schema", "variant", "libtorch", "env", "bin", "cwd", "data_path", "args", "run_id", "notes",
                          "seconds"]
     assert out["variant"] == "cpu" and out["bin"] == str(tmp_path / "work" / "train")
     assert set(out["env"]) == {"key", "path", "libtorch_root"} and Path(out["env"]["libtorch_root"], "lib").is_dir()

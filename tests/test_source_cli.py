@@ -54,7 +54,7 @@ def test_the_json_names_the_artifact_and_a_redial_reuses_it(fdlenv, tmp_path):
     code, out, err = fdlenv("--libtorch", "12.8", "--source", f"file://{src}", "--json")
     assert code == 0, err
     first = json.loads(out)
-    assert set(first) == {"bin", "cwd", "build_key", "built", "run_id", "args", "seconds"}
+    assert set(first) == {"schema", "bin", "cwd", "build_key", "built", "run_id", "args", "seconds"}
     assert first["built"] is True and first["run_id"] == m.run and first["args"] == ["--epochs", "2"]
     assert open(first["bin"]).read().startswith("from-") and len(first["build_key"]) == 64
     assert set(first["seconds"]) >= {"source", "env", "build", "total"}
@@ -79,7 +79,7 @@ def test_a_lock_at_the_trees_root_is_used_when_none_is_given(fdlenv, tmp_path):
 def test_a_broken_spec_exits_2_before_anything_moves(fdlenv, tmp_path):
     code, out, err = fdlenv("--libtorch", "cpu", "--source", "git+https://h/r", "--json")
     assert code == 2 and err.startswith("error: source:") and "not a pin" in err
-    assert json.loads(out) == {"error": err[len("error: "):].strip(), "exit": 2}   # --json: an object
+    assert json.loads(out) == {"schema": 1, "error": err[len("error: "):].strip(), "exit": 2}   # --json: an object
     assert not (tmp_path / "home" / "source").exists() and fdlenv.seen == []
 
 

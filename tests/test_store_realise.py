@@ -55,7 +55,7 @@ REDIAL_MODULES = {
     "fdlenv.commands", "fdlenv.commands.env", "fdlenv.flags", "fdlenv.settings", "fdlenv.libtorch", "fdlenv.lockview", "fdlenv.store.active",
     "fdlenv.home", "fdlenv.mirrors", "fdlenv.lockpath", "fdlenv.fdlfile", "fdlenv.variants",
     "fdlenv.store", "fdlenv.store.realise", "fdlenv.store.fastpath", "fdlenv.store.env",
-    "fdlenv.store.envkey", "fdlenv.store.pointers", "fdlenv.store.leases", "fdlenv.filelocks",
+    "fdlenv.store.envkey", "fdlenv.store.pointers", "fdlenv.store.leases", "fdlenv.filelocks", "fdlenv.output",
 }
 NEVER_ON_REDIAL = ("typing", "dataclasses", "shutil", "rattler", "conda_lock", "yaml", "filelock")
 

@@ -12,8 +12,9 @@ recipe, no lock, no YAML.
 
 from __future__ import annotations
 
+from ..output import emit
+
 import argparse
-import json
 
 from ..flags import add_source_flags, join_flags, run_prepare
 
@@ -59,9 +60,9 @@ def run(args: argparse.Namespace) -> int:
     out = run_prepare(args, settings, request_from_settings(settings, gpu_gate=False)._replace(build_only=True), say)
     run_args = args.tail if args.tail is not None else out.args
     if args.json:
-        print(json.dumps({"bin": out.bin, "cwd": out.cwd, "build_key": out.build_key, "built": out.built,
+        emit({"bin": out.bin, "cwd": out.cwd, "build_key": out.build_key, "built": out.built,
                           "run_id": out.run_id, "args": run_args,
-                          "seconds": {k: round(v, 4) for k, v in out.seconds.items()}}))
+                          "seconds": {k: round(v, 4) for k, v in out.seconds.items()}})
     else:
         print(f"{'built' if out.built else 'reused'} {out.bin} (run in {out.cwd})")
     return 0

@@ -7,8 +7,9 @@ stderr, `--json` prints exactly one object on stdout.
 
 from __future__ import annotations
 
+from ..output import emit
+
 import argparse
-import json
 
 from .. import variants
 
@@ -40,9 +41,9 @@ def run(args: argparse.Namespace) -> int:
     s = survey()
     r = route(s)
     if args.json:
-        print(json.dumps({"devices": [d.as_json() for d in s.devices],
+        emit({"devices": [d.as_json() for d in s.devices],
                           "findings": [f.as_json() for f in s.findings],
-                          "driver": s.driver_json(), "auto": r.as_json()}))
+                          "driver": s.driver_json(), "auto": r.as_json()})
         return 0
     for line in report(s, r):
         print(line)

@@ -8,8 +8,9 @@ warnings on stderr; a failure is one `error:` line on stderr (and, with
 
 from __future__ import annotations
 
+from ..output import emit, error_line
+
 import argparse
-import json
 import sys
 import time
 
@@ -99,7 +100,7 @@ def cmd_realize(args) -> int:
         say(f"the active libtorch is now {after} (was {before or 'none'}); `fdlenv env use VARIANT` switches")
     out = dict(env.to_json(), seconds=round(time.monotonic() - t0, 4), active=after, was_active=before)
     if args.json:
-        print(json.dumps(out))
+        emit(out)
     else:
         print(f"{env.variant}: {env.path}" + (" (created)" if env.created else ""))
     return 0
@@ -115,7 +116,7 @@ def cmd_list(args) -> int:
 
     envs = listing(_home(args))
     if args.json:
-        print(json.dumps({"envs": [e.to_json() for e in envs]}))
+        emit({"envs": [e.to_json() for e in envs]})
         return 0
     if not envs:
         print("no environments realised yet (fdlenv env realize --libtorch VARIANT)", file=sys.stderr)
@@ -135,7 +136,10 @@ def cmd_path(args) -> int:
     if env is None:
         raise Fail.permanent(f"--libtorch: variant {name!r} is not realised in {home.root}; "
                              f"run `fdlenv env realize --libtorch {name}`")
-    print(json.dumps(env.to_json()) if args.json else env.path)
+    if args.json:
+        emit(env.to_json())
+    else:
+        print(env.path)
     return 0
 
 
@@ -149,7 +153,7 @@ def cmd_use(args) -> int:
     st, act = libtorch_of(args, say, prefer_realised=True, activate=True)
     env, home = act.env, st.home
     if args.json:
-        print(json.dumps(dict(env.to_json(), active=active_label(home))))
+        emit(dict(env.to_json(), active=active_label(home)))
     else:
         print(f"active: {active_label(home)} -> {env.libtorch_root}")
     return 0
@@ -186,10 +190,11 @@ def cmd_verify(args) -> int:
                 print(f"         {p.package}: {p.path}: {p.what}")
     links = _verify_links(home, args)
     bad += sum(1 for x in links if not x["repaired"])
-    if args.json:
-        print(json.dumps({"envs": reports, "links": links}))
+    message = f"{bad} env(s) or link(s) failed verification; rerun with --repair to rebuild them"
+    if args.json:   # one object: the report, carrying the failure when there is one
+        emit({"envs": reports, "links": links, **({"error": message, "exit": 2} if bad else {})})
     if bad:
-        print(f"error: {bad} env(s) or link(s) failed verification; rerun with --repair to rebuild them", file=sys.stderr)
+        error_line(message)
         return 2
     return 0
 
@@ -237,7 +242,7 @@ def cmd_remove(args) -> int:
 
 def _report_plan(args, plan, **extra) -> None:
     if args.json:
-        print(json.dumps(dict(plan.to_json(), dry_run=args.dry_run, **extra)))
+        emit(dict(plan.to_json(), dry_run=args.dry_run, **extra))
         return
     verb = "would free" if args.dry_run else "freed"
     print(f"{verb} {plan.bytes / (1 << 20):.1f} MiB: {len(plan.envs)} env(s), "

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from ..output import emit
+
 import argparse
-import json
 import time
 from pathlib import Path
 
@@ -82,7 +83,7 @@ def run(args) -> int:
         if not problems:
             say(f"{args.out} satisfies every spec in {envs}")
         if args.json:
-            print(json.dumps({"stale": bool(problems), "problems": problems}))
+            emit({"stale": bool(problems), "problems": problems})
         return 1 if problems else 0
     written = lock_envs(envs, Path(args.out), split=args.split, layers=args.layer, **kwargs)
     seconds = round(time.monotonic() - t0, 3)
@@ -90,5 +91,5 @@ def run(args) -> int:
         say(f"wrote {path}")
     say(f"locked in {seconds:.2f} s")
     if args.json:
-        print(json.dumps({"written": [str(p) for p in written], "seconds": seconds}))
+        emit({"written": [str(p) for p in written], "seconds": seconds})
     return 0

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from ..output import emit
+
 import argparse
-import json
 
 from ..flags import home_option, mirror_option
 
@@ -61,7 +62,7 @@ def run(args) -> int:
     wanted = [variants.parse_token(v, allow_auto=False) for v in args.libtorch or []] or None
     out = export(st.home, locks, wanted, args.platform, st.mirrors, Path(args.dir))
     if args.json:
-        print(json.dumps(out))
+        emit(out)
     else:
         say(f"exported {out['copied']} file(s), {out['bytes'] / 1e6:.1f} MB; kept {out['kept']}")
         print(" ".join(f"--mirror {n}={u}" for n, u in out["mirrors"].items()))

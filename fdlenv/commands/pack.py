@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from ..output import emit
+
 import argparse
 import dataclasses
-import json
 
 from ..flags import home_option
 
@@ -52,6 +53,6 @@ def run(args) -> int:
     channel = Path(args.channel) if args.channel else resolve(args.home).home.channel
     packed = pack_libtorch(args.variant, args.source, channel, version=args.version)
     if args.json:
-        print(json.dumps({k: str(v) if isinstance(v, Path) else v
-                          for k, v in dataclasses.asdict(packed).items()}))
+        emit({k: str(v) if isinstance(v, Path) else v
+                          for k, v in dataclasses.asdict(packed).items()})
     return 0

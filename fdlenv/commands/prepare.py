@@ -9,8 +9,9 @@ same fdl.yml `join:` block and precedence. The GPU gate runs only with
 
 from __future__ import annotations
 
+from ..output import emit
+
 import argparse
-import json
 
 from ..errors import Fail
 from ..progress import note
@@ -62,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     settings = check_given_bin(resolve_prepare(join_flags(args), load_project()))
     out = run_prepare(args, settings, request_from_settings(settings, gpu_gate=args.gpu_gate), _note)
     if args.json:
-        print(json.dumps(out.to_json()))
+        emit(out.to_json())
     else:
         env = f" ({out.env.path})" if out.env else ""
         _note(f"prepared: libtorch {out.variant or 'none'}{env}"

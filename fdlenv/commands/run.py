@@ -11,9 +11,10 @@ realised (no lock needed for a variant that is).
 
 from __future__ import annotations
 
+from ..output import fail
+
 import argparse
 import os
-import sys
 
 from ..errors import Fail
 
@@ -53,8 +54,7 @@ def cmd_run(args) -> int:
     try:
         return _run(args, argv)
     except KeyboardInterrupt:
-        print("error: run: interrupted", file=sys.stderr)
-        return INTERRUPTED
+        return fail("run: interrupted", INTERRUPTED)
 
 
 def _run(args, argv: list[str]) -> int:
@@ -70,9 +70,7 @@ def _run(args, argv: list[str]) -> int:
     try:
         os.execvpe(argv[0], argv, environ)
     except FileNotFoundError:
-        print(f"error: run: command not found: {argv[0]!r} (searched the env's PATH)", file=sys.stderr)
-        return NOT_FOUND
+        return fail(f"run: command not found: {argv[0]!r} (searched the env's PATH)", NOT_FOUND)
     except (PermissionError, IsADirectoryError, OSError) as e:
-        print(f"error: run: cannot execute {argv[0]!r}: {e.strerror or e}", file=sys.stderr)
-        return NOT_EXECUTABLE
+        return fail(f"run: cannot execute {argv[0]!r}: {e.strerror or e}", NOT_EXECUTABLE)
     return 0  # not reached: exec replaced this process

@@ -17,8 +17,9 @@ bake `fdlenv env realize` into an image rather than into a first shell.
 
 from __future__ import annotations
 
+from ..output import emit
+
 import argparse
-import json
 import os
 
 EPILOG = """examples:
@@ -70,8 +71,8 @@ def cmd_shell_hook(args) -> int:
                  "path": str(act.env.path) if act.env else None}
     changes = {k: target.get(k) for k in sorted(set(base) | set(target)) if base.get(k) != target.get(k)}
     if args.json:
-        print(json.dumps({"environment_variables": {k: v for k, v in changes.items() if v is not None},
-                          "unset": sorted(k for k, v in changes.items() if v is None), **about}))
+        emit({"environment_variables": {k: v for k, v in changes.items() if v is not None},
+                          "unset": sorted(k for k, v in changes.items() if v is None), **about})
     else:
         print(render(args.shell, changes), end="")
     return 0

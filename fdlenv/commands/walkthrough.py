@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from ..output import emit
+
 import argparse
-import json
 
 from ..flags import home_option, mirror_option
 
@@ -45,5 +46,5 @@ def run(args) -> int:
     result = run_walkthrough(s.home, variant, Path(args.lock).absolute() if args.lock else None, s.mirrors,
                              fork=owns_process(args))
     if args.json:
-        print(json.dumps(result.to_json()))
+        emit(result.to_json())
     return 0

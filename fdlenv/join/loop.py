@@ -22,13 +22,13 @@ from __future__ import annotations
 import functools
 
 import random
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
 from .. import variants
 from ..config.model import JoinSettings
+from ..output import error_line
 from ..errors import EXIT_PERMANENT, EXIT_TRANSIENT, Fail, classify
 from ..progress import note
 from .probe import ENV_PROBE, Prober
@@ -172,7 +172,7 @@ class Runner:
                 return EXIT_TRANSIENT
             except Exception as e:   # a Fail, or any other exception classified by its cause
                 f = classify(e, f"join ({self.phase})")
-                print(f"error: {f.message}", file=sys.stderr, flush=True)
+                error_line(f.message)
                 if not f.transient:
                     self.say("not re-dialing — retrying cannot fix this (exit 2)")
                     return EXIT_PERMANENT

@@ -146,3 +146,19 @@ def test_an_active_pointer_without_lib_is_ignored_with_a_note(box, tmp_path):
     (w.home.libtorch / ".active").write_text("builds/half\n")
     res = fdlenv("run", "true", env=env)
     assert res.returncode == 2 and "builds/half has no lib/" in res.stderr
+
+
+def test_the_label_is_one_rule_whether_chosen_or_carried_from_active(tmp_path):
+    import json
+
+    from helpers_store import fdlenv, make_world
+
+    w = make_world(tmp_path)
+    own = w.home.libtorch / "precompiled" / "cpu"          # flodl's own download, beside which fdlenv points
+    (own / "lib").mkdir(parents=True)
+    h = ("--home", str(w.home.root))
+    assert fdlenv("env", "realize", "--libtorch", "cpu", "--lock", str(w.lock), *h).returncode == 0
+    assert (w.home.libtorch / ".active").read_text().strip() == "precompiled/cpu-fdlenv"
+    chosen = json.loads(fdlenv("shell-hook", "--libtorch", "cpu", "--json", *h).stdout)["label"]
+    carried = json.loads(fdlenv("shell-hook", "--json", *h).stdout)["label"]
+    assert chosen == carried == "precompiled/cpu"

@@ -180,10 +180,11 @@ def scripted_loop(outcomes, *, persist=True, rng=None):
 
 
 def bases(sleeps):
-    """Undo the jitter: each sleep lies in [base, base*1.25]."""
+    """Undo the jitter: each sleep lies in [base, base*1.25], at the cap in [50, 60]."""
     out = []
     for s in sleeps:
-        cands = [b for b in (5, 10, 20, 40, 60) if b <= s <= b * (1 + L.JITTER)]
+        cands = [b for b in (5, 10, 20, 40) if b <= s <= b * (1 + L.JITTER)] or \
+            [60 for _ in [0] if L.BACKOFF_MAX * 5 / 6 <= s <= L.BACKOFF_MAX]
         assert len(cands) == 1, s
         out.append(cands[0])
     return out
@@ -401,3 +402,9 @@ def test_an_oserror_from_a_step_is_classified_like_any_failure(tmp_path, capsys,
     line = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("error:")]
     assert len(line) == 1 and str(tmp_path / "x") in line[0]
     assert ("not re-dialing — retrying cannot fix this (exit 2)" in notes) == (code == 2)
+
+
+def test_jitter_never_pushes_a_wait_past_the_cap():
+    waits = [L.with_jitter(b, random.Random(seed)) for seed in range(200) for b in (40, 50, 60)]
+    assert max(waits) <= L.BACKOFF_MAX and min(waits) >= L.BACKOFF_MIN
+    assert len({round(w, 3) for w in waits if w > 50}) > 50        # still spread near the cap

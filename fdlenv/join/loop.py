@@ -53,8 +53,12 @@ def grow_backoff(current: float) -> float:
 
 
 def with_jitter(base: float, rng: random.Random) -> float:
-    """base .. base*(1+JITTER): never below the floor, spread across a fleet."""
-    return base * (1.0 + JITTER * rng.random())
+    """base .. base*(1+JITTER), spread across a fleet, and never past BACKOFF_MAX: a wait that
+    would pass it lands in the cap's top sixth instead (50 .. 60 s)."""
+    wait = base * (1.0 + JITTER * rng.random())
+    if wait > BACKOFF_MAX:
+        return BACKOFF_MAX * (1.0 - rng.random() / 6)
+    return wait
 
 
 def flodl_label(variant: str | None) -> str:

@@ -89,7 +89,10 @@ def find(home, project_root: Path | None = None, environ=None, cwd: Path | None 
         if label and notes is not None:
             notes.append(f"the active libtorch {label} has no lib/ under {libdir}: ignored")
         return None
-    return Active(label, d, vendor_of(label, notes), variant_of_label(label), env_of(d))
+    env = env_of(d)
+    if env is not None:   # one rule for the label: an fdlenv env is its variant's flodl id, however reached
+        return of_env(env)._replace(dir=d)
+    return Active(label, d, vendor_of(label, notes), variant_of_label(label), None)
 
 
 def of_env(env) -> Active:

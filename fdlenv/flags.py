@@ -31,9 +31,15 @@ def mirror_option(parser: argparse.ArgumentParser, help: str | None = None) -> N
                         help=help or "map a channel or wheel index (pypi, pytorch) to a mirror (repeatable)")
 
 
-def store_options(p: argparse.ArgumentParser, variant_required: bool) -> None:
-    p.add_argument("--libtorch", metavar="VARIANT", required=variant_required,
-                   help="cpu, cu126, cu128, rocm7.0, rocm7.1 (or auto)")
+def store_options(p: argparse.ArgumentParser, variant_required: bool, positional: bool = False) -> None:
+    """--libtorch, --lock, --mirror, --frozen; `positional`: the variant may also be given bare
+    (`env realize cu128`, as `env use cu128`)."""
+    if positional:
+        variant_option(p, variant_required, "cpu, cu126, cu128, rocm7.0, rocm7.1 (or auto)")
+        p.set_defaults(_variant_auto=True)
+    else:
+        p.add_argument("--libtorch", metavar="VARIANT", required=variant_required,
+                       help="cpu, cu126, cu128, rocm7.0, rocm7.1 (or auto)")
     p.add_argument("--lock", metavar="FILE", help="conda-lock v1 file (default: discovered)")
     mirror_option(p)
     frozen_option(p)
@@ -45,11 +51,11 @@ def frozen_option(p: argparse.ArgumentParser) -> None:
                         "`fdlenv: frozen: true`)")
 
 
-def variant_option(p: argparse.ArgumentParser, required: bool) -> None:
-    """The variant of `env path|use|verify|remove`: `--libtorch V` as everywhere, or the
+def variant_option(p: argparse.ArgumentParser, required: bool, help: str | None = None) -> None:
+    """The variant of `env realize|path|use|verify|remove`: `--libtorch V` as everywhere, or the
     positional V (kept as an alias); giving both with different values is refused."""
     p.add_argument("variant", nargs="?", metavar="VARIANT", help=argparse.SUPPRESS)
-    p.add_argument("--libtorch", metavar="VARIANT", help="cpu, cu126, cu128, rocm7.0, rocm7.1"
+    p.add_argument("--libtorch", metavar="VARIANT", help=help or "cpu, cu126, cu128, rocm7.0, rocm7.1"
                    + ("" if required else " (default: every realised variant)"))
     p.set_defaults(_variant_required=required)
 
@@ -64,7 +70,8 @@ def settle_variant_option(args) -> None:
     args.libtorch = args.libtorch or pos
     if args.libtorch is None and getattr(args, "_variant_required", False):
         from . import variants
-        raise Fail.permanent("--libtorch: which variant? accepted: " + variants.ACCEPTED.replace("auto, ", ""))
+        accepted = variants.ACCEPTED if getattr(args, "_variant_auto", False) else variants.ACCEPTED.replace("auto, ", "")
+        raise Fail.permanent("--libtorch: which variant? accepted: " + accepted)
 
 
 def owns_process(args) -> bool:

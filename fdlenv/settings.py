@@ -25,6 +25,7 @@ from collections import namedtuple
 from pathlib import Path
 
 from . import mirrors as _mirrors
+from .errors import Fail
 from .home import Home
 from .lockview import LockView
 
@@ -68,6 +69,11 @@ def resolve(home: str | None = None, mirrors: list[str] | None = None, lock: str
     block = project.fdlenv if project is not None else None
     raw = home or (env.get("FLODL_HOME") or "").strip() or (block.home if block else None)
     root = Path(raw).expanduser() if raw else default_home(env)
+    if root.exists() and not root.is_dir():
+        field = "--home" if home else "$FLODL_HOME" if (env.get("FLODL_HOME") or "").strip() else \
+            "fdl.yml's fdlenv.home" if raw else "the default home"
+        raise Fail.permanent(f"{field}: {root} is not a directory; accepted: a directory fdlenv may write "
+                             "(made when missing)")
     return Settings(
         home=Home(root.absolute()),
         mirrors=_mirrors.parse(mirrors, dict(block.mirrors) if block else {}),

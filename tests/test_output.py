@@ -85,3 +85,23 @@ def test_a_failed_verify_under_json_is_its_report_carrying_the_error(tmp_path):
     assert res.returncode == 2 and res.stdout.count("\n") == 1
     doc = json.loads(res.stdout)
     assert doc["exit"] == 2 and doc["envs"][0]["problems"] and res.stderr.strip() == f"error: {doc['error']}"
+
+
+def test_small_things_a_newcomer_trips_on(tmp_path):
+    from helpers_store import make_world
+
+    w = make_world(tmp_path)
+    home = ("--home", str(w.home.root))
+    res = fdlenv("env", "realize", "cpu", "--lock", str(w.lock), *home)       # bare, as `env use cpu`
+    assert res.returncode == 0 and res.stdout.startswith("cpu: "), res.stderr
+    listed = fdlenv("env", "list", *home).stdout.splitlines()
+    assert listed[0].split() == ["VARIANT", "KEY", "SIZE", "CREATED", "STATE", "PATH"] and listed[1].startswith("cpu ")
+    for args in (["env", "list"], ["env", "realize", "cpu"]):
+        res = fdlenv(*args, "--home", "/etc/passwd")
+        assert res.returncode == 2 and res.stderr.strip() == (
+            "error: --home: /etc/passwd is not a directory; accepted: a directory fdlenv may write (made when missing)")
+    res = fdlenv("env", "list", env={"FLODL_HOME": "/etc/passwd"})
+    assert res.returncode == 2 and res.stderr.startswith("error: $FLODL_HOME: /etc/passwd")
+    for action in ("realize", "list", "path", "use", "remove", "verify", "gc"):
+        text = fdlenv("env", action, "--help").stdout
+        assert "examples:\n  fdlenv env " + action in text, action

@@ -26,6 +26,24 @@ EPILOG = """examples:
 """
 
 
+# Each action's own --help examples.
+EXAMPLES = {
+    "realize": ["fdlenv env realize cu128", "fdlenv env realize --libtorch auto --json",
+                "fdlenv env realize rocm7.1 --lock conda-lock.yml --mirror pytorch=https://mirror.example/whl"],
+    "list": ["fdlenv env list", "fdlenv env list --json | jq '.envs[].size'"],
+    "path": ["fdlenv env path cu128", 'export LIBTORCH="$(fdlenv env path cpu)/libtorch"'],
+    "use": ["fdlenv env use cpu", "fdlenv env use cu128 --lock conda-lock.yml"],
+    "remove": ["fdlenv env remove cpu --dry-run", "fdlenv env remove cpu"],
+    "verify": ["fdlenv env verify", "fdlenv env verify cu128 --full --repair"],
+    "gc": ["fdlenv env gc --dry-run", "fdlenv env gc --sources --json"],
+}
+
+
+def _action(s, name: str, **kw):
+    return s.add_parser(name, epilog="examples:\n" + "".join(f"  {e}\n" for e in EXAMPLES[name]),
+                        formatter_class=argparse.RawDescriptionHelpFormatter, **kw)
+
+
 def add_parser(sub) -> None:
     from ..flags import home_option, mirror_option, store_options, variant_option
 
@@ -35,25 +53,24 @@ def add_parser(sub) -> None:
     s = p.add_subparsers(dest="env_command", metavar="ACTION")
     s.required = True
 
-    r = s.add_parser("realize", aliases=["realise"], help="make sure a variant's env exists (atomic, verified)",
-                     epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    store_options(r, variant_required=True)
+    r = _action(s, "realize", aliases=["realise"], help="make sure a variant's env exists (atomic, verified)")
+    store_options(r, variant_required=True, positional=True)
     r.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     home_option(r)
     r.set_defaults(func=cmd_realize)
 
-    ls = s.add_parser("list", help="realised envs: variant, key, path, size, created, active, rooted")
+    ls = _action(s, "list", help="realised envs: variant, key, path, size, created, active, rooted")
     ls.add_argument("--json", action="store_true")
     home_option(ls)
     ls.set_defaults(func=cmd_list)
 
-    pa = s.add_parser("path", help="print the env path of a realised variant")
+    pa = _action(s, "path", help="print the env path of a realised variant")
     variant_option(pa, required=True)
     pa.add_argument("--json", action="store_true")
     home_option(pa)
     pa.set_defaults(func=cmd_path)
 
-    u = s.add_parser("use", help="make a variant flodl's active libtorch (realising it when a lock is given)")
+    u = _action(s, "use", help="make a variant flodl's active libtorch (realising it when a lock is given)")
     variant_option(u, required=True)
     u.add_argument("--lock", metavar="FILE", help="realise the variant from this lock first")
     u.add_argument("--json", action="store_true")
@@ -61,14 +78,14 @@ def add_parser(sub) -> None:
     home_option(u)
     u.set_defaults(func=cmd_use)
 
-    rm = s.add_parser("remove", help="drop a variant's roots and pointers, then collect what nothing uses")
+    rm = _action(s, "remove", help="drop a variant's roots and pointers, then collect what nothing uses")
     variant_option(rm, required=True)
     rm.add_argument("--dry-run", action="store_true", help="only say what would go")
     rm.add_argument("--json", action="store_true")
     home_option(rm)
     rm.set_defaults(func=cmd_remove)
 
-    v = s.add_parser("verify", help="check envs against their records; --full re-hashes every file")
+    v = _action(s, "verify", help="check envs against their records; --full re-hashes every file")
     variant_option(v, required=False)
     v.add_argument("--full", action="store_true", help="re-hash file contents (sha256_in_prefix or sha256)")
     v.add_argument("--repair", action="store_true", help="rebuild envs that fail, from their manifest")
@@ -77,7 +94,7 @@ def add_parser(sub) -> None:
     home_option(v)
     v.set_defaults(func=cmd_verify)
 
-    g = s.add_parser("gc", help="remove what nothing uses: envs, cache entries, archives, leftovers")
+    g = _action(s, "gc", help="remove what nothing uses: envs, cache entries, archives, leftovers")
     g.add_argument("--dry-run", action="store_true", help="only say what would go")
     g.add_argument("--sources", action="store_true", help="also drop fetched source trees no join holds")
     g.add_argument("--json", action="store_true")
@@ -120,9 +137,11 @@ def cmd_list(args) -> int:
         return 0
     if not envs:
         print("no environments realised yet (fdlenv env realize --libtorch VARIANT)", file=sys.stderr)
+    if envs:
+        print(f"{'VARIANT':8} {'KEY':16}  {'SIZE':>13}  {'CREATED':25}  {'STATE':13} PATH")
     for e in envs:
         flags = ",".join(f for f, on in (("active", e.active), ("rooted", e.rooted)) if on) or "-"
-        print(f"{e.variant:8} {e.key[:16]}  {e.size / (1 << 20):9.1f} MiB  {e.created}  {flags:13} {e.path}")
+        print(f"{e.variant:8} {e.key[:16]}  {e.size / (1 << 20):9.1f} MiB  {e.created:25}  {flags:13} {e.path}")
     return 0
 
 

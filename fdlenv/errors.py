@@ -61,7 +61,7 @@ class Fail(Exception):
 
 
 _FULL = (errno.ENOSPC, errno.EDQUOT)
-_PERMANENT = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG,
+_PERMANENT = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EISDIR, errno.EEXIST, errno.ENAMETOOLONG,
               errno.ELOOP, errno.EINVAL)
 
 

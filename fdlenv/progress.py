@@ -104,7 +104,10 @@ class Meter:
         while len(samples) > 2 and now - samples[1][0] >= self.WINDOW:
             samples.popleft()
         t0, d0 = samples[0]
-        return (self.done - d0) / (now - t0) if now - t0 >= 1.0 else None
+        if now - t0 >= 1.0:
+            return (self.done - d0) / (now - t0)
+        # the first second: what came since the start, once anything did
+        return self.done / (now - self._start) if self.done and now > self._start else None
 
     def eta(self, rate: float | None) -> float | None:
         if not self.total or not rate or self.done >= self.total:
@@ -119,7 +122,7 @@ class Meter:
             rate = self.rate()
             eta = self.eta(rate)
             size = f"{self.done / 1e9:.2f} of {self.total / 1e9:.2f} GB" if self.total else f"{self.done / 1e9:.2f} GB"
-            speed = f" at {rate / 1e6:.0f} MB/s" if rate is not None else ""
+            speed = f" at {_rate_text(rate)}" if rate is not None else ""
             head = f"{self.message}: {size}{speed}" + (f", ETA {_clock_text(eta)}" if eta is not None else "")
         return head + (f"; {self.detail}" if self.detail else "")
 
@@ -136,8 +139,8 @@ class Meter:
         if self.total:
             rate = self.rate()
             eta = self.eta(rate)
-            self._bar.set_postfix_str((f"{rate / 1e6:.0f} MB/s" if rate is not None else "-- MB/s")
-                                      + f" eta {_clock_text(eta) if eta is not None else '--'}", refresh=False)
+            self._bar.set_postfix_str((_rate_text(rate) if rate is not None else "-- B/s")
+                                      + (f" eta {_clock_text(eta)}" if eta is not None else ""), refresh=False)
         self._bar.refresh()
 
     def _run(self) -> None:
@@ -174,6 +177,14 @@ class Meter:
         if self._bar is not None:
             self._refresh()
             self._bar.close()
+
+
+def _rate_text(bps: float) -> str:
+    """912 B/s, 48 kB/s, 105 MB/s, 1.2 GB/s."""
+    for unit, size in (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
+        if bps >= size:
+            return f"{bps / size:.1f} {unit}" if unit == "GB/s" else f"{bps / size:.0f} {unit}"
+    return f"{bps:.0f} B/s"
 
 
 def _clock_text(seconds: float) -> str:

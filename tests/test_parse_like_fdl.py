@@ -266,20 +266,22 @@ def test_a_bad_cluster_section_fails_join_too_because_the_whole_project_is_loade
 
 def test_an_oserror_escaping_a_prepare_step_ends_join_permanently_without_re_dialing(tmp_path):
     (tmp_path / "src").mkdir()
-    (tmp_path / "home").write_text("a file where the fdlenv home should be\n")
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "locks").write_text("a file where the home's locks should be\n")
     res = fdlenv("join", "--persist", "--no-sig-probe", "--source", f"file://{tmp_path / 'src'}",
                  cwd=tmp_path, env={"FLODL_HOME": str(tmp_path / "home"),
                                     "FLODL_TESTING_GPU_JSON": '[{"vendor": "amd", "arch": "gfx90a"}]'})
-    errors_of(res, 2, "prepare (source):", "Not a directory", str(tmp_path / "home"))
+    errors_of(res, 2, "prepare (source):", str(tmp_path / "home" / "locks"))
     assert "not re-dialing — retrying cannot fix this (exit 2)" in res.stderr
 
 
 def test_the_same_oserror_fails_prepare_with_one_line(tmp_path):
     (tmp_path / "src").mkdir()
-    (tmp_path / "home").write_text("x\n")
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "locks").write_text("x\n")
     res = fdlenv("prepare", "--source", f"file://{tmp_path / 'src'}", cwd=tmp_path,
                  env={"FLODL_HOME": str(tmp_path / "home"), "FLODL_TESTING_GPU_JSON": "[]"})
-    errors_of(res, 2, "prepare (source):", "Not a directory")
+    errors_of(res, 2, "prepare (source):", "locks")
 
 
 def _raising(exc):

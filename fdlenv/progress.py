@@ -153,11 +153,9 @@ class Meter:
         if _QUIET:
             return self
         if self._live:
-            import shutil
-
             from tqdm import tqdm   # only a terminal draws a live line
 
-            size = shutil.get_terminal_size((100, 24))   # a 0x0 pty gets the fallback
+            size = _stderr_size()
             self._bar = tqdm(total=self.total or None, desc=f"{PREFIX}: {self.message}", unit="B",
                              unit_scale=True, unit_divisor=1000, file=sys.stderr, leave=True,
                              ncols=size.columns, nrows=size.lines, mininterval=0.25,
@@ -177,6 +175,20 @@ class Meter:
         if self._bar is not None:
             self._refresh()
             self._bar.close()
+
+
+def _stderr_size():
+    """The size of the terminal the bar is drawn on: stderr's (stdout may be a pipe: `--json | jq`);
+    $COLUMNS/$LINES when set, a 0x0 pty or none: 100x24."""
+    import shutil
+
+    try:
+        size = os.get_terminal_size(sys.stderr.fileno())
+    except (OSError, ValueError, AttributeError):
+        return shutil.get_terminal_size((100, 24))
+    if size.columns and size.lines and not os.environ.get("COLUMNS"):
+        return size
+    return shutil.get_terminal_size((size.columns or 100, size.lines or 24))
 
 
 def _rate_text(bps: float) -> str:

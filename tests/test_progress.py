@@ -21,7 +21,9 @@ def _realise_on_a_terminal(w) -> str:
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
     proc = subprocess.Popen([sys.executable, "-m", "fdlenv", "env", "realize", "--libtorch", "cpu",
                              "--lock", str(w.lock), "--home", str(w.home.root)],
-                            stdout=subprocess.PIPE, stderr=slave, env={**os.environ, "TERM": "xterm"})
+                            stdout=subprocess.PIPE, stderr=slave,
+                            env={**{k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")},
+                                 "TERM": "xterm"})   # the pty's own 120x40 (xdist exports COLUMNS=80)
     os.close(slave)
     chunks = []
     while True:

@@ -203,7 +203,7 @@ def unroot(home: Home, variant: str, dry_run: bool = False) -> list[Path]:
         if link.is_symlink():
             links.append(link)
             if not dry_run and active == f"precompiled/{name}":
-                (home.libtorch / ".active").write_text("")
+                atomic.write_text(home.libtorch / ".active", "")   # emptied as flodl does, never half
     if not dry_run:
         for link in links:
             link.unlink()

@@ -15,9 +15,7 @@ one with no moment where neither is there.
 
 from __future__ import annotations
 
-import errno
 import os
-import shutil
 from pathlib import Path
 
 TRASH = ".trash-"
@@ -61,6 +59,8 @@ def symlink(link: Path, target) -> None:
 def discard(path: Path, trash_dir: Path | None = None) -> None:
     """Delete the tree (or file) at `path`: first renamed to `<trash_dir or its dir>/.trash-<name>.<pid>`
     (one atomic step: the name is gone), then deleted out of sight."""
+    import shutil   # not at module level: the re-dial path writes pointers through this module
+
     trash = (trash_dir or path.parent) / f"{TRASH}{path.name}.{os.getpid()}"
     try:
         os.rename(path, trash)
@@ -76,6 +76,7 @@ def exchange(a: Path, b: Path) -> bool:
     """Swap the trees at `a` and `b` in one step; False where the kernel or filesystem cannot
     (the caller then falls back to two renames)."""
     import ctypes
+    import errno
 
     try:
         fn = ctypes.CDLL(None, use_errno=True).renameat2

@@ -190,3 +190,41 @@ def test_ssh_config_supplies_what_the_spec_leaves_out(tmp_path):
     plan = plan_hop(SshConfig(target="gw", user="dave", port=2),
                     home=str(tmp_path), ssh_config_path=str(cfg))
     assert (plan.user, plan.port) == ("dave", 2)
+
+
+def test_a_forward_closes_its_socket_even_when_the_channel_close_raises():
+    import socket as socketlib
+    import threading
+
+    from fdlenv.join import tunnel as T
+
+    class Chan:
+        def __init__(self):
+            self.a, self.b = socketlib.socketpair()
+
+        def fileno(self):
+            return self.a.fileno()
+
+        def close(self):
+            self.a.close()
+            raise EOFError("the transport is gone")     # what paramiko raises on a dead transport
+
+    chan = Chan()
+
+    class Transport:
+        def open_channel(self, *a, **k):
+            return chan
+
+    class Client:
+        def get_transport(self):
+            return Transport()
+
+    fwd = object.__new__(T.Tunnel)
+    fwd._client, fwd.dest, fwd.label, fwd._say = Client(), ("127.0.0.1", 1), "t", lambda m: None
+    fwd._closed, fwd._conns, fwd._lock, fwd.forwarded = threading.Event(), set(), threading.Lock(), 0
+    fwd._closed.set()                          # the tunnel is closing: the pump ends at once
+    sock, other = socketlib.socketpair()
+    fwd._serve(sock, ("127.0.0.1", 2))
+    assert sock.fileno() == -1 and not fwd._conns
+    other.close()
+    chan.b.close()

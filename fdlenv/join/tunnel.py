@@ -107,7 +107,10 @@ class Tunnel:
         finally:
             with self._lock:
                 self._conns.discard(sock)
-            chan.close()
+            try:
+                chan.close()    # paramiko may raise here (EOFError on a transport already gone)
+            except Exception:  # noqa: BLE001 - the socket below is closed whatever the channel does
+                pass
             sock.close()
 
     def close(self) -> None:

@@ -10,6 +10,7 @@ slow), and each read must end. The rules, in one place:
 - a download (`chunks`) is capped at the size the lock or the index states (or
   at its caller's limit) and is stalled when less than STALL_BYTES arrived in the
   last STALL_WINDOW seconds;
+- a body that ends short of its Content-Length or its stated size was cut;
 - by cause: more bytes than stated is permanent (the server serves other bytes);
   a cut, a reset, a timeout or a stall is transient (`Fail.retry`); what the
   bytes are is for the caller's hash to decide;
@@ -46,6 +47,14 @@ def _piece(f, n: int) -> bytes:
     return read1(n) if read1 is not None else f.read(n)
 
 
+def _ended_short(f, url: str, n: int) -> None:
+    """At the end of a body: one the server declared longer (Content-Length; http.client's read1
+    just stops at a cut, it does not raise) was cut."""
+    left = getattr(f, "length", None)
+    if isinstance(left, int) and left > 0:
+        raise Fail.retry(f"{url} ended early at {n} bytes, {left} short of its Content-Length; retry")
+
+
 def _cut(url: str, e: BaseException) -> Fail:
     return Fail.retry(f"reading {url} was cut ({type(e).__name__}: {e}); retry")
 
@@ -56,7 +65,11 @@ def read_all(f, limit: int, url: str, deadline: float = PAGE_DEADLINE) -> bytes:
 
     end, parts, n = time.monotonic() + deadline, [], 0
     try:
-        while chunk := _piece(f, min(PIECE, limit + 1 - n)):
+        while True:
+            chunk = _piece(f, min(PIECE, limit + 1 - n))
+            if not chunk:
+                _ended_short(f, url, n)
+                break
             n += len(chunk)
             parts.append(chunk)
             if n > limit:
@@ -72,7 +85,8 @@ def read_all(f, limit: int, url: str, deadline: float = PAGE_DEADLINE) -> bytes:
 
 def chunks(f, url: str, limit: int, stated: int | None = None, size: int = PIECE):
     """The body of download `f` piece by piece: at most `limit` bytes (`stated`: the size the
-    lock or index gives, a tighter cap), never stalled; a cut is a transient `Fail`."""
+    lock or index gives, a tighter cap, and a body ending short of it is a cut), never stalled;
+    a cut is a transient `Fail`."""
     import http.client
 
     cap = stated if stated is not None else limit
@@ -83,6 +97,9 @@ def chunks(f, url: str, limit: int, stated: int | None = None, size: int = PIECE
         except (OSError, http.client.HTTPException) as e:
             raise _cut(url, e) from None
         if not chunk:
+            _ended_short(f, url, n)
+            if stated is not None and n < stated:
+                raise Fail.retry(f"{url} ended early at {n} of the {stated} bytes stated for it; retry")
             return
         n += len(chunk)
         if n > cap:

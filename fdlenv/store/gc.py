@@ -74,19 +74,21 @@ def gc_plan(home: Home, sources: bool = False, skip: set[Path] = frozenset()) ->
     `skip`: links to read as gone (a dry run of `env remove`). Costs a manifest read per env,
     never a walk of what is kept (`store.sizes`)."""
     live = pointers.live_targets(home, skip)
-    dead, kept, held_sizes, dead_sizes = [], [], [], []
+    dead, kept, held_sizes, dead_sizes = [], [], [], []     # kept: manifests, each read once
     for d in env_dirs(home):
         m = read_manifest(d)
-        busy = held(home.locks / f"{m['key']}.lock") or in_use(d)
-        keep = Path(os.path.realpath(d)) in live or busy
-        (kept if keep else dead).append(d)
-        (held_sizes if keep else dead_sizes).append(sizes.of_env(home, m, d))
+        if Path(os.path.realpath(d)) in live or held(home.locks / f"{m['key']}.lock") or in_use(d):
+            kept.append(m)
+            held_sizes.append(sizes.of_env(home, m, d))
+        else:
+            dead.append(d)
+            dead_sizes.append(sizes.of_env(home, m, d))
     wanted_entries = {name for _, names in held_sizes for name in names}
     entries = [e for e in sorted(home.pkgs.iterdir()) if e.is_dir() and not e.name.startswith(".")
                and e.name not in wanted_entries] if home.pkgs.is_dir() else []
     total = sum(own for own, _ in dead_sizes) + sum(sizes.entry_size(home, e.name) for e in entries)
-    kept_keys = {read_manifest(d)["key"] for d in kept}
-    wanted = {r["sha256"] for d in kept for r in read_manifest(d)["records"]}
+    kept_keys = {m["key"] for m in kept}
+    wanted = {r["sha256"] for m in kept for r in m["records"]}
     archives = []
     if home.archives.is_dir():
         for a in sorted(home.archives.iterdir()):

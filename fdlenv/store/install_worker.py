@@ -183,13 +183,13 @@ def _layout(memo: Path) -> dict | None:
         return None
 
 
-async def _check_paths(items: tuple[CondaItem, ...], memo: Path) -> dict[str, dict]:
+async def _check_paths(items: tuple[CondaItem, ...], memo: Path) -> tuple[dict[str, dict], dict[str, dict]]:
     """Refuse what could write outside the prefix, before anything is linked: a path that
     escapes, and a path that runs through a symlink or lands on another package's symlink
     (rattler would write through it).
-    Returns the layout of each archive read here; the parent remembers it once the archive's
-    bytes are verified, so a tampered archive never vouches for the real one."""
-    checked, links, dirs, files = {}, {}, {}, {}
+    Returns (every archive's layout, those read here): the parent remembers the second once the
+    archive's bytes are verified, so a tampered archive never vouches for the real one."""
+    layouts, checked, links, dirs, files = {}, {}, {}, {}, {}
     for it in items:
         layout = _layout(memo / f"{it.sha256}.paths")
         if layout is None:
@@ -206,6 +206,7 @@ async def _check_paths(items: tuple[CondaItem, ...], memo: Path) -> dict[str, di
                 through.update(str(parent) for parent in Path(rel).parents if str(parent) != ".")
             layout = checked[it.sha256] = {"links": sorted(mine), "files": sorted(plain),
                                            "dirs": sorted(through)}
+        layouts[it.sha256] = layout
         links.update((rel, it.name) for rel in layout["links"])
         dirs.update((rel, it.name) for rel in layout["dirs"])
         files.update((rel, it.name) for rel in layout["files"])
@@ -214,19 +215,18 @@ async def _check_paths(items: tuple[CondaItem, ...], memo: Path) -> dict[str, di
         raise PathEscape(f"package {other} installs {'files through' if rel in dirs else 'a file over'} "
                          f"{rel!r}, a symlink of package {links[rel]}; a write through it could land "
                          "outside the env; refusing it")
-    return checked
+    return layouts, checked
 
 
 def _inside(path: str, *roots: Path) -> bool:
     return any(path == str(r) or path.startswith(str(r) + os.sep) for r in roots)
 
 
-def _check_links(items: tuple[CondaItem, ...], memo: Path, checked: dict, staging: Path, final: Path) -> None:
+def _check_links(items: tuple[CondaItem, ...], layouts: dict[str, dict], staging: Path, final: Path) -> None:
     """After the install: every symlink a package made resolves inside the env."""
     roots = (Path(os.path.realpath(staging)), final)
     for it in items:
-        layout = checked.get(it.sha256) or _layout(memo / f"{it.sha256}.paths") or {"links": []}
-        for rel in layout["links"]:
+        for rel in layouts[it.sha256]["links"]:
             real = os.path.realpath(staging / rel)
             if not _inside(real, *roots):
                 raise PathEscape(f"package {it.name} ({it.filename}) has a symlink {rel!r} that resolves "
@@ -236,7 +236,7 @@ def _check_links(items: tuple[CondaItem, ...], memo: Path, checked: dict, stagin
 async def _conda(req: Request) -> dict[str, dict]:
     """Path check, then the install, in one event loop, then where the symlinks resolve."""
     staging, final = Path(req.staging), Path(req.final)
-    checked = await _check_paths(req.conda, Path(req.memo))
+    layouts, checked = await _check_paths(req.conda, Path(req.memo))
     if req.conda:
         import rattler
 
@@ -244,7 +244,7 @@ async def _conda(req: Request) -> dict[str, dict]:
         await rattler.install(records, target_prefix=staging, cache_dir=Path(req.cache),
                               alternative_target_prefix=final, show_progress=False,
                               execute_link_scripts=False)
-        _check_links(req.conda, Path(req.memo), checked, staging, final)
+        _check_links(req.conda, layouts, staging, final)
     else:
         staging.mkdir(parents=True, exist_ok=True)
     return checked

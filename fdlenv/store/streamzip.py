@@ -47,6 +47,7 @@ CENTRAL = b"PK\x01\x02"
 DESCRIPTOR = b"PK\x07\x08"
 END = b"PK\x05\x06"
 END64 = b"PK\x06\x06"
+END_SEARCH = 22 + 0xFFFF + 20   # the end record, its longest comment, and zip64's locator before it
 TAIL_LIMIT = 64 << 20     # the central directory (torch's: 1.2 MB for 12,000 members)
 OUT_STEP = 1 << 20        # inflated bytes per call: what one member may hold in memory at once
 RATIO = 32                # wheels inflate 2-5x; a whole archive past 32x is a bomb
@@ -81,7 +82,7 @@ def file_complete(path) -> bool:
     """`complete` for a zip on disk (a downloaded part): does it end with its end record?"""
     with open(path, "rb") as f:
         total = f.seek(0, 2)
-        f.seek(max(0, total - (22 + 0xFFFF + 20)))
+        f.seek(max(0, total - END_SEARCH))
         return complete(f.read(), total)
 
 
@@ -141,7 +142,7 @@ class StreamUnzip:
 
     def complete(self) -> bool:
         """The stream reached the central directory and ended with the zip's end record."""
-        return self.state == "central" and complete(bytes(self.tail[-(22 + 0xFFFF + 20):]), self.read)
+        return self.state == "central" and complete(bytes(self.tail[-END_SEARCH:]), self.read)
 
     def _avail(self) -> int:
         return len(self.buf) - self.pos

@@ -52,6 +52,11 @@ def verify_local(r: Record, path: Path) -> None:
         raise bad
 
 
+def stopped(r: Record) -> Fail:
+    """Why a download gave up on its own: another wheel of the realise failed, or Ctrl-C."""
+    return Fail.retry(f"stopped fetching {r.filename}: another wheel failed or the realise was stopped")
+
+
 def _range_start(resp) -> int | None:
     """Where a 206's body starts (`Content-Range: bytes START-END/TOTAL`), or None."""
     value = resp.headers.get("Content-Range", "")
@@ -95,7 +100,7 @@ def download(home: Home, r: Record, url: str, progress, stated: int | None = Non
                 for chunk in netread.chunks(resp, url, DOWNLOAD_LIMIT - have,
                                             None if stated is None else stated - have, CHUNK):
                     if progress.stopped.is_set():
-                        raise Fail.retry(f"stopped fetching {r.filename}: another wheel failed")
+                        raise stopped(r)
                     sha.update(chunk)
                     out.write(chunk)
                     progress.add(len(chunk))
@@ -114,10 +119,9 @@ def download(home: Home, r: Record, url: str, progress, stated: int | None = Non
                 raise
             raise Fail.retry(f"download of {url} failed (the part is kept and resumed next time): {e}") from None
         if sha.sha256 != r.sha256:
-            size = out.tell()
-            if (stated is not None and size < stated) or (stated is None and not streamzip.file_complete(part)):
-                raise Fail.retry(f"wheel {r.filename}: the download from {url} ended early at {size} bytes; "
-                                 "the part is kept and resumed next time")
+            if stated is None and not streamzip.file_complete(part):   # short of a stated size: netread's
+                raise Fail.retry(f"wheel {r.filename}: the download from {url} ended early at {out.tell()} "
+                                 "bytes; the part is kept and resumed next time")
             out.truncate(0)
             raise Fail.permanent(f"wheel {r.filename} from {url} does not match the lock: sha256 "
                                  f"{sha.sha256} != {r.sha256}; the index serves other bytes")

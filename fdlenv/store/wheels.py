@@ -181,9 +181,13 @@ def _fetch_and_extract_held(home: Home, r: Record, source: str, stated: int | No
     if parsed.scheme in ("http", "https"):
         resumable = (home.archives / f"{r.sha256}.whl").is_file() or (home.archives / f".{r.sha256}.part").is_file()
         if not resumable:
-            length: dict[str, int] = {}
             try:
-                _stream(home, r, _http_chunks(source, stated, length), source, progress, length)
+                with _open_whole(source) as resp:
+                    # A length the server declares or the index states is enforced by netread:
+                    # a body that ends short of it raises there, so one that ends is whole.
+                    whole = stated is not None or resp.headers.get("Content-Length", "").isdigit()
+                    _stream(home, r, netread.chunks(resp, source, wheelfile.DOWNLOAD_LIMIT, stated, CHUNK),
+                            source, progress, whole)
                 return
             except streamzip.Unsupported as e:
                 say(f"wheel {r.filename} cannot be extracted while it downloads ({e}): fetching it whole")
@@ -210,19 +214,16 @@ def _extract_whole(home: Home, r: Record, path: Path, pool: ThreadPoolExecutor, 
     progress.add(extracted=1)
 
 
-def _http_chunks(url: str, stated: int | None, length: dict[str, int]):
-    """The body of `url`; `length["whole"]` is set to the size the server or index states."""
+def _open_whole(url: str):
+    """The response to a whole-file request (a 206 to it, or no answer, is transient)."""
     try:
         resp = netread.open_url(url)
     except OSError as e:
         raise Fail.retry(f"download of {url} failed: {e}") from None
-    with resp:
-        if resp.status != 200:      # a 206 to a request without a range: not the whole file
-            raise Fail.retry(f"download of {url}: the server answered {resp.status} to a whole-file request; retry")
-        declared = resp.headers.get("Content-Length", "")
-        if stated is not None or declared.isdigit():
-            length["whole"] = stated if stated is not None else int(declared)
-        yield from netread.chunks(resp, url, wheelfile.DOWNLOAD_LIMIT, stated, CHUNK)
+    if resp.status != 200:
+        resp.close()
+        raise Fail.retry(f"download of {url}: the server answered {resp.status} to a whole-file request; retry")
+    return resp
 
 
 def _file_chunks(path: Path):
@@ -231,12 +232,12 @@ def _file_chunks(path: Path):
             yield chunk
 
 
-def _stream(home: Home, r: Record, chunks, where: str, progress: Bytes, length: dict[str, int] | None = None) -> None:
+def _stream(home: Home, r: Record, chunks, where: str, progress: Bytes, whole: bool = True) -> None:
     """Read, hash and extract in one pass (a download or a local file); the entry is published
-    only on a sha256 match. By cause: bytes that end before the zip's end record, and short of
-    the size stated for them (`length["whole"]`, when known), are a cut (transient, restarted
-    next time); bytes that are no well-formed wheel, or whole bytes with another sha256, are
-    permanent; nothing is published either way. A local file is whole by definition."""
+    only on a sha256 match. By cause: bytes that end before the zip's end record, when nothing
+    says they are `whole` (a declared or stated length; a local file is whole), are a cut
+    (transient, restarted next time); bytes that are no well-formed wheel, or whole bytes with
+    another sha256, are permanent; nothing is published either way."""
     tmp = home.pkgs / f".whl-{r.sha256}.{os.getpid()}.{threading.get_ident()}"
     shutil.rmtree(tmp, ignore_errors=True)
     sha = hashing.Digest()
@@ -246,12 +247,12 @@ def _stream(home: Home, r: Record, chunks, where: str, progress: Bytes, length: 
         try:
             for chunk in chunks:
                 if progress.stopped.is_set():
-                    raise Fail.retry(f"stopped fetching {r.filename}: another wheel failed or the realise was stopped")
+                    raise wheelfile.stopped(r)
                 sha.update(chunk)
                 unzip.feed(chunk)
                 progress.add(len(chunk))
         except streamzip.Stopped:
-            raise Fail.retry(f"stopped fetching {r.filename}: another wheel failed or the realise was stopped") from None
+            raise wheelfile.stopped(r) from None
         except streamzip.Escape as e:
             raise Fail.permanent(f"wheel {r.filename} has a member that escapes its root: {e}; "
                                  "refusing to install it") from None
@@ -263,7 +264,6 @@ def _stream(home: Home, r: Record, chunks, where: str, progress: Bytes, length: 
                 raise
             raise Fail.retry(f"reading {where} failed: {e}") from None
         if sha.sha256 != r.sha256:
-            whole = length is None or length.get("whole") == unzip.read
             if not unzip.complete() and not whole:
                 raise Fail.retry(f"wheel {r.filename}: {where} ended early ({unzip.read} bytes, before the "
                                  "zip's end); nothing was kept, retry")

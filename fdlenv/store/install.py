@@ -118,8 +118,14 @@ def _sweep_own_extractions(home: Home) -> None:
     for t in threading.enumerate():
         if t.name.startswith("fdlenv-") and t is not threading.current_thread():
             t.join(max(0.0, deadline - time.monotonic()))
-    for tmp in home.pkgs.glob(f".whl-*.{os.getpid()}.*") if home.pkgs.is_dir() else ():
-        shutil.rmtree(tmp, ignore_errors=True)
+    # A thread that was still finishing its member (a starved CPU) may have made a dir after
+    # the first sweep: a second one follows once threads had one more chance to end.
+    for last in (False, True):
+        for tmp in home.pkgs.glob(f".whl-*.{os.getpid()}.*") if home.pkgs.is_dir() else ():
+            shutil.rmtree(tmp, ignore_errors=True)
+        if last or not any(t.name.startswith("fdlenv-") and t.is_alive() for t in threading.enumerate()):
+            break
+        time.sleep(0.05)
 
 
 def _publish(home: Home, stage: Path, final: Path, replace: bool) -> None:

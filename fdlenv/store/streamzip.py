@@ -130,9 +130,11 @@ class StreamUnzip:
             self.pos = 0
         self.buf += data
         try:
-            while self._step():
+            while True:   # stopped: checked before each member, so none is begun after the stop
                 if self.stop is not None and self.stop.is_set():
                     raise Stopped("stopped")
+                if not self._step():
+                    break
         except PARSE_ERRORS + INFLATE_ERRORS as e:
             raise Malformed(f"{type(e).__name__}: {e}") from None
         except OSError as e:

@@ -228,9 +228,9 @@ def _main(argv: list[str]) -> int:
         from .progress import set_quiet
         set_quiet(True)
     if hasattr(args, "_variant_required"):   # `env path|use|remove|verify`: VARIANT or --libtorch
-        from .flags import settle_variant_option
+        from .flags import fold_variant_alias
         try:
-            settle_variant_option(args)
+            fold_variant_alias(args)
         except Fail as f:
             return fail(f.message, f.exit_code)
     if OWNS_PROCESS:

@@ -78,7 +78,7 @@ def export(home, lock_files: list[Path], variants: list[str] | None, platforms: 
 
 def _records(lock_files: list[Path], variants: list[str] | None, platforms: list[str] | None):
     from . import variants as _variants
-    from .store.records import holds, load_lock, read_variant
+    from .lockfile import holds, load_lock, read_variant
 
     seen, out = set(), []
     for lock in lock_files:

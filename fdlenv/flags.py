@@ -60,7 +60,7 @@ def variant_option(p: argparse.ArgumentParser, required: bool, help: str | None 
     p.set_defaults(_variant_required=required)
 
 
-def settle_variant_option(args) -> None:
+def fold_variant_alias(args) -> None:
     """Fold the positional alias into `args.libtorch` (called by the CLI front after parsing)."""
     from .errors import Fail
 

@@ -52,7 +52,7 @@ class LockView:
                 digest = fastpath.lock_digest(f)
                 known = fastpath.holds(self.home, digest, variant, platform)
                 if known is None:
-                    from .store.records import holds   # YAML: only for a lock not seen before
+                    from .lockfile import holds   # YAML: only for a lock not seen before
                     known = holds(f, variant, platform)
                     fastpath.remember_holds(self.home, digest, variant, platform, known)
                 if known:

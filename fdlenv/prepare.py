@@ -7,7 +7,7 @@ flodl's own, cheap first, megabytes before gigabytes:
 
 1. GPU gate: at least one usable device (skipped unless asked: a baking host
    usually has none);
-2. dataset source root, 3. node-local dirs (`fdlenv.data`);
+2. dataset source root, 3. node-local dirs (`fdlenv.datasets`);
 4. source: parse the spec (a typo fails before anything moves), claim the
    tree, fetch + digest, read the run manifest (and check its published
    digest), merge it over the box's recipe (a missing manifest waits before
@@ -40,7 +40,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Callable, Mapping, NamedTuple
 
-from . import data, variants
+from . import datasets, variants
 from .errors import Fail, classify
 from .home import Home
 from .store.env import Env
@@ -201,7 +201,7 @@ def environment(home: Home, req: PrepareRequest, survey: Callable[[], Survey],
     near lock holds its variant; a variant is made flodl's active one."""
     from .libtorch import choose
     from .lockview import LockView
-    from .store.envkey import this_platform
+    from .platforms import this_platform
 
     project_root = Path(req.project_root) if req.project_root else None
     view = LockView(home, req.lock, project_root, source_root)
@@ -298,12 +298,12 @@ def prepare(req: PrepareRequest, home: Home, *, survey: Callable[[], Survey] | N
         root = None
         if not req.build_only:
             ssh_opts = list(req.ssh.options) if req.ssh else []
-            root = data.dataset_root(req.data_path, req.data_source, notes, ssh_options=ssh_opts,
+            root = datasets.dataset_root(req.data_path, req.data_source, notes, ssh_options=ssh_opts,
                                      identity=req.ssh.identity_file if req.ssh else None,
                                      proc_mounts=proc_mounts, cwd=cwd)
             lap()
             step = "dirs"
-            data.node_local_dirs(notes, home=user_home, stage=stage, proc_mounts=proc_mounts)
+            datasets.node_local_dirs(notes, home=user_home, stage=stage, proc_mounts=proc_mounts)
             lap()
         out = Prepared(variant=None, env=None, bin=req.bin, notes=notes, seconds=seconds,
                        data_path=str(root) if root is not None else None)

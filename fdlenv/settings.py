@@ -50,7 +50,7 @@ class Settings(namedtuple("Settings", "home mirrors lock_given project frozen", 
 
     @property
     def platform(self) -> str:
-        from .store.envkey import this_platform
+        from .platforms import this_platform
         return this_platform()
 
 

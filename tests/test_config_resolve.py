@@ -11,7 +11,7 @@ import pytest
 from fdlenv.config.grammar import (local_hostname, parse_controller, parse_devices,
                                    parse_ssh_spec)
 from fdlenv.config.model import FdlenvBlock, JoinBlock, JoinFlags, Project, SourceSpec, SshConfig
-from fdlenv.config.resolve import check_given_bin, resolve, resolve_prepare
+from fdlenv.joinsettings import check_given_bin, resolve, resolve_prepare
 from fdlenv.errors import Fail
 
 ACCEPT_NEW = "StrictHostKeyChecking=accept-new"

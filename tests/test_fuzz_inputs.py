@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from fdlenv import simpleapi
 from fdlenv.errors import Fail
 from fdlenv.store import activation, streamzip, wheelfile
-from fdlenv.store.records import Record, read_variant
+from fdlenv.lockfile import Record, read_variant
 
 # 150 examples per reader in the suite; FDLENV_FUZZ_EXAMPLES=N for a longer hunt.
 BUDGET = settings(max_examples=int(os.environ.get("FDLENV_FUZZ_EXAMPLES", "150")), deadline=None, suppress_health_check=list(HealthCheck), database=None)

@@ -219,7 +219,7 @@ def test_kill_9_of_fdlenv_build_ends_its_recipe_and_the_next_call_builds_once(tm
 def test_a_recipe_outliving_its_fdlenv_keeps_the_source_claim_until_it_is_gone(tmp_path):
     """The claim's descriptor is inherited: the tree stays claimed while any of its holders runs,
     so a new fdlenv can never start a recipe beside a stale one."""
-    from fdlenv.filelocks import exclusive, held
+    from fdlenv.flocks import exclusive, held
     from fdlenv.groupguard import spawn
 
     lock = tmp_path / "locks" / "source-x.lock"

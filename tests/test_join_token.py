@@ -17,8 +17,8 @@ import pytest
 
 from fdlenv import cli
 from fdlenv.config.model import FdlenvBlock, JoinBlock, JoinFlags, Project
-from fdlenv.config.resolve import resolve
-from fdlenv.config.token import CREDENTIAL_FIELD, read_token_file, settle
+from fdlenv.joinsettings import resolve
+from fdlenv.config.token import CREDENTIAL_FIELD, read_chosen_file, read_token_file
 from fdlenv.errors import Fail
 from fdlenv.join.spec import decode
 
@@ -147,7 +147,7 @@ def test_cli_join_refuses_an_unreadable_token_file_naming_it(tmp_path, monkeypat
         "(one trailing newline is dropped)"]
 
 
-# ------------------------------------------------------------------ precedence (pure + settle)
+# ------------------------------------------------------------------ precedence (pure + read_chosen_file)
 
 def settled(tmp_path, flags: JoinFlags, *, block_token=None, fdl_file=None, creds=None):
     project = Project(path=tmp_path / "fdl.yml", root=tmp_path,
@@ -155,7 +155,7 @@ def settled(tmp_path, flags: JoinFlags, *, block_token=None, fdl_file=None, cred
                       fdlenv=FdlenvBlock(token_file=fdl_file))
     environ = {"CREDENTIALS_DIRECTORY": str(creds)} if creds else {}
     s = resolve(flags, project, hostname=lambda: "h", environ=environ)
-    return settle(s)
+    return read_chosen_file(s)
 
 
 def test_the_token_sources_take_turns_in_order(tmp_path):
@@ -183,13 +183,13 @@ def test_resolve_only_names_the_file_and_errors_name_where_it_came_from(tmp_path
     assert (s.token, s.token_file, s.token_file_field) == \
         (None, str(tmp_path / "absent"), "fdlenv.token_file")          # nothing read yet
     with pytest.raises(Fail, match=r"^fdlenv.token_file .*absent: cannot read it"):
-        settle(s)
+        read_chosen_file(s)
     (tmp_path / "c").mkdir()
     (tmp_path / "c" / "fdlenv-token").write_text("")
     s = resolve(JoinFlags(bin="/b"), None, hostname=lambda: "h",
                 environ={"CREDENTIALS_DIRECTORY": str(tmp_path / "c")})
     with pytest.raises(Fail, match=r"^\$CREDENTIALS_DIRECTORY/fdlenv-token: the file is empty"):
-        settle(s)
+        read_chosen_file(s)
     assert s.token_file_field == CREDENTIAL_FIELD
 
 

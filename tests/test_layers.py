@@ -1,105 +1,139 @@
-"""The import graph: layers only point down, nothing imports in a circle.
+"""The import graph keeps the contract in docs/ARCHITECTURE.md's "Layers" table.
 
-Read from the source with `ast` (function-level imports count too: a lazy
-import is still a dependency). The layers, top to bottom:
+The table is the one statement of who may import whom: one row per unit (a
+top-level module or a package), its layer and what it may import; this test
+reads it from the doc, so the two cannot drift. The graph is read from the
+source with `ast`: imports inside functions count (a lazy import is still a
+dependency), and so do `importlib.import_module(...)` and `__import__(...)`
+naming an fdlenv module; a dynamic import whose target the walk cannot read
+is a finding of its own.
 
-5 front:     cli, __main__, commands.*  (a command never imports another command or cli)
-4 flags:     flags (what several commands share)
-3 workflows: prepare, join.*, walkthrough, libtorch, export, recipes
-2 parts:     store.*, source.*, lock.*, pack.*, data, config.{grammar,schema,load,resolve,token}, settings, lockview
-1 names:     hw.*, variants, home, config.model, mirrors, pipindex, simpleapi, lockpath, filelocks, fdlfile
-0 base:      errors, output, progress, hashing, atomic, groupguard, shells, netread, fdlenv itself (__version__)
-
-Within one layer an import is allowed when it closes no cycle.
+The checker is a function of a tree and a table (`findings`), so each way of
+breaking the contract has a test below that breaks a copy of the tree.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
+import re
+import shutil
 from pathlib import Path
 
-PKG = Path(__file__).resolve().parent.parent / "fdlenv"
-
-LAYERS = {
-    5: ("cli", "__main__", "commands"),
-    4: ("flags",),
-    3: ("prepare", "join", "walkthrough", "libtorch", "export", "recipes"),
-    2: ("store", "source", "lock", "pack", "data", "config.grammar", "config.schema", "config.load",
-        "config.resolve", "config.token", "settings", "lockview"),
-    1: ("hw", "variants", "home", "config", "config.model", "mirrors", "pipindex", "simpleapi", "lockpath", "filelocks", "yamlfile",
-        "fdlfile"),
-    0: ("", "errors", "output", "progress", "hashing", "atomic", "groupguard", "shells", "netread"),
-}
+ROOT = Path(__file__).resolve().parent.parent
+PKG = ROOT / "fdlenv"
+DOC = ROOT / "docs" / "ARCHITECTURE.md"
+EVERYTHING_BELOW = "every unit below layer"
 
 
-def layer_of(mod: str) -> int:
-    """The layer of the longest prefix listed in LAYERS (`store.wheels` -> store -> 2)."""
-    best, found = -1, None
-    for layer, names in LAYERS.items():
-        for n in names:
-            if (mod == n or mod.startswith(n + ".")) and len(n) > best:
-                best, found = len(n), layer
-    assert found is not None, f"fdlenv.{mod} is in no layer: add it to LAYERS in {__file__}"
-    return found
+# ------------------------------------------------------------------ the table
+
+def read_table(doc: Path = DOC) -> dict[str, tuple[int, tuple[str, ...]]]:
+    """{unit: (layer, allowed imports)} from the rows between the table's markers."""
+    text = doc.read_text()
+    body = text.split("<!-- units: read by tests/test_layers.py -->", 1)[1].split("<!-- end of units -->", 1)[0]
+    table = {}
+    for line in body.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 3 or not cells[0].isdigit():
+            continue
+        layer, unit, allowed = int(cells[0]), cells[1].strip("`"), cells[2]
+        table[unit] = (layer, (EVERYTHING_BELOW,) if allowed.startswith(EVERYTHING_BELOW)
+                       else tuple(re.findall(r"`([^`]+)`", allowed)))
+    assert table, f"{doc}: no rows between the units markers"
+    return table
 
 
-def modules() -> dict[str, Path]:
+# ------------------------------------------------------------------ the graph
+
+def modules(pkg: Path = PKG) -> dict[str, Path]:
+    """fdlenv's modules by dotted name relative to the package (`store.gc`; "" is fdlenv)."""
     out = {}
-    for p in sorted(PKG.rglob("*.py")):
-        parts = p.relative_to(PKG).with_suffix("").parts
+    for p in sorted(pkg.rglob("*.py")):
+        parts = p.relative_to(pkg).with_suffix("").parts
         if parts[-1] == "__init__":
             parts = parts[:-1]
         out[".".join(parts)] = p
     return out
 
 
-def imports(mod: str, path: Path, known: set[str]) -> set[str]:
-    """fdlenv modules `mod` imports, relative names resolved (`from . import x` -> x's module)."""
+def _absolute(name: str) -> str | None:
+    """`fdlenv.store.gc` -> `store.gc`, `fdlenv` -> ``; anything else None."""
+    if name == "fdlenv":
+        return ""
+    return name[len("fdlenv."):] if name.startswith("fdlenv.") else None
+
+
+def _dynamic_target(call: ast.Call) -> tuple[str | None, bool]:
+    """(target, readable) of an `import_module(...)`/`__import__(...)` call, else (None, True)."""
+    f = call.func
+    name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+    if name not in ("import_module", "__import__") or not call.args:
+        return None, True
+    arg = call.args[0]
+    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        return arg.value, True
+    if isinstance(arg, ast.JoinedStr) and arg.values and isinstance(arg.values[0], ast.Constant):
+        prefix = str(arg.values[0].value)        # f"fdlenv.commands.{name}" -> fdlenv.commands
+        if prefix.startswith("fdlenv.") and prefix.endswith("."):
+            return prefix[:-1], True
+    return None, False
+
+
+@functools.lru_cache(maxsize=None)
+def _nodes(source: str) -> tuple[ast.AST, ...]:
+    """Each source parsed once per run (the break tests walk a copy of the same tree)."""
+    return tuple(ast.walk(ast.parse(source)))
+
+
+def imports(mod: str, path: Path, known: set[str]) -> tuple[set[str], list[str]]:
+    """(fdlenv modules `mod` imports, findings): relative names resolved (`from . import x`
+    -> x's module), dynamic imports followed, an unreadable one reported."""
     pkg = mod.split(".") if path.name == "__init__.py" else mod.split(".")[:-1]
     pkg = [p for p in pkg if p]
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    found: set[str] = set()
+    unreadable = []
+    for node in _nodes(path.read_text()):
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = pkg[:len(pkg) - (node.level - 1)] if node.level > 1 else pkg
                 target = ".".join(base + (node.module.split(".") if node.module else []))
-            elif node.module and (node.module == "fdlenv" or node.module.startswith("fdlenv.")):
-                target = node.module[len("fdlenv."):] if node.module != "fdlenv" else ""
             else:
-                continue
+                target = _absolute(node.module or "")
+                if target is None:
+                    continue
             for alias in node.names:
                 sub = f"{target}.{alias.name}" if target else alias.name
                 found.add(sub if sub in known else target)
         elif isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.name.startswith("fdlenv."):
-                    found.add(alias.name[len("fdlenv."):])
+            found |= {t for t in (_absolute(a.name) for a in node.names) if t is not None}
+        elif isinstance(node, ast.Call):
+            name, readable = _dynamic_target(node)
+            if not readable:
+                unreadable.append(f"fdlenv.{mod}:{node.lineno} imports a module named at run time; "
+                                  "name it with a constant (or an f-string with a constant fdlenv. prefix)")
+            elif name is not None and _absolute(name) is not None:
+                found.add(_absolute(name))
     found.discard(mod)
-    return {f for f in found if f in known}
+    return {f for f in found if f in known}, unreadable
 
 
-def graph() -> dict[str, set[str]]:
-    mods = modules()
-    return {m: imports(m, p, set(mods)) for m, p in mods.items()}
+def graph(pkg: Path = PKG) -> tuple[dict[str, set[str]], list[str]]:
+    mods = modules(pkg)
+    g, problems = {}, []
+    for m, p in mods.items():
+        g[m], bad = imports(m, p, set(mods))
+        problems += bad
+    return g, problems
 
 
-def test_every_import_points_down_or_sideways():
-    up = []
-    for mod, deps in graph().items():
-        for dep in deps:
-            if layer_of(dep) > layer_of(mod):
-                up.append(f"fdlenv.{mod} (layer {layer_of(mod)}) imports fdlenv.{dep} (layer {layer_of(dep)})")
-    assert not up, "upward imports:\n" + "\n".join(sorted(up))
+# ------------------------------------------------------------------ the contract
+
+def unit_of(mod: str) -> str:
+    return mod.split(".")[0] if mod else "fdlenv"
 
 
-def test_commands_import_neither_each_other_nor_the_front():
-    bad = [f"fdlenv.{m} imports fdlenv.{d}" for m, deps in graph().items() if m.startswith("commands.")
-           for d in deps if d.startswith("commands") or d == "cli"]
-    assert not bad, "\n".join(bad)
-
-
-def test_the_import_graph_has_no_cycle():
-    g = graph()
+def _cycles(g: dict[str, set[str]]) -> list[str]:
     state: dict[str, int] = {}
     stack: list[str] = []
     cycles = []
@@ -107,7 +141,7 @@ def test_the_import_graph_has_no_cycle():
     def visit(m: str) -> None:
         state[m] = 1
         stack.append(m)
-        for d in sorted(g[m]):
+        for d in sorted(g.get(m, ())):
             if state.get(d) == 1:
                 cycles.append(" -> ".join(stack[stack.index(d):] + [d]))
             elif d not in state:
@@ -118,13 +152,165 @@ def test_the_import_graph_has_no_cycle():
     for m in sorted(g):
         if m not in state:
             visit(m)
-    assert not cycles, "import cycles:\n" + "\n".join(cycles)
+    return cycles
 
 
-def test_the_checker_sees_a_lazy_upward_import_and_a_cycle(tmp_path):
-    """The walk itself: a function-level import counts, `from . import x` names module x."""
-    (tmp_path / "pkg").mkdir()
-    src = tmp_path / "pkg" / "variants.py"
-    src.write_text("def f():\n    from .store import pointers\n    from . import errors\n")
-    got = imports("variants", src, {"variants", "store", "store.pointers", "errors"})
-    assert got == {"store.pointers", "errors"} and layer_of("store.pointers") > layer_of("variants")
+def _allows(table, unit: str, dep: str) -> bool:
+    layer, allowed = table[unit]
+    dep_unit = unit_of(dep)
+    if allowed == (EVERYTHING_BELOW,):
+        return table[dep_unit][0] < layer
+    if layer > 0 and table[dep_unit][0] == 0:
+        return True
+    return any(dep_unit == a or dep == a or dep.startswith(a + ".") for a in allowed)
+
+
+def findings(pkg: Path = PKG, doc: Path = DOC) -> list[str]:
+    """Every way the tree at `pkg` breaks the table in `doc`, one line each."""
+    table = read_table(doc)
+    g, out = graph(pkg)
+    units = {unit_of(m) for m in g}
+    out += [f"fdlenv.{m} is in no unit: give `{unit_of(m)}` a row in {doc.name}'s Layers table"
+            for m in sorted(g) if unit_of(m) not in table]
+    out += [f"{doc.name}: unit `{u}` is not in the tree" for u in sorted(set(table) - units)]
+    for unit, (layer, allowed) in sorted(table.items()):
+        for a in allowed:
+            if a == EVERYTHING_BELOW:
+                continue
+            if unit_of(a) not in table:
+                out.append(f"{doc.name}: `{unit}` may import `{a}`, which has no row")
+            elif table[unit_of(a)][0] > layer:
+                out.append(f"{doc.name}: `{unit}` (layer {layer}) may import `{a}` "
+                           f"(layer {table[unit_of(a)][0]}): rows only point down")
+    rows = {u: {unit_of(a) for a in allowed if a != EVERYTHING_BELOW} for u, (_, allowed) in table.items()}
+    out += [f"{doc.name}: the rows allow a cycle: {c}" for c in _cycles(rows)]
+    for mod, deps in sorted(g.items()):
+        u = unit_of(mod)
+        for dep in sorted(deps):
+            d = unit_of(dep)
+            if u not in table or d not in table:
+                continue
+            if u == d:
+                if u == "commands" and mod and dep != "commands":
+                    out.append(f"fdlenv.{mod} imports fdlenv.{dep}: a command never imports another")
+            elif not _allows(table, u, dep):
+                out.append(f"fdlenv.{mod} imports fdlenv.{dep}: the `{u}` row (layer {table[u][0]}) "
+                           f"does not allow `{d}` (layer {table[d][0]})")
+    out += [f"import cycle: {c}" for c in _cycles(g)]
+    return out
+
+
+# ------------------------------------------------------------------ the tree as it is
+
+def test_the_tree_keeps_every_row_of_the_layers_table():
+    problems = findings()
+    assert not problems, "\n".join(problems)
+
+
+def test_the_table_has_a_row_for_every_unit_and_layers_0_to_5():
+    table = read_table()
+    assert {layer for layer, _ in table.values()} == set(range(6))
+    assert {"store", "lock", "config", "settings", "cli", "commands"} <= set(table)
+
+
+# ------------------------------------------------------------------ each break a test of its own
+
+def _copy(tmp_path: Path) -> Path:
+    dst = tmp_path / "fdlenv"
+    shutil.copytree(PKG, dst, ignore=shutil.ignore_patterns("__pycache__", "data"))
+    return dst
+
+
+def _add(pkg: Path, rel: str, code: str) -> None:
+    p = pkg / rel
+    p.write_text(p.read_text() + "\n\n" + code + "\n")
+
+
+def _broken(tmp_path: Path, rel: str, code: str) -> list[str]:
+    pkg = _copy(tmp_path)
+    _add(pkg, rel, code)
+    return findings(pkg)
+
+
+def test_errors_importing_the_cli_through_importlib_is_a_finding(tmp_path):
+    got = _broken(tmp_path, "errors.py", "def f():\n    import importlib\n    importlib.import_module('fdlenv.cli')")
+    assert any(line.startswith("fdlenv.errors imports fdlenv.cli") for line in got), got
+
+
+def test_hashing_importing_a_command_through_dunder_import_is_a_finding(tmp_path):
+    got = _broken(tmp_path, "hashing.py", "def f():\n    __import__('fdlenv.commands.env')")
+    assert any(line.startswith("fdlenv.hashing imports fdlenv.commands.env") for line in got), got
+
+
+def test_the_store_importing_datasets_is_a_finding(tmp_path):
+    got = _broken(tmp_path, "store/gc.py", "def f():\n    from .. import datasets")
+    assert any(line.startswith("fdlenv.store.gc imports fdlenv.datasets") for line in got), got
+
+
+def test_the_store_importing_pack_is_a_finding(tmp_path):
+    got = _broken(tmp_path, "store/gc.py", "def f():\n    from ..pack import condapkg")
+    assert any(line.startswith("fdlenv.store.gc imports fdlenv.pack.condapkg") for line in got), got
+
+
+def test_settings_reaching_sideways_into_the_store_is_a_finding(tmp_path):
+    got = _broken(tmp_path, "settings.py", "def f():\n    from .store.envkey import env_key")
+    assert any(line.startswith("fdlenv.settings imports fdlenv.store.envkey") for line in got), got
+
+
+def test_lock_reaching_sideways_into_the_store_is_a_finding(tmp_path):
+    got = _broken(tmp_path, "lock/make.py", "def f():\n    from ..store import envkey")
+    assert any(line.startswith("fdlenv.lock.make imports fdlenv.store.envkey") for line in got), got
+
+
+def test_pack_reaching_sideways_into_lock_is_a_finding(tmp_path):
+    got = _broken(tmp_path, "pack/libtorch.py", "def f():\n    from ..lock.solve import declared_virtual_packages")
+    assert any(line.startswith("fdlenv.pack.libtorch imports fdlenv.lock.solve") for line in got), got
+
+
+def test_config_importing_settings_back_is_a_finding(tmp_path):
+    """The cycle the join resolver once closed: settings reads fdl.yml through config."""
+    got = _broken(tmp_path, "config/load.py", "def f():\n    from ..settings import resolve")
+    assert any(line.startswith("fdlenv.config.load imports fdlenv.settings") for line in got), got
+
+
+def test_a_row_that_allows_a_cycle_is_a_finding(tmp_path):
+    doc = tmp_path / "ARCHITECTURE.md"
+    doc.write_text(DOC.read_text().replace("| 2 | `config` | `fdlfile`,", "| 2 | `config` | `settings`, `fdlfile`,"))
+    got = findings(PKG, doc)
+    assert any("the rows allow a cycle" in line and "settings" in line for line in got), got
+
+
+def test_a_row_that_points_up_is_a_finding(tmp_path):
+    doc = tmp_path / "ARCHITECTURE.md"
+    doc.write_text(DOC.read_text().replace("| 1 | `hw` | — |", "| 1 | `hw` | `store` |"))
+    got = findings(PKG, doc)
+    assert any("`hw` (layer 1) may import `store` (layer 2)" in line for line in got), got
+
+
+def test_a_module_cycle_inside_one_unit_is_a_finding(tmp_path):
+    pkg = _copy(tmp_path)
+    _add(pkg, "store/fastpath.py", "def f():\n    from . import realise")
+    got = findings(pkg)
+    assert any(line.startswith("import cycle:") and "store.fastpath" in line for line in got), got
+
+
+def test_a_command_importing_another_command_is_a_finding(tmp_path):
+    got = _broken(tmp_path, "commands/run.py", "def f():\n    from . import env")
+    assert "fdlenv.commands.run imports fdlenv.commands.env: a command never imports another" in got, got
+
+
+def test_an_import_named_at_run_time_is_a_finding(tmp_path):
+    got = _broken(tmp_path, "variants.py", "def f(name):\n    import importlib\n    importlib.import_module(name)")
+    assert any(line.startswith("fdlenv.variants:") and "named at run time" in line for line in got), got
+
+
+def test_a_new_module_outside_every_unit_is_a_finding(tmp_path):
+    pkg = _copy(tmp_path)
+    (pkg / "stray.py").write_text('"""A module nobody placed."""\n')
+    assert any(line.startswith("fdlenv.stray is in no unit") for line in findings(pkg))
+
+
+def test_a_row_for_a_unit_that_is_gone_is_a_finding(tmp_path):
+    pkg = _copy(tmp_path)
+    (pkg / "platforms.py").unlink()
+    assert any("unit `platforms` is not in the tree" in line for line in findings(pkg))

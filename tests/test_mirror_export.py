@@ -19,7 +19,7 @@ import pytest
 from helpers_pytorch_index import serve
 from helpers_store import fdlenv, make_world
 
-from fdlenv.store.records import holds, read_variant
+from fdlenv.lockfile import holds, read_variant
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ from test_join_loop import settings as loop_settings
 from fdlenv import cli
 from fdlenv.config.grammar import bracketed, host_port, parse_ssh_spec
 from fdlenv.config.load import load_project
-from fdlenv.data import SshfsSource, parse_data_source
+from fdlenv.datasets import SshfsSource, parse_data_source
 from fdlenv.errors import Fail
 from fdlenv.home import Home
 from fdlenv.join import loop as L

@@ -278,7 +278,7 @@ def test_a_build_with_another_rustc_than_the_publishers_gets_a_note(tmp_path, wo
 
 
 def test_the_data_source_gets_the_ssh_blocks_identity_and_options(tmp_path, monkeypatch):
-    from fdlenv import data
+    from fdlenv import datasets as data
 
     seen = []
     monkeypatch.setattr(data, "_sshfs", lambda src, mp, options, identity, proc: seen.append((src, mp, options,

@@ -16,8 +16,8 @@ from helpers_store import bump_variant, fdlenv, make_world, realise_json
 
 from fdlenv.errors import Fail
 from fdlenv.lock import lock_envs
-from fdlenv.store.envkey import this_platform
-from fdlenv.store.records import read_variant
+from fdlenv.platforms import this_platform
+from fdlenv.lockfile import read_variant
 from fdlenv.store.realise import realise
 
 
@@ -55,7 +55,7 @@ REDIAL_MODULES = {
     "fdlenv.commands", "fdlenv.commands.env", "fdlenv.flags", "fdlenv.settings", "fdlenv.libtorch", "fdlenv.lockview", "fdlenv.store.active",
     "fdlenv.home", "fdlenv.mirrors", "fdlenv.lockpath", "fdlenv.fdlfile", "fdlenv.variants",
     "fdlenv.store", "fdlenv.store.realise", "fdlenv.store.fastpath", "fdlenv.store.env",
-    "fdlenv.store.envkey", "fdlenv.store.pointers", "fdlenv.store.leases", "fdlenv.filelocks", "fdlenv.output",
+    "fdlenv.store.envkey", "fdlenv.store.pointers", "fdlenv.store.leases", "fdlenv.flocks", "fdlenv.output",
 }
 NEVER_ON_REDIAL = ("typing", "dataclasses", "shutil", "rattler", "conda_lock", "yaml", "filelock")
 

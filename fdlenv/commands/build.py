@@ -49,7 +49,7 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..config.load import load_project
-    from ..config.resolve import resolve_prepare
+    from ..joinsettings import resolve_prepare
     from ..errors import Fail
     from ..prepare import request_from_settings
     from ..progress import say

@@ -68,8 +68,8 @@ def run(args: argparse.Namespace) -> int:
     import functools
 
     from ..config.load import load_project  # noqa: PLC0415
-    from ..config.resolve import check_given_bin, resolve  # noqa: PLC0415
-    from ..config.token import settle as settle_token  # noqa: PLC0415
+    from ..joinsettings import check_given_bin, resolve  # noqa: PLC0415
+    from ..config.token import read_chosen_file  # noqa: PLC0415
     from ..join.loop import run_join  # noqa: PLC0415
     from ..progress import say  # noqa: PLC0415
 
@@ -77,5 +77,5 @@ def run(args: argparse.Namespace) -> int:
     if settings.controller_defaulted:
         say(f"no controller named: dialing {settings.controller_host}:"
             f"{settings.controller_port} (give CONTROLLER, --ssh, or join.controller)")
-    settings = settle_token(check_given_bin(settings))
+    settings = read_chosen_file(check_given_bin(settings))
     return run_join(settings, functools.partial(real_prepare, fork=owns_process(args)))

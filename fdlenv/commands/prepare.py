@@ -54,7 +54,7 @@ def _note(message: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..config.load import load_project
-    from ..config.resolve import check_given_bin, resolve_prepare
+    from ..joinsettings import check_given_bin, resolve_prepare
     from ..prepare import request_from_settings
 
     if args.tail is not None:

@@ -139,7 +139,7 @@ class JoinSettings(NamedTuple):
     sig_probe: bool = True
     args: tuple[str, ...] = ()
     project_root: str | None = None
-    # A file still to be read for the token (`config.token.settle`, once before the loop) and
+    # A file still to be read for the token (`config.token.read_chosen_file`, once before the loop) and
     # the field that named it, for its errors; `token` is then the fallback (join.token).
     frozen: bool = False                    # never lock on demand (settings.resolve)
     token_file: str | None = None

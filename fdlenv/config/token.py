@@ -14,7 +14,7 @@ service manager hands over; and the credential beats a token left in fdl.yml, so
 unit can move a box off an inline token without editing the file. The credential is
 used only when that file exists (systemd sets the directory for any credential).
 
-`settle` reads the winner once, before the first dial, so a bad file is exit 2
+`read_chosen_file` reads the winner once, before the first dial, so a bad file is exit 2
 before anything runs; a re-dial reuses what was read (a rotated token takes a restart,
 as a changed fdl.yml does). The file holds the token on one line; one trailing
 newline (what `echo` and editors leave) is dropped, nothing else is trimmed.
@@ -70,7 +70,7 @@ def credential_path(environ) -> str | None:
     return os.path.join(d, CREDENTIAL) if d else None
 
 
-def settle(settings: JoinSettings) -> JoinSettings:
+def read_chosen_file(settings: JoinSettings) -> JoinSettings:
     """Read the token file `resolve` chose, once; the settings then carry the token only.
     The credential is optional (absent: `join.token`, already in `settings.token`, stays)."""
     path, field = settings.token_file, settings.token_file_field

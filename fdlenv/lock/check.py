@@ -44,7 +44,7 @@ def covered_variants(lockfile) -> list[str]:
 def _parse(path: Path, parse_conda_lock_file):
     """conda-lock's own parse of `path`, after fdlenv's reader has refused what would crash it
     (nesting, non-UTF-8, not v1); what conda-lock still rejects is one permanent error."""
-    from ..store.records import load_lock
+    from ..lockfile import load_lock
 
     load_lock(path, "--out")
     try:

@@ -36,7 +36,7 @@ def env_platforms(env: EnvFile, platforms: list[str] | None) -> tuple[str, ...]:
         return picked or env.platforms
     if platforms:
         return tuple(sorted(set(platforms)))
-    from ..store.envkey import this_platform
+    from ..platforms import this_platform
 
     return (this_platform(),)
 
@@ -83,7 +83,7 @@ def _carried(out: Path, envs_dir: Path, relocked: set[str]) -> list[Solved]:
     """The variants `out` already covers, other than `relocked`, as they stand in the file."""
     import yaml
 
-    from ..store.records import holds, read_variant
+    from ..lockfile import holds, read_variant
 
     if not out.is_file():
         return []

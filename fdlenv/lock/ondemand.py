@@ -27,7 +27,7 @@ from pathlib import Path
 
 from .. import variants
 from ..errors import Fail
-from ..filelocks import exclusive
+from ..flocks import exclusive
 from ..lockpath import LOCK_NAME, home_lock, split_path
 
 ENVS = Path(__file__).resolve().parent.parent / "data" / "envs"
@@ -42,7 +42,7 @@ def refuse_frozen(variant: str, platform: str, view) -> Fail:
 
 def lock_variant(home, variant: str, platform: str, mirrors: dict[str, str], say) -> Path:
     """Resolve `variant` for `platform` into the home's on-demand lock; returns its file."""
-    from ..store.records import holds
+    from ..lockfile import holds
 
     out = split_path(home_lock(home), variant)
     env = _env_file(variant, platform)

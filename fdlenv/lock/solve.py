@@ -19,14 +19,10 @@ from pathlib import Path
 
 from ..errors import Fail
 from ..mirrors import ChannelMap
+from ..platforms import GLIBC_BASELINE, LINUX_BASELINE
 from ..variants import VARIANTS
 from .entry import Entry
 from .envfile import EnvFile
-
-# PyTorch 2.10's linux artifacts are manylinux_2_28 builds: glibc 2.28 is the
-# oldest host they run on, so it is the one declared.
-GLIBC_BASELINE = "2.28"
-LINUX_BASELINE = "4.18"   # the kernel of the same (RHEL 8) baseline
 
 
 def declared_virtual_packages(variant: str, platform: str) -> list[tuple[str, str]]:

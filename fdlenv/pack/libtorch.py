@@ -37,7 +37,7 @@ from pathlib import Path
 
 from .. import hashing
 from ..errors import Fail
-from ..lock.solve import GLIBC_BASELINE
+from ..platforms import GLIBC_BASELINE
 from ..progress import Meter, during, say
 from ..variants import get as get_variant
 from .condapkg import PkgFile, PkgMeta, files_from_tree, index_channel, write_conda

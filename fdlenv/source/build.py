@@ -213,7 +213,7 @@ def build(home: Home, tree: Path, tree_content: str, env, environ: dict, recipe:
     published = home.builds / key / name
     if published.is_file():
         return Built(published, project, key, False)
-    from ..filelocks import exclusive
+    from ..flocks import exclusive
 
     home.ensure(home.builds)
     with exclusive(home.locks / f"build-{key}.lock", f"building {key[:16]}"):

@@ -29,7 +29,7 @@ from typing import NamedTuple
 from .. import hashing
 from ..config.model import SshConfig
 from ..errors import Fail
-from ..filelocks import exclusive
+from ..flocks import exclusive
 from ..home import Home
 from ..progress import say
 from . import digest

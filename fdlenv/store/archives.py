@@ -26,7 +26,7 @@ from pathlib import Path
 from ..errors import Fail
 from ..home import Home
 from .. import atomic, hashing, mirrors as _mirrors
-from .records import Record, mismatch
+from ..lockfile import Record, mismatch
 
 CHUNK = 1 << 20
 

@@ -10,14 +10,12 @@ layout of a realised env changes, so old envs are never mistaken for new ones.
 from __future__ import annotations
 
 import json
-import os
-import sys
 
 from .. import hashing
 
 TYPE_CHECKING = False   # `typing` and the Record dataclass stay off the re-dial path
 if TYPE_CHECKING:
-    from .records import Record
+    from ..lockfile import Record
 
 STORE_SCHEMA = 3  # 2: wheels hard-linked from the package cache; 3: NVIDIA envs carry cuda/ (CUDA_HOME)
 
@@ -31,14 +29,3 @@ def env_key(records: list[Record], platform: str) -> str:
 
 def env_dirname(variant: str, key: str) -> str:
     return f"{variant}-{key[:16]}"
-
-
-def this_platform() -> str:
-    """conda's subdir for this machine (linux-64, linux-aarch64, osx-arm64, ...)."""
-    machine = os.uname().machine.lower()
-    os_name = {"linux": "linux", "darwin": "osx", "win32": "win"}.get(sys.platform, sys.platform)
-    arch = {"x86_64": "64", "amd64": "64", "aarch64": "aarch64", "arm64": "arm64",
-            "ppc64le": "ppc64le"}.get(machine, machine)
-    if os_name == "osx" and arch == "aarch64":
-        arch = "arm64"
-    return f"{os_name}-{arch}"

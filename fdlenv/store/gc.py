@@ -31,7 +31,7 @@ from collections import namedtuple
 from pathlib import Path
 
 from .. import atomic
-from ..filelocks import exclusive, held
+from ..flocks import exclusive, held
 from ..home import Home
 from . import pointers
 from .env import MANIFEST, read_manifest

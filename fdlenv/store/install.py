@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .. import __version__, atomic, filelocks, variants
+from .. import __version__, atomic, flocks, variants
 from ..errors import Fail, os_failure
 from ..home import Home
 from ..progress import during, say
@@ -34,7 +34,7 @@ from .archives import Archive, evict_cache_entry, locate, verify
 from . import cudahome, sizes, wheels
 from .install_worker import CondaItem, Request, WorkerProcess
 from .env import MANIFEST, libtorch_root
-from .records import Record
+from ..lockfile import Record
 
 
 def _cache_in_use(home: Home):
@@ -47,7 +47,7 @@ def _cache_in_use(home: Home):
             if p.name.startswith(".") and p.is_dir():
                 shutil.rmtree(p, ignore_errors=True)
 
-    return filelocks.shared(home.locks / "pkgs.lock", "installing", first=clear_debris)
+    return flocks.shared(home.locks / "pkgs.lock", "installing", first=clear_debris)
 
 
 def _clear_debris(home: Home, key: str) -> None:

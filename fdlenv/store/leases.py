@@ -1,7 +1,7 @@
 """What keeps an env alive: the store lock and leases.
 
 gc must never delete what another process has just realised or is running.
-Two file locks in `locks/` (see fdlenv.filelocks) say so:
+Two file locks in `locks/` (see fdlenv.flocks) say so:
 - `store.lock`: every realise and repair holds it shared, from the fast-path
   lookup (or the install) through writing the env's root and flodl's
   pointers; `env gc` holds it exclusively while it plans and deletes. So an
@@ -23,7 +23,7 @@ import os
 from pathlib import Path
 
 from ..errors import Fail
-from ..filelocks import held, lease, shared
+from ..flocks import held, lease, shared
 
 STORE_LOCK = "store.lock"
 

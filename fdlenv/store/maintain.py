@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .. import hashing
 from ..home import Home
-from ..filelocks import exclusive
+from ..flocks import exclusive
 from .leases import store_lock
 from . import pointers, sizes
 from .env import MANIFEST, moved_from, read_manifest
@@ -190,9 +190,9 @@ def _verify_wheels(env_dir: Path, wheels: list[dict], full: bool, rep: Report) -
 
 def repair(home: Home, env_dir: Path, report: Report, mirrors: dict[str, str] | None = None) -> None:
     """Rebuild `env_dir` from its manifest; bad packages are re-extracted from their archives."""
-    from ..filelocks import shared
+    from ..flocks import shared
     from .archives import evict_cache_entry
-    from .records import Record
+    from ..lockfile import Record
     from .install import build
 
     m = read_manifest(env_dir)

@@ -20,11 +20,11 @@ from .. import variants
 from ..lockpath import split_sibling
 from ..errors import Fail
 from ..home import Home
-from ..filelocks import shared
+from ..flocks import shared
 from . import fastpath, pointers
 from .leases import store_lock
 from .env import MANIFEST, Env, libtorch_root
-from .envkey import this_platform
+from ..platforms import this_platform
 
 
 def choose_lock(lock: Path, variant: str) -> Path:
@@ -74,10 +74,10 @@ def realise(home: Home, variant: str, lock: Path, mirrors: dict[str, str] | None
 
 def _slow_path(home: Home, variant: str, lock: Path, digest: str, platform: str,
                mirrors: dict[str, str], worker) -> Env:
-    from ..filelocks import exclusive
+    from ..flocks import exclusive
     from .envkey import env_dirname, env_key
     from .install import build
-    from .records import read_variant
+    from ..lockfile import read_variant
 
     records = read_variant(lock, variant, platform)
     key = env_key(records, platform)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from .. import atomic
 from ..home import Home
-from .records import Record
+from ..lockfile import Record
 
 
 def entry_name(r: Record) -> str:

@@ -25,7 +25,7 @@ from pathlib import Path
 from ..errors import Fail
 from .. import hashing
 from ..home import Home
-from .records import Record, mismatch
+from ..lockfile import Record, mismatch
 from . import streamzip
 from .streamzip import escapes
 

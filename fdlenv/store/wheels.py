@@ -40,13 +40,13 @@ import urllib.parse
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 
-from .. import filelocks, hashing, netread, pipindex, simpleapi
+from .. import flocks, hashing, netread, pipindex, simpleapi
 from ..errors import Fail
 from ..home import Home
 from ..progress import Meter, say
 from . import streamzip, wheelfile
 from .wheelfile import CHUNK, entry_dir
-from .records import Record
+from ..lockfile import Record
 
 DOWNLOADS = 16         # wheels fetched side by side (one connection each, as uv does)
 
@@ -167,7 +167,7 @@ def _fetch_and_extract(home: Home, r: Record, source: str, stated: int | None, p
                        pool: ThreadPoolExecutor) -> None:
     """One wheel, under its own lock: two realises that need it fetch and extract it once.
     `stated`: its size as the index gives it (a cap on what is read), or None."""
-    with filelocks.exclusive(home.locks / f"whl-{r.sha256}.lock", f"fetching {r.filename}"):
+    with flocks.exclusive(home.locks / f"whl-{r.sha256}.lock", f"fetching {r.filename}"):
         if entry_dir(home, r.sha256).is_dir():   # another process finished it while we waited
             progress.add(finished=1, extracted=1)
             return

@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import variants
-from ..errors import Fail
+from . import variants
+from .errors import Fail
 
 FORMS = "a conda-lock v1 file (version: 1, metadata, package: [...]) as `fdlenv lock` writes"
 
@@ -62,7 +62,7 @@ def load_lock(path: Path, field: str = "--lock") -> dict:
     nesting that would crash libyaml is refused first)."""
     import yaml
 
-    from ..yamlfile import YamlError, check_nesting
+    from .yamlfile import YamlError, check_nesting
 
     try:
         text = path.read_bytes().decode("utf-8")

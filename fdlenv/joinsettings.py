@@ -21,7 +21,7 @@ things are wrong the first step's error is the one reported.
 6. the host name, last, so `hostname()` runs only for settings that are valid;
 7. the fields that cannot fail (lock, home, persist, data paths,
    sig-probe, args).
-`check_given_bin()` and `config.token.settle()` (the token file) are the impure
+`check_given_bin()` and `config.token.read_chosen_file()` (the token file) are the impure
 steps, run once by the caller afterwards.
 """
 
@@ -31,11 +31,11 @@ import os
 from pathlib import Path
 from typing import Callable, Mapping, TypeVar
 
-from .. import variants
-from ..errors import Fail
-from .grammar import (check_share, has_strict_host_key_option, local_hostname, parse_controller,
+from . import variants
+from .errors import Fail
+from .config.grammar import (check_share, has_strict_host_key_option, local_hostname, parse_controller,
                       parse_devices, parse_ssh_spec)
-from .model import (DEFAULT_CONTROLLER_HOST, DEFAULT_CONTROLLER_PORT, JoinBlock,
+from .config.model import (DEFAULT_CONTROLLER_HOST, DEFAULT_CONTROLLER_PORT, JoinBlock,
                     JoinFlags, JoinSettings, Project, SourceSpec, SshConfig)
 
 ACCEPT_NEW = "StrictHostKeyChecking=accept-new"
@@ -235,7 +235,7 @@ def _token(flags: JoinFlags, block: JoinBlock, project: Project | None,
     > `join.token` (why: `config.token`). Returns (token, file still to read, its field); a
     token is one line of printable characters (a newline would split the secret where the
     agent and the controller read it). Nothing is read or stat'ed here."""
-    from .token import CREDENTIAL_FIELD, credential_path  # noqa: PLC0415
+    from .config.token import CREDENTIAL_FIELD, credential_path  # noqa: PLC0415
 
     if flags.token is None:
         fdl_file = project.fdlenv.token_file if project is not None else None
@@ -255,7 +255,7 @@ def _token(flags: JoinFlags, block: JoinBlock, project: Project | None,
 def _store(flags: JoinFlags, project: Project | None, env: Mapping[str, str]):
     """Home, mirrors and lock as every command settles them (`fdlenv.settings`): --home >
     $FLODL_HOME > fdlenv.home > ~/.flodl; each --mirror over fdlenv.mirrors; --lock > fdlenv.lock."""
-    from ..settings import resolve as store_settings  # noqa: PLC0415
+    from .settings import resolve as store_settings  # noqa: PLC0415
     return store_settings(flags.home, list(flags.mirrors), flags.lock, project=project, environ=env,
                           frozen=flags.frozen)
 

@@ -205,7 +205,7 @@ def switching(tmp: Path, rounds: int) -> None:
         twin = tmp / f"twin{r}"
         shutil.copytree(crate, twin)
 
-        def fdlenv(variant: str) -> float:
+        def fdlenv(variant: str, crate: Path = crate) -> float:
             t0 = time.perf_counter()
             res = subprocess.run([sys.executable, "-m", "fdlenv", "build", "--libtorch", variant, "--lock", lock,
                             "--home", home, "--source", f"file://{crate}", "--source-build",
@@ -218,7 +218,7 @@ def switching(tmp: Path, rounds: int) -> None:
                 raise SystemExit("switching: fdlenv reused a build where the source changed")
             return took
 
-        def plain(libtorch: str) -> float:
+        def plain(libtorch: str, twin: Path = twin) -> float:
             t0 = time.perf_counter()
             subprocess.run([cargo, "build", "--offline", "--release", "-q"], cwd=twin, check=True,
                            env={**env, "LIBTORCH_PATH": libtorch}, capture_output=True)

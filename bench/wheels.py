@@ -188,10 +188,10 @@ def bench_cold(work: Path, lock: Path, wheels: list[Wheel], uv: str, mirror: str
     ours, base = [], []
     for i in range(1, reps + 1):
         home, target = work / f"home{i}", work / f"uv{i}"
-        def run_ours() -> None:
+        def run_ours(home: Path = home) -> None:
             ours.append(timed(realise_cmd(home, lock, mirror)))
             rm(home)
-        def run_uv() -> None:
+        def run_uv(target: Path = target) -> None:
             base.append(timed(uv_cmd(uv, target, urls)))
             rm(target)
         for step in ((run_ours, run_uv) if i % 2 else (run_uv, run_ours)):

@@ -41,14 +41,14 @@ class Fail(Exception):
         self.notes = tuple(notes)
 
     @classmethod
-    def permanent(cls, message: str) -> "Fail":
+    def permanent(cls, message: str) -> Fail:
         return cls(message, transient=False)
 
     @classmethod
-    def retry(cls, message: str) -> "Fail":
+    def retry(cls, message: str) -> Fail:
         return cls(message, transient=True)
 
-    def with_notes(self, notes) -> "Fail":
+    def with_notes(self, notes) -> Fail:
         """The same failure carrying `notes` (raise it `from` the original)."""
         return Fail(self.message, self.transient, tuple(notes))
 

@@ -21,7 +21,7 @@ def read_mapping(path: Path) -> object:
     if path.suffix == ".json":
         text = path.read_text(encoding="utf-8")
         return json.loads(text) if text.strip() else None
-    from . import yamlfile  # noqa: PLC0415 - pyyaml is cheap, but only needed with a project
+    from . import yamlfile  # pyyaml is cheap, but only needed with a project
     return yamlfile.load(path)
 
 

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Callable, Mapping, TypeVar
+from typing import TypeVar
+from collections.abc import Callable, Mapping
 
 from . import variants
 from .errors import Fail
@@ -235,7 +236,7 @@ def _token(flags: JoinFlags, block: JoinBlock, project: Project | None,
     > `join.token` (why: `config.token`). Returns (token, file still to read, its field); a
     token is one line of printable characters (a newline would split the secret where the
     agent and the controller read it). Nothing is read or stat'ed here."""
-    from .config.token import CREDENTIAL_FIELD, credential_path  # noqa: PLC0415
+    from .config.token import CREDENTIAL_FIELD, credential_path
 
     if flags.token is None:
         fdl_file = project.fdlenv.token_file if project is not None else None
@@ -255,7 +256,7 @@ def _token(flags: JoinFlags, block: JoinBlock, project: Project | None,
 def _store(flags: JoinFlags, project: Project | None, env: Mapping[str, str]):
     """Home, mirrors and lock as every command settles them (`fdlenv.settings`): --home >
     $FLODL_HOME > fdlenv.home > ~/.flodl; each --mirror over fdlenv.mirrors; --lock > fdlenv.lock."""
-    from .settings import resolve as store_settings  # noqa: PLC0415
+    from .settings import resolve as store_settings
     return store_settings(flags.home, list(flags.mirrors), flags.lock, project=project, environ=env,
                           frozen=flags.frozen)
 

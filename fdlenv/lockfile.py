@@ -53,7 +53,7 @@ class Record:
         }
 
     @classmethod
-    def from_json(cls, d: dict) -> "Record":
+    def from_json(cls, d: dict) -> Record:
         return cls(**d)
 
 

@@ -38,7 +38,8 @@ import os
 import time
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Callable, Mapping, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Callable, Mapping
 
 from . import datasets, variants
 from .errors import Fail, classify

@@ -149,7 +149,7 @@ class Meter:
             if not self._live:
                 say(self.line())
 
-    def __enter__(self) -> "Meter":
+    def __enter__(self) -> Meter:
         if _QUIET:
             return self
         if self._live:

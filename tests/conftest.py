@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from sshd import sshd_server  # noqa: F401 - the private sshd fixture, for every test module
+
 _REAL_HOME = Path.home()
 
 

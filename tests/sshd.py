@@ -1,7 +1,7 @@
 """A private OpenSSH server on 127.0.0.1 for tests (tunnel, rsync over ssh, sshfs).
 
 Usage, as a context manager or through the pytest fixture `sshd_server`
-(import it into a test module: `from sshd import sshd_server  # noqa: F401`):
+(tests/conftest.py imports it for every test module):
 
     with start_sshd(tmp_path) as s:
         s.host, s.port, s.user      # 127.0.0.1, a free high port, the current user

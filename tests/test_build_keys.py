@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 from helpers_source import needs_git, needs_rsync
 from helpers_store import make_world
-from sshd import sshd_server  # noqa: F401 - a fixture
 
 RECIPE = 'echo run >> "$COUNT" && cc -o app main.c && mkdir -p build && cp app build/app.copy'
 
@@ -97,7 +96,7 @@ def test_a_local_copy_builds_once_and_a_changed_file_rebuilds(tmp_path):
 
 
 @needs_rsync
-def test_an_rsync_pull_builds_once(tmp_path, sshd_server):  # noqa: F811 - the fixture
+def test_an_rsync_pull_builds_once(tmp_path, sshd_server):
     s = sshd_server
     src = c_source(tmp_path / "remote")
     (tmp_path / "fdl.yml").write_text(

@@ -16,8 +16,6 @@ import socket
 import threading
 import time
 import zipfile
-import zlib
-from pathlib import Path
 
 import pytest
 from helpers_store import fdlenv

@@ -368,7 +368,7 @@ def test_every_library_exception_is_named_as_a_fail_by_cause():
     hop = HopPlan(label="gw", hostname="gw", port=22, user=None, key_files=[], known_hosts=["k"],
                   strict="yes", connect_timeout=5.0, keepalive=30, look_for_keys=False,
                   compress=False, host_key_alias=None)
-    cases = [EOFError(), socket.timeout("t"), ConnectionRefusedError(111, "refused"),
+    cases = [EOFError(), TimeoutError("t"), ConnectionRefusedError(111, "refused"),
              socket.gaierror(-2, "Name or service not known"), paramiko.SSHException("kex"),
              paramiko.ChannelException(2, "Connect failed"),
              paramiko.ProxyCommandFailure("relay", "broken pipe"),
@@ -378,7 +378,7 @@ def test_every_library_exception_is_named_as_a_fail_by_cause():
         f = failure(paramiko, exc, hop, "ssh tunnel via gw")
         assert isinstance(f, Fail) and f.transient, exc
         assert f.message.startswith("ssh tunnel via gw: "), f.message
-    assert "timed out after 5s" in failure(paramiko, socket.timeout(), hop, "w").message
+    assert "timed out after 5s" in failure(paramiko, TimeoutError(), hop, "w").message
     assert "passphrase" in failure(paramiko, paramiko.PasswordRequiredException(), hop,
                                    "w").message
 

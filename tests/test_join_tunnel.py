@@ -11,7 +11,6 @@ import pytest
 from fdlenv.config.model import SshConfig
 from fdlenv.errors import Fail
 from fdlenv.join.tunnel import open_tunnel, parse_options, plan_hop
-from sshd import sshd_server  # noqa: F401 - the fixture
 
 
 @pytest.fixture()

@@ -114,7 +114,7 @@ def test_kill_9_during_remove_or_gc_leaves_each_env_and_cache_entry_whole_or_gon
         places = (w.home.pkgs, w.home.envs, w.home.staging)
         before = _count(*places)
         target = before * (i + 0.5) // TRIALS        # files deleted when the kill comes
-        killed += _kill_when(cmd, lambda: before - _count(*places) >= target)
+        killed += _kill_when(cmd, lambda before=before, places=places, target=target: before - _count(*places) >= target)
         _assert_whole_or_gone(w.home)
         again = _assert_next_realise_is_whole(w)
         assert again["path"] == env["path"]

@@ -80,7 +80,7 @@ def _dynamic_target(call: ast.Call) -> tuple[str | None, bool]:
     return None, False
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _nodes(source: str) -> tuple[ast.AST, ...]:
     """Each source parsed once per run (the break tests walk a copy of the same tree)."""
     return tuple(ast.walk(ast.parse(source)))

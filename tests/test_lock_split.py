@@ -44,7 +44,7 @@ def test_split_writes_one_lock_per_variant(setup):
     assert written == [split_path(out, "cpu"), split_path(out, "cu128")]
     assert [p.name for p in written] == ["cpu.conda-lock.yml", "cu128.conda-lock.yml"]
     versions = {}
-    for variant, path in zip(("cpu", "cu128"), written):
+    for variant, path in zip(("cpu", "cu128"), written, strict=True):
         lf = parse_conda_lock_file(path)
         assert {c for p in lf.package for c in p.categories} == {variant}
         versions[variant] = {p.name: p.version for p in lf.package}

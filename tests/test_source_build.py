@@ -248,5 +248,5 @@ def test_two_prepares_racing_on_one_key_build_once(tmp_path):
     assert runs(tmp_path) == 1
     assert results[0]["bin"] == results[1]["bin"]
     assert sorted(r["built"] for r in results) == [False, True]
-    waiter_err = next(e for (o, e), r in zip(outs, results) if not r["built"])
+    waiter_err = next(e for (o, e), r in zip(outs, results, strict=True) if not r["built"])
     assert "waiting for" in waiter_err  # the waiter says so while the other builds

@@ -15,7 +15,6 @@ from fdlenv.source import fetch
 from fdlenv.source.spec import parse
 
 from helpers_source import OLD, git, make_remote, needs_git, needs_rsync, write_tree
-from sshd import sshd_server  # noqa: F401
 
 
 def do_fetch(home: Home, raw: str, ssh=None) -> fetch.Fetched:

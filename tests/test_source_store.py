@@ -7,7 +7,7 @@ import pytest
 from helpers_source import needs_rsync, write_tree
 
 pytest.importorskip("rattler")
-from helpers_store import fdlenv, make_world  # noqa: E402
+from helpers_store import fdlenv, make_world
 
 RECIPE = ('mkdir -p target/release && '
           'printf "%s|%s|%s" "$LIBTORCH_PATH" "$HOOK_MARK" "$FDL_GPU_FEATURE" > target/release/train')

@@ -57,7 +57,7 @@ def report(s, r) -> list[str]:
         (d.vendor, str(d.index), d.arch, f"{d.vram_mb} MiB", d.name) for d in s.devices]
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     if s.devices:
-        lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[4] for row in rows]
+        lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(row[:4], widths, strict=True)) + "  " + row[4] for row in rows]
     else:
         lines.append("  (none)")
     lines += [f"finding [{f.kind}]: {f.message}" for f in s.findings]

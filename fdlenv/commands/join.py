@@ -56,10 +56,10 @@ def add_parser(sub) -> None:
 
 def real_prepare(settings, fork: bool = False):
     """Preparation through fdlenv.prepare (imported lazily: the heavy part)."""
-    from .. import prepare as mod  # noqa: PLC0415
-    from pathlib import Path  # noqa: PLC0415
+    from .. import prepare as mod
+    from pathlib import Path
 
-    from ..home import Home  # noqa: PLC0415
+    from ..home import Home
 
     return mod.prepare(mod.request_from_settings(settings), Home(Path(settings.home)), fork=fork)
 
@@ -67,11 +67,11 @@ def real_prepare(settings, fork: bool = False):
 def run(args: argparse.Namespace) -> int:
     import functools
 
-    from ..config.load import load_project  # noqa: PLC0415
-    from ..joinsettings import check_given_bin, resolve  # noqa: PLC0415
-    from ..config.token import read_chosen_file  # noqa: PLC0415
-    from ..join.loop import run_join  # noqa: PLC0415
-    from ..progress import say  # noqa: PLC0415
+    from ..config.load import load_project
+    from ..joinsettings import check_given_bin, resolve
+    from ..config.token import read_chosen_file
+    from ..join.loop import run_join
+    from ..progress import say
 
     settings = resolve(join_flags(args), load_project())
     if settings.controller_defaulted:

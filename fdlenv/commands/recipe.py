@@ -68,9 +68,9 @@ def add_parser(sub) -> None:
 
 
 def run_systemd(args: argparse.Namespace) -> int:
-    from ..progress import say  # noqa: PLC0415
-    from ..recipes import plan  # noqa: PLC0415
-    from ..recipes.systemd import check_name, check_path, systemd_unit  # noqa: PLC0415
+    from ..progress import say
+    from ..recipes import plan
+    from ..recipes.systemd import check_name, check_path, systemd_unit
 
     tail = list(getattr(args, "tail", None) or [])
     user = check_name(args.user, "--user") if args.user else None
@@ -93,11 +93,11 @@ def run_systemd(args: argparse.Namespace) -> int:
 
 
 def run_cloud_init(args: argparse.Namespace) -> int:
-    from ..config.token import read_token_file  # noqa: PLC0415
-    from ..progress import say  # noqa: PLC0415
-    from ..recipes import plan  # noqa: PLC0415
-    from ..recipes.cloudinit import cloud_config  # noqa: PLC0415
-    from ..recipes.systemd import check_name, check_path  # noqa: PLC0415
+    from ..config.token import read_token_file
+    from ..progress import say
+    from ..recipes import plan
+    from ..recipes.cloudinit import cloud_config
+    from ..recipes.systemd import check_name, check_path
 
     tail = list(getattr(args, "tail", None) or [])
     user = check_name(args.user, "--user")
@@ -108,7 +108,7 @@ def run_cloud_init(args: argparse.Namespace) -> int:
     embedded = read_token_file(args.embed_token, "--embed-token") if args.embed_token else None
     install = args.install if args.install is not None else plan.install_spec()
     if not install.strip() or any(ord(c) < 0x20 for c in install):
-        from ..errors import Fail  # noqa: PLC0415
+        from ..errors import Fail
         raise Fail.permanent(f"--install: expected a pip requirement (fdlenv, fdlenv==X.Y, a "
                              f"wheel or git URL), got {install!r}")
     text, project = plan.project_file(args.fdl_yml, workdir) if args.fdl_yml else (None, None)
@@ -116,7 +116,7 @@ def run_cloud_init(args: argparse.Namespace) -> int:
     facts = facts._replace(sshfs=args.sshfs or facts.sshfs)
     stripped = plan.without_token(text) if text is not None else None
     if stripped is not None:   # never shipped: the fdl.yml it writes is 0644 on the box
-        from ..recipes.cloudinit import DEFAULT_TOKEN_FILE  # noqa: PLC0415
+        from ..recipes.cloudinit import DEFAULT_TOKEN_FILE
 
         text, facts = stripped, facts._replace(token_in_clear=None)
         token_file = token_file or DEFAULT_TOKEN_FILE

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from ..errors import Fail
 from .model import DEFAULT_CONTROLLER_PORT, SshConfig

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from ..errors import Fail
 from ..fdlfile import find_config, read_mapping

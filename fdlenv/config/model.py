@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import MappingProxyType
-from typing import Mapping, NamedTuple
+from typing import NamedTuple
+from collections.abc import Mapping
 
 DEFAULT_CONTROLLER_HOST = "127.0.0.1"
 DEFAULT_CONTROLLER_PORT = 1337

@@ -53,7 +53,7 @@ class Identity:
     groups: frozenset[int]
 
     @classmethod
-    def current(cls) -> "Identity":
+    def current(cls) -> Identity:
         return cls(os.geteuid(), os.getegid(), frozenset(os.getgroups()))
 
 

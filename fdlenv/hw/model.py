@@ -63,7 +63,7 @@ class Survey(NamedTuple):
     def of(self, vendor: str) -> tuple[Device, ...]:
         return tuple(d for d in self.devices if d.vendor == vendor)
 
-    def for_vendor(self, vendor: str) -> "Survey":
+    def for_vendor(self, vendor: str) -> Survey:
         """Only `vendor`'s devices, a vendor_mismatch finding per dropped one.
 
         What a variant's arch gate checks: a CUDA build cannot use the AMD

@@ -30,7 +30,7 @@ import hmac
 import os
 import re
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 _SHOWN = 6   # skipped lines named in a note; the rest are counted
 
@@ -147,7 +147,7 @@ def _parse_line(paramiko, raw: bytes, kh: KnownHosts) -> str | None:
 
 def load(paths, say: Callable[[str], None]) -> KnownHosts:
     """Read every file of `paths` that exists; unusable lines become one note per file."""
-    import paramiko  # noqa: PLC0415 - only when a tunnel is being opened
+    import paramiko  # only when a tunnel is being opened
 
     kh = KnownHosts()
     for path in paths:

@@ -24,7 +24,7 @@ import functools
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from collections.abc import Callable
 
 from .. import variants
 from ..config.model import JoinSettings
@@ -174,7 +174,7 @@ class Runner:
             except Interrupted as i:
                 self.say(f"stopped by {_signame(i.signum)} before the agent ran; not re-dialing")
                 return EXIT_TRANSIENT
-            except Exception as e:   # a Fail, or any other exception classified by its cause
+            except Exception as e:  # noqa: BLE001 - a Fail, or any other exception classified by its cause
                 f = classify(e, f"join ({self.phase})")
                 error_line(f.message)
                 if not f.transient:

@@ -46,7 +46,7 @@ def quiet_library_logs() -> None:
     included, at ERROR, and with no logging configured Python prints those. Each failure
     reaches the user once, as the Fail we name it; a program that configures logging
     still gets the records."""
-    import logging  # noqa: PLC0415
+    import logging
 
     log = logging.getLogger("paramiko")
     if not any(isinstance(h, logging.NullHandler) for h in log.handlers):
@@ -83,7 +83,7 @@ def _proxy_class(paramiko):
             except (OSError, ValueError) as e:
                 raise paramiko.ProxyCommandFailure(self.command, str(e)) from None
             if data is None:
-                raise socket.timeout()
+                raise TimeoutError()
             return data  # b"" at EOF: paramiko sees the proxy end instead of waiting it out
 
         def exit_code(self, wait: float = 0.0):

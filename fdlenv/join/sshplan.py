@@ -96,7 +96,7 @@ class HopPlan:
     required_keys: list[str] = field(default_factory=list)
     global_known_hosts: list[str] = field(default_factory=lambda: list(GLOBAL_KNOWN_HOSTS))
     proxy_command: str | None = None   # only ever on the first hop of a route
-    via: list["HopPlan"] = field(default_factory=list)
+    via: list[HopPlan] = field(default_factory=list)
 
     @property
     def key_name(self) -> str:
@@ -106,7 +106,7 @@ class HopPlan:
         host = self.hostname.lower()
         return host if self.port == DEFAULT_SSH_PORT else f"[{host}]:{self.port}"
 
-    def route(self) -> list["HopPlan"]:
+    def route(self) -> list[HopPlan]:
         """Every hop in connection order: the jump hops, then this one."""
         return [*self.via, self]
 
@@ -215,7 +215,7 @@ class _Config:
         if not os.path.isfile(path):
             return
         try:
-            import paramiko  # noqa: PLC0415
+            import paramiko
 
             class Raw(paramiko.SSHConfig):
                 # keep %-tokens of the proxy keys: they are expanded with the FINAL values
@@ -359,8 +359,8 @@ def _plan_jump(spec: str, target: HopPlan, opts: dict, cfg: _Config,
     port = port or _port(_first(conf.get("port"), DEFAULT_SSH_PORT),
                          f"{what}: jump host {host}: Port")
     user = _first(user, conf.get("user"))
-    for value, field in ((host, "jump host"), (hostname, "jump HostName"), (user, "jump user")):
-        check_name(value, field, what)
+    for value, name in ((host, "jump host"), (hostname, "jump HostName"), (user, "jump user")):
+        check_name(value, name, what)
     keys = []
     for k in conf.get("identityfile") or []:
         k = os.path.expanduser(k)

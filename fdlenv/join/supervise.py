@@ -21,7 +21,7 @@ import signal
 import subprocess
 import threading
 from contextlib import contextmanager
-from typing import Mapping
+from collections.abc import Mapping
 
 from ..errors import Fail
 
@@ -52,7 +52,7 @@ class Stopper:
         self._old: dict[int, object] = {}
 
     # -- installation (main thread only; elsewhere it is a no-op)
-    def install(self) -> "Stopper":
+    def install(self) -> Stopper:
         if threading.current_thread() is threading.main_thread():
             for s in STOP_SIGNALS:
                 self._old[s] = signal.signal(s, self._handle)
@@ -63,7 +63,7 @@ class Stopper:
             signal.signal(s, h)
         self._old.clear()
 
-    def __enter__(self) -> "Stopper":
+    def __enter__(self) -> Stopper:
         return self.install()
 
     def __exit__(self, *exc) -> None:
@@ -73,7 +73,7 @@ class Stopper:
     def stopped(self) -> bool:
         return self.signum is not None
 
-    def _handle(self, signum, frame) -> None:  # noqa: ARG002
+    def _handle(self, signum, frame) -> None:
         self.signum = signum
         self._wake.set()
         child = self._child

@@ -36,7 +36,7 @@ import os
 import select
 import socket
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from ..config.model import SshConfig
 from ..errors import Fail
@@ -132,7 +132,7 @@ class Tunnel:
             c.close()
         self._thread.join(timeout=2.0)
 
-    def __enter__(self) -> "Tunnel":
+    def __enter__(self) -> Tunnel:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -171,7 +171,7 @@ def open_tunnel(ssh: SshConfig, controller_host: str, controller_port: int, *,
                 say: Callable[[str], None] = _say, ssh_config_path: str | None = None,
                 home: str | None = None, check_forward: bool = True) -> Tunnel:
     """Bring the forward up (through every hop of the route) and prove it works, or raise Fail."""
-    import paramiko  # noqa: PLC0415 - the re-dial path without a hop never pays for it
+    import paramiko  # the re-dial path without a hop never pays for it
 
     quiet_library_logs()
     plan = plan_hop(ssh, ssh_config_path=ssh_config_path, home=home)

@@ -71,7 +71,7 @@ def _solve_conda(env: EnvFile, platform: str, cmap: ChannelMap, cache_dir: Path)
                for n, v in declared_virtual_packages(env.variant, platform)]
     try:
         specs = [rattler.MatchSpec(solver_spec(s, cmap), strict=False) for s in env.specs]
-    except Exception as e:   # rattler's InvalidMatchSpecError has no stable import path
+    except Exception as e:  # noqa: BLE001 - rattler's InvalidMatchSpecError has no stable import path
         raise Fail.permanent(f"{env.path}: dependencies: {e}") from None
     gateway = rattler.Gateway(cache_dir=cache_dir, show_progress=False)
     try:
@@ -80,7 +80,7 @@ def _solve_conda(env: EnvFile, platform: str, cmap: ChannelMap, cache_dir: Path)
             platforms=[platform, "noarch"], virtual_packages=virtual))
     except SolverError as e:
         raise Fail.permanent(f"{env.path} ({platform}, variant {env.variant}): cannot solve:\n{e}") from None
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - rattler's fetch errors have no stable import path
         raise Fail.retry(f"{env.path} ({platform}): cannot read the channels: {e}") from None
     return [_conda_entry(r, platform) for r in records]
 

@@ -271,7 +271,7 @@ def _check_version(version: str) -> None:
 
     try:
         rattler.Version(version)
-    except Exception:   # rattler's InvalidVersionError has no stable import path
+    except Exception:  # noqa: BLE001 - rattler's InvalidVersionError has no stable import path
         raise Fail.permanent(f"--version: {version!r} is not a conda version (e.g. 2.10.0)") from None
     if "-" in version or "+" in version:
         raise Fail.permanent(f"--version: {version!r} may not contain '-' or '+' (e.g. 2.10.0)")

@@ -39,7 +39,7 @@ VENV = ".local/share/fdlenv"
 
 def _dump(doc: dict) -> str:
     """YAML with multi-line strings as literal blocks, keys in the order written."""
-    import yaml  # noqa: PLC0415
+    import yaml
 
     class Dumper(yaml.SafeDumper):
         pass

@@ -63,7 +63,7 @@ def without_token(text: str) -> str | None:
     """`text` (an fdl.yml) with `join.token` taken out, or None when it has none. The key's
     lines are cut where that leaves the same document less the token (comments and layout
     kept); anything else (a flow mapping) is written again from the parsed document."""
-    import yaml  # noqa: PLC0415
+    import yaml
 
     data = yaml.safe_load(text)
     join = data.get("join") if isinstance(data, dict) else None
@@ -88,8 +88,8 @@ def install_spec() -> str:
     """How a new box installs the fdlenv running here: the git commit, the wheel URL or the
     index version it was installed from (PEP 610 direct_url.json). A local path or an editable
     checkout cannot be reached from a new box: that asks for --install."""
-    import json  # noqa: PLC0415
-    from importlib import metadata  # noqa: PLC0415
+    import json
+    from importlib import metadata
 
     try:
         dist = metadata.distribution("fdlenv")
@@ -128,7 +128,7 @@ def needs_cargo(project, tail: list[str]) -> bool:
 def shipped_lock(fdl_yml: str, text: str) -> tuple[str, str] | None:
     """The lock fdl.yml names (`fdlenv.lock`), read here to ship beside it: (the name as written,
     its text); None when it names none. A named lock that is not here is exit 2: the box would stop."""
-    import yaml  # noqa: PLC0415
+    import yaml
 
     data = yaml.safe_load(text) or {}
     value = (data.get("fdlenv") or {}).get("lock") if isinstance(data.get("fdlenv"), dict) else None
@@ -149,18 +149,18 @@ def project_at(workdir: str):
     """fdl.yml as join will find it from `workdir`, when that directory is on this box."""
     if not os.path.isdir(workdir):
         return None
-    from ..config.load import load_project  # noqa: PLC0415
+    from ..config.load import load_project
     return load_project(workdir)
 
 
 def project_file(path: str, root: str):
     """The fdl.yml a cloud-config ships to `root` on the box: read and validated as join will
     (exit 2 if bad); its relative `fdlenv:` paths anchor at `root`."""
-    from pathlib import Path  # noqa: PLC0415
+    from pathlib import Path
 
-    from ..config.model import Project  # noqa: PLC0415
-    from ..config.schema import validate  # noqa: PLC0415
-    from ..yamlfile import YamlError, loads  # noqa: PLC0415
+    from ..config.model import Project
+    from ..config.schema import validate
+    from ..yamlfile import YamlError, loads
 
     p = Path(path)
     try:

@@ -127,7 +127,7 @@ def user_home(user: str | None) -> str:
     stock image gives (`/root`, `/home/<user>`)."""
     if not user or user == "root":
         return "/root"
-    import pwd  # noqa: PLC0415
+    import pwd
     try:
         return pwd.getpwnam(user).pw_dir or f"/home/{user}"
     except KeyError:
@@ -136,7 +136,7 @@ def user_home(user: str | None) -> str:
 
 def present_groups(names=GPU_GROUPS) -> tuple[str, ...]:
     """The GPU groups this box has: systemd refuses to start a unit naming a missing group."""
-    import grp  # noqa: PLC0415
+    import grp
     out = []
     for g in names:
         try:

@@ -139,7 +139,7 @@ def _run_recipe(recipe: Recipe, project: Path, env, environ: dict, keep_fds: tup
 
         proc = spawn(["sh", "-c", recipe.build], cwd=project, env=environ, stdout=2, pass_fds=keep_fds)
     except OSError as e:
-        raise Fail.permanent(f"cannot start the build recipe in {project}: {e}")
+        raise Fail.permanent(f"cannot start the build recipe in {project}: {e}") from None
     try:
         rc = proc.wait()
     except BaseException:   # Ctrl-C (the recipe's own session does not see it) and the like

@@ -129,7 +129,7 @@ def verify(tree: Path, expected_sha256: str, s: Scan, limit: int = 5) -> None:
         raw = path.read_bytes()
     except FileNotFoundError:
         raise Fail.retry(f"{path} is missing although the run manifest names a digest "
-                         "(pulled mid-publish?); the next dial fetches a coherent tree")
+                         "(pulled mid-publish?); the next dial fetches a coherent tree") from None
     if hashing.of_bytes(raw) != expected_sha256:
         raise Fail.retry(f"{path} is not the one the run manifest names "
                          "(fetched across two different publishes); retrying")

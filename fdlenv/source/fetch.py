@@ -119,7 +119,7 @@ def _rsync(spec: LocalSpec | RsyncSpec, dest: Path, ssh: SshConfig | None) -> st
         proc = subprocess.run(rsync_argv(spec, dest, ssh), stdin=subprocess.DEVNULL,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     except FileNotFoundError:
-        raise Fail.permanent(f"rsync is not installed; {install_hint(['rsync'])}")
+        raise Fail.permanent(f"rsync is not installed; {install_hint(['rsync'])}") from None
     if proc.returncode != 0:
         err = proc.stderr.strip()[-800:]
         if local:  # an unreadable file: a partial tree is a different program
@@ -206,7 +206,7 @@ def _tracked(dest: Path, state: State) -> list[str]:
         out = subprocess.run(["git", "-C", str(dest), "ls-files", "-z"], env=_git_env(),
                              stdin=subprocess.DEVNULL, capture_output=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError) as e:
-        raise Fail.permanent(f"cannot list the tracked files of {dest}: {e}")
+        raise Fail.permanent(f"cannot list the tracked files of {dest}: {e}") from None
     files = sorted(p for p in out.decode("utf-8", "surrogateescape").split("\0") if p)
     if stamp is not None:
         state.put("tracked", {"stamp": stamp, "files": files})
@@ -225,11 +225,11 @@ def _git_checkout(spec: GitSpec, dest: Path) -> str:
     try:
         import git
     except ImportError:
-        raise Fail.permanent(f"git is not installed; {install_hint(['git'])}")
+        raise Fail.permanent(f"git is not installed; {install_hint(['git'])}") from None
     try:
         repo = git.Repo(dest) if (dest / ".git").is_dir() else git.Repo.init(dest)
     except (git.GitError, OSError) as e:
-        raise Fail.permanent(f"cannot prepare a git checkout in {dest}: {e}")
+        raise Fail.permanent(f"cannot prepare a git checkout in {dest}: {e}") from None
     for stale in ("index.lock", "shallow.lock"):  # a killed run's; we hold the tree
         (dest / ".git" / stale).unlink(missing_ok=True)
     env = _git_env()
@@ -240,13 +240,13 @@ def _git_checkout(spec: GitSpec, dest: Path) -> str:
         if "unadvertised object" in err or "allow request for" in err:
             raise Fail.permanent(
                 f"{spec.url} refuses a shallow fetch of the commit {spec.ref}: the server needs "
-                f"uploadpack.allowReachableSHA1InWant, or name a tag or branch instead ({err})")
-        raise Fail.retry(f"fetching {spec.ref} from {spec.url} failed: {err}")
+                f"uploadpack.allowReachableSHA1InWant, or name a tag or branch instead ({err})") from None
+        raise Fail.retry(f"fetching {spec.ref} from {spec.url} failed: {err}") from None
     try:
         repo.git.checkout("--quiet", "--detach", "--force", "FETCH_HEAD", env=env)
         return repo.git.rev_parse("HEAD")
     except git.GitCommandError as e:
-        raise Fail.permanent(f"checking out {spec.ref} in {dest} failed: {(e.stderr or '').strip()}")
+        raise Fail.permanent(f"checking out {spec.ref} in {dest} failed: {(e.stderr or '').strip()}") from None
 
 
 def fetch(home: Home, spec: Spec, ssh: SshConfig | None = None) -> Fetched:
@@ -255,7 +255,7 @@ def fetch(home: Home, spec: Spec, ssh: SshConfig | None = None) -> Fetched:
     try:
         dest.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise Fail.permanent(f"cannot create the source directory {dest}: {e}")
+        raise Fail.permanent(f"cannot create the source directory {dest}: {e}") from None
     state = State.load(dest.with_name(dest.name + ".state.json"))
     if isinstance(spec, LocalSpec) and os.path.isdir(spec.path) and \
             state.get("synced") == [_snapshot(spec.path), _snapshot(str(dest))]:

@@ -120,7 +120,7 @@ def read(tree: Path, state: State | None = None) -> RunManifest | None:
     except FileNotFoundError:
         return None
     except OSError as e:
-        raise Fail.permanent(f"run manifest {path} cannot be read: {e}")
+        raise Fail.permanent(f"run manifest {path} cannot be read: {e}") from None
     key = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
     cached = state.get("manifest") if state else None
     if cached and cached.get("stat") == key:
@@ -128,7 +128,7 @@ def read(tree: Path, state: State | None = None) -> RunManifest | None:
     try:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as e:
-        raise Fail.permanent(f"run manifest {path} cannot be read: {e}")
+        raise Fail.permanent(f"run manifest {path} cannot be read: {e}") from None
     m = parse(text, str(path))
     if state is not None and max(st.st_mtime_ns, st.st_ctime_ns) < time.time_ns() - RACY_NS:
         state.put("manifest", {"stat": key, "data": to_mapping(m)})

@@ -28,7 +28,7 @@ class State:
         self.dirty = False
 
     @classmethod
-    def load(cls, path: Path) -> "State":
+    def load(cls, path: Path) -> State:
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError):

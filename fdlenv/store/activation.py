@@ -34,7 +34,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Mapping
+from collections.abc import Mapping
 
 from .. import atomic, hashing, variants
 from ..shells import valid_name

@@ -63,7 +63,7 @@ class Request(NamedTuple):
         return json.dumps(dict(self._asdict(), conda=[it._asdict() for it in self.conda])).encode()
 
     @classmethod
-    def from_wire(cls, data: bytes) -> "Request":
+    def from_wire(cls, data: bytes) -> Request:
         d = json.loads(data)
         return cls(**dict(d, conda=tuple(CondaItem(**it) for it in d["conda"])))
 

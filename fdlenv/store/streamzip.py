@@ -32,7 +32,7 @@ import os
 import struct
 import zlib
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 try:   # ISA-L's inflate is about twice zlib's speed: inflating is most of a cold realise's CPU
     from isal.isal_zlib import decompressobj as _decompressobj

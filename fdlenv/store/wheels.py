@@ -142,7 +142,7 @@ def where_served(records: list[Record], mirrors: dict[str, str]) -> dict[str, tu
             if index not in bases:
                 bases[index] = pipindex.base_url(index, mirrors)
     with ThreadPoolExecutor(DOWNLOADS, thread_name_prefix="fdlenv-idx") as pool:
-        return {r.sha256: found for r, found in zip(records, pool.map(one, records))}
+        return {r.sha256: found for r, found in zip(records, pool.map(one, records), strict=True)}
 
 
 def _lower_priority() -> None:

@@ -17,7 +17,7 @@ import os
 import sys
 
 from . import __version__
-from .errors import EXIT_PERMANENT, Fail, os_failure
+from .errors import DEBUG_VAR, EXIT_PERMANENT, Fail, bug, os_failure
 
 # True once main() runs as the program itself (console script, python -m): only then
 # may the store fork its install worker; commands read it as `args.owns_process`.
@@ -70,7 +70,7 @@ def _help_width() -> int:
         cols = 0
     if cols <= 0:
         try:
-            cols = os.get_terminal_size(sys.__stdout__.fileno()).columns
+            cols = os.get_terminal_size(sys.__stdout__.fileno() if sys.__stdout__ else 1).columns
         except (AttributeError, ValueError, OSError):
             cols = 80
     return max(cols - 2, 11)   # what argparse's own formatter subtracts
@@ -85,6 +85,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"fdlenv {__version__}")
+    parser.add_argument("--debug", action="store_true",
+                        help=f"print the traceback of a bug in fdlenv (also {DEBUG_VAR}=1)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in COMMANDS if only is None else (only,):
@@ -176,7 +178,13 @@ def main(argv: list[str] | None = None) -> int:
     global OWNS_PROCESS
     OWNS_PROCESS = argv is None  # run as the program, not called by a host process
     try:
-        rc = _main(list(sys.argv[1:] if argv is None else argv))
+        try:
+            rc = _main(list(sys.argv[1:] if argv is None else argv))
+        except BrokenPipeError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a bug before a command ran (parsing): one line too
+            told = bug(e, "fdlenv")
+            rc = fail(told.message, told.exit_code)
         sys.stdout.flush()
     except BrokenPipeError:
         # stdout closed by its reader (`| head`): quiet, as a tool killed by SIGPIPE is,
@@ -223,6 +231,8 @@ def _main(argv: list[str]) -> int:
         return fail(f.message, f.exit_code)
     args = build_parser(_command_of(head)).parse_args(head)
     args.tail = tail
+    if args.debug:
+        os.environ[DEBUG_VAR] = "1"   # children (the install worker) print theirs too
     args.owns_process = OWNS_PROCESS   # only then may the store fork its install worker
     if getattr(args, "quiet", False):
         from .progress import set_quiet
@@ -247,8 +257,11 @@ def _main(argv: list[str]) -> int:
         raise           # main() makes it quiet
     except OSError as e:
         # Disk full, permission denied, ...: errors.os_failure's one rule; the message names the path.
-        f = os_failure(e)
-        return fail(f.message, f.exit_code)
+        told = os_failure(e)
+        return fail(told.message, told.exit_code)
+    except Exception as e:  # noqa: BLE001 - what fdlenv did not expect: one line, a bug, exit 1
+        told = bug(e, f"fdlenv {args.command}")
+        return fail(told.message, told.exit_code)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import itertools
 import os
 import re
 from pathlib import Path
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from .config.grammar import bracketed, split_host_port
@@ -58,8 +59,8 @@ def parse_data_source(spec: str) -> SshfsSource:
     hostport = hostport[:-1] if hostport.endswith(":") else hostport   # scp colon
     try:   # host, host:port, [v6], [v6]:port; a bare IPv6 address is refused
         host, port = split_host_port(hostport)
-    except ValueError as e:
-        raise Fail.permanent(f"data_source: {spec!r}: {e}; accepted: {SSHFS_FORMS}") from None
+    except Fail as e:
+        raise Fail.permanent(f"data_source: {spec!r}: {e.message}; accepted: {SSHFS_FORMS}") from None
     if len(path) < 2:
         raise Fail.permanent(f"data_source: {spec!r}: the root is not a source root; name a directory")
     return SshfsSource(f"{user + '@' if user else ''}{bracketed(host)}:{path}", port)
@@ -119,13 +120,14 @@ def _listable(path: Path, field: str) -> None:
 
 
 def dataset_root(data_path: str | None, data_source: str | None, notes: list[str], *,
-                 ssh_options: list[str] = (), identity: str | None = None,
+                 ssh_options: Sequence[str] = (), identity: str | None = None,
                  proc_mounts: Path = Path("/proc/mounts"), cwd: Path | None = None) -> Path | None:
     """Step 2: the absolute source root to ship, or None when nothing was declared."""
     if not data_path and not data_source:
         return None
     base = cwd or Path.cwd()
     if not data_source:
+        assert data_path   # one of the two is set
         root = Path(os.path.normpath(base / data_path))  # lexical: symlinks are the operator's business
         _listable(root, "data_path")
         return root

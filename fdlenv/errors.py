@@ -12,11 +12,15 @@ what no retry fixes (permission, read-only filesystem, a path that is not
 what it should be) is permanent; anything else (I/O errors, too many open
 files, a vanished file) is transient.
 
-Any other exception that escapes a step of join or prepare becomes a `Fail`
-through `classify`, by its cause: unreadable content (bad UTF-8, YAML, JSON,
-any ValueError) is permanent, since the same bytes fail the same way on the
-next attempt; a child process that timed out or failed is transient; anything
-else is a bug in fdlenv, permanent (a retry loop would only repeat it).
+Any other exception that escapes a command, or a step of join or prepare,
+becomes a `Fail` through `classify`, by its cause: text that is not UTF-8 or
+not YAML is permanent, since the same bytes fail the same way on the next
+attempt; a child process that timed out or failed is transient; anything else
+(a ValueError included: input fdlenv reads is checked where it is read and
+refused with a `Fail` naming the field) is a bug in fdlenv, told as one line
+naming the exception and the line of fdlenv it came from, exit 1 so a
+persisting box tries again after an upgrade or a change around it. The
+traceback is printed only with `--debug` or `FDLENV_DEBUG=1`.
 """
 
 from __future__ import annotations
@@ -108,10 +112,36 @@ def classify(e: BaseException, where: str) -> Fail:
     if isinstance(e, UnicodeDecodeError):
         return Fail.permanent(f"{where}: a file it reads is not UTF-8 text ({e.reason} at byte {e.start})")
     yaml = sys.modules.get("yaml")
-    if isinstance(e, ValueError) or (yaml is not None and isinstance(e, yaml.YAMLError)):
+    if yaml is not None and isinstance(e, yaml.YAMLError):
         detail = " ".join(str(e).split())[:300]
         return Fail.permanent(f"{where}: unreadable content ({type(e).__name__}: {detail})")
     if isinstance(e, MemoryError):
         return Fail.retry(f"{where}: out of memory")
-    return Fail.permanent(f"{where}: internal error ({type(e).__name__}: {e}); "
-                          "a bug in fdlenv, please report it")
+    return bug(e, where)
+
+
+DEBUG_VAR = "FDLENV_DEBUG"
+
+
+def debugging() -> bool:
+    """`--debug` (the CLI sets the variable) or FDLENV_DEBUG=1: tracebacks are printed."""
+    return os.environ.get(DEBUG_VAR, "").strip() not in ("", "0")
+
+
+def bug(e: BaseException, where: str) -> Fail:
+    """An exception fdlenv did not expect, as one line: what, and the line of fdlenv it came
+    from. Transient (exit 1): a persisting box retries; the traceback only when debugging."""
+    at = ""
+    tb = e.__traceback__
+    while tb is not None:
+        path = tb.tb_frame.f_code.co_filename
+        if os.sep + "fdlenv" + os.sep in path:
+            at = f" at fdlenv/{path.rsplit(os.sep + 'fdlenv' + os.sep, 1)[1]}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    if debugging():
+        import traceback
+        traceback.print_exception(type(e), e, e.__traceback__, file=sys.stderr)
+    detail = " ".join(str(e).split())[:300]
+    hint = "" if debugging() else f"; {DEBUG_VAR}=1 or --debug prints the traceback"
+    return Fail.retry(f"{where}: a bug in fdlenv ({type(e).__name__}{': ' + detail if detail else ''}"
+                      f"{at}); please report it{hint}")

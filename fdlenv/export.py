@@ -114,8 +114,10 @@ def _conda_url(r, mirrors: dict[str, str]) -> str:
 
 def _kept(out: Path, done: dict, rel: str, sha256: str) -> bool:
     d = done.get(rel)
+    if not d:
+        return False
     try:
-        return bool(d) and d["sha256"] == sha256 and (out / rel).stat().st_size == d["size"]
+        return d["sha256"] == sha256 and (out / rel).stat().st_size == d["size"]
     except OSError:
         return False
 

@@ -63,7 +63,10 @@ class Guard:
         self._proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", _WATCHER, str(pgid), str(os.getpid())],
                                       stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                       start_new_session=True)
-        self._proc.stdout.readline()   # "ready": it is told if we die from here on
+        out = self._proc.stdout
+        assert out is not None
+        self._out = out
+        out.readline()   # "ready": it is told if we die from here on
 
     def release(self) -> None:
         """The group was waited for: stop the watcher, leave the group alone."""
@@ -73,7 +76,7 @@ class Guard:
             except OSError:
                 pass
         self._proc.wait()
-        self._proc.stdout.close()
+        self._out.close()
 
 
 def _check_runnable(argv: list[str], cwd, env) -> None:
@@ -89,15 +92,23 @@ def _check_runnable(argv: list[str], cwd, env) -> None:
         raise FileNotFoundError(2, "No such file or directory", prog)
 
 
-def spawn(argv: list[str], *, cwd=None, env=None, **popen) -> subprocess.Popen:
+class Guarded(subprocess.Popen):
+    """A child started by `spawn`: `guard` kills its group if fdlenv dies first."""
+
+    guard: Guard
+
+
+def spawn(argv: list[str], *, cwd=None, env=None, **popen) -> Guarded:
     """Start `argv` in a session of its own, guarded; `proc.guard` is its Guard."""
     _check_runnable(argv, cwd, env)
-    proc = subprocess.Popen(["sh", "-c", _GATE, "sh", *argv], cwd=cwd, env=env, stdin=subprocess.PIPE,
-                            start_new_session=True, **popen)
+    proc = Guarded(["sh", "-c", _GATE, "sh", *argv], cwd=cwd, env=env, stdin=subprocess.PIPE,
+                   start_new_session=True, **popen)
     try:
         proc.guard = Guard(proc.pid)
-        proc.stdin.write(b"go\n")
-        proc.stdin.close()
+        gate = proc.stdin
+        assert gate is not None
+        gate.write(b"go\n")
+        gate.close()
     except BaseException:
         proc.kill()
         proc.wait()

@@ -182,7 +182,7 @@ def _source(flags: JoinFlags, block: JoinBlock) -> SourceSpec | None:
                                      "or a join.source block")
         return None
     b = b or SourceSpec(from_="")
-    return SourceSpec(from_=_pick(flags.source, b.from_),
+    return SourceSpec(from_=_pick(flags.source, b.from_) or "",
                       cwd=_pick(flags.source_cwd, b.cwd),
                       build=_pick(flags.source_build, b.build),
                       bin=_pick(flags.source_bin, b.bin))
@@ -224,10 +224,7 @@ def _gpu_ram_share(flags: JoinFlags, block: JoinBlock) -> float | None:
     """`--gpu-ram-share` checked like the block's (already checked at load)."""
     if flags.gpu_ram_share is None:
         return block.gpu_ram_share
-    try:
-        return check_share(flags.gpu_ram_share, "--gpu-ram-share")
-    except ValueError as e:
-        raise Fail.permanent(str(e)) from None
+    return check_share(flags.gpu_ram_share, "--gpu-ram-share")
 
 
 def _token(flags: JoinFlags, block: JoinBlock, project: Project | None,

@@ -84,10 +84,10 @@ def load_lock(path: Path, field: str = "--lock") -> dict:
                              + f"; expected {FORMS}") from None
     if not isinstance(doc, dict) or doc.get("version") != 1 or not isinstance(doc.get("package"), list):
         raise Fail.permanent(f"{field}: {path} is not {FORMS}")
-    for i, e in enumerate(doc["package"]):
-        for key in _SCALARS if isinstance(e, dict) else ():
-            if not isinstance(e.get(key), (str, int, float, type(None))):
-                label = e["name"] if isinstance(e.get("name"), str) else f"#{i}"
+    for i, entry in enumerate(doc["package"]):
+        for key in _SCALARS if isinstance(entry, dict) else ():
+            if not isinstance(entry.get(key), (str, int, float, type(None))):
+                label = entry["name"] if isinstance(entry.get("name"), str) else f"#{i}"
                 raise Fail.permanent(f"{field}: {path}: package {label!r} has a malformed {key}; accepted: "
                                      "a string (regenerate the lock with `fdlenv lock`)")
     return doc
@@ -211,7 +211,7 @@ def read_variant(path: Path, variant: str, platform: str) -> list[Record]:
 def _check_single(path: Path, entries: list[dict], variant: str) -> None:
     """A single-variant lock names at most one libtorch-<variant> package; it must be ours."""
     packs = {variants.VARIANTS[v].package: v for v in variants.VARIANTS}
-    present = sorted({packs[e.get("name")] for e in entries if e.get("name") in packs})
+    present = sorted({packs[e["name"]] for e in entries if e.get("name") in packs})
     if present and variant not in present:
         raise Fail.permanent(f"--libtorch: variant {variant!r} is not in {path} (it has: " + ", ".join(present)
                              + "); " + variants.VARIANTS[variant].how_to_lock())

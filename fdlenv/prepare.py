@@ -141,6 +141,7 @@ def fetch_source(home: Home, spec: Spec, req: PrepareRequest,
     from .source import build, digest, fetch, manifest
 
     src = req.source
+    assert src is not None   # step 4 runs only with a source
     got = fetch.fetch(home, spec, req.ssh)
     notes.append(got.note)
     m = manifest.read(got.tree, got.state)
@@ -239,6 +240,8 @@ def _rustc_note(m: RunManifest, tree: Path, environ: dict[str, str]) -> str | No
     rustup proxy costs a re-dial tens of milliseconds."""
     import subprocess
 
+    if m.rustc is None:
+        return None
     try:
         res = subprocess.run(["rustc", "-V"], cwd=tree, env=environ, capture_output=True, text=True,
                              stdin=subprocess.DEVNULL, timeout=30)

@@ -34,8 +34,7 @@ def render(shell: str, changes: dict[str, str | None]) -> str:
     changes = {k: v for k, v in changes.items() if valid_name(k)}
     for var in sorted(k for k, v in changes.items() if v is None):
         lines.append(f"set -e {var}" if shell == "fish" else f"unset {var}")
-    for var in sorted(k for k, v in changes.items() if v is not None):
-        value = changes[var]
+    for var, value in sorted((k, v) for k, v in changes.items() if v is not None):
         lines.append(f"set -gx {var} {_fish_quote(value)}" if shell == "fish"
                      else f"export {var}={shlex.quote(value)}")
     return "".join(line + "\n" for line in lines)

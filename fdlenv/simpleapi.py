@@ -70,7 +70,7 @@ def _read_page(url: str) -> tuple[bytes, str, str]:
 
 
 class _Anchors(HTMLParser):
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
         self.links: list[tuple[dict[str, str | None], str]] = []
         self._open: dict[str, str | None] | None = None
@@ -208,6 +208,7 @@ def _metadata_from_zip(f: IndexFile) -> bytes:
     import zipfile
 
     parsed = urllib.parse.urlparse(f.url)
+    handle: io.IOBase
     try:
         if parsed.scheme == "file":
             handle = open(urllib.parse.unquote(parsed.path), "rb")

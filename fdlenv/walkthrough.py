@@ -103,6 +103,7 @@ def run_walkthrough(home: Home, variant: str = "cu128", lock: Path | None = None
     def realise_env() -> str:
         from .store.realise import realise
 
+        assert result.lock is not None   # the lock step ran first
         _say_index(result.lock, variant, mirrors)
         env = realise(home, variant, lock=result.lock, mirrors=mirrors, fork=fork)
         result.env, result.env_key, result.libtorch_root = env.path, env.key, env.libtorch_root
@@ -112,6 +113,7 @@ def run_walkthrough(home: Home, variant: str = "cu128", lock: Path | None = None
         from .store.activation import child_environ
         from .store.env import from_dir
 
+        assert result.env is not None   # the realise step ran first
         environ = child_environ(home, from_dir(result.env))
         result.binary, reused = build_example(environ, work / "build", result.env_key)
         return f"{result.binary}" + (" (reused: sources and env unchanged)" if reused else "")

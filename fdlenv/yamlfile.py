@@ -73,7 +73,8 @@ def loads(text: str, source: str | Path = "<text>"):
         if "&" in text and "*" in text:   # may hold an alias: find where it is used, for the message
             for event in yaml.parse(text, Loader=loader.__class__.__mro__[1]):
                 if isinstance(event, yaml.AliasEvent):
-                    raise YamlError(source, event.start_mark.line + 1,
+                    mark = event.start_mark
+                    raise YamlError(source, mark.line + 1 if mark else None,
                                     f"an alias (*{event.anchor}) is not accepted; write the value out")
         return loader.get_single_data()
     except yaml.YAMLError as e:

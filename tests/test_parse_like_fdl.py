@@ -292,10 +292,11 @@ def _raising(exc):
 
 CAUSES = [
     (UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte"), 2, "not UTF-8 text"),
-    (json.JSONDecodeError("Expecting value", "x", 0), 2, "unreadable content (JSONDecodeError"),
+    # fdlenv checks what it reads where it reads it: an escaped ValueError is fdlenv's bug
+    (json.JSONDecodeError("Expecting value", "x", 0), 1, "a bug in fdlenv (JSONDecodeError: Expecting value"),
     (subprocess.TimeoutExpired(["rsync", "-a"], 30), 1, "rsync did not finish within 30 s"),
     (subprocess.CalledProcessError(23, ["git", "fetch"]), 1, "git failed (exit 23)"),
-    (RuntimeError("boom"), 2, "internal error (RuntimeError: boom)"),
+    (RuntimeError("boom"), 1, "a bug in fdlenv (RuntimeError: boom at fdlenv/"),
 ]
 
 
@@ -327,14 +328,15 @@ def test_join_prints_one_line_per_cause_and_re_dials_only_when_transient(tmp_pat
     assert ("not re-dialing — retrying cannot fix this (exit 2)" in notes) == (code == 2)
 
 
-def test_an_exception_after_preparation_names_the_phase(tmp_path, capsys):
+def test_an_exception_after_preparation_names_the_phase_and_is_told_as_a_bug(tmp_path, capsys):
     def prober(*_a, **_k):
         raise ValueError("probe output is not JSON")
     out = tmp_path / "run"
     notes = []
-    s = loop_settings(out, persist=True)
-    assert L.run_join(s, fake_prepare(out), prober=prober, say=notes.append) == 2
+    s = loop_settings(out, persist=False)
+    assert L.run_join(s, fake_prepare(out), prober=prober, say=notes.append) == 1
     err = capsys.readouterr().err
-    assert "error: join (probe): unreadable content (ValueError: probe output is not JSON)" in err
-    assert "not re-dialing — retrying cannot fix this (exit 2)" in notes
+    assert "error: join (probe): a bug in fdlenv (ValueError: probe output is not JSON" in err
+    assert "please report it" in err and "Traceback" not in err
+    assert "not re-dialing — retrying cannot fix this (exit 2)" not in notes
     assert not Path(out, "agent0.json").exists()

@@ -12,8 +12,8 @@ user is cut at the first `@`, then the rest is read as an address. A host is
 kept without its brackets (what a socket connect takes); `bracketed` and
 `host_port` put them back wherever a `host:port` or a URL is written.
 `split_host_port` is also what `rsync://` and `sshfs://` specs use.
-Command-line mistakes are `Fail.permanent`; `check_share` raises ValueError so
-the loader can name the file it came from.
+Every mistake is `Fail.permanent`; the callers of `check_share` and
+`split_host_port` put the file or the flag it came from in front of it.
 """
 
 from __future__ import annotations
@@ -35,10 +35,10 @@ def type_name(v: Any) -> str:
 def check_share(v: Any, where: str) -> float:
     """gpu_ram_share: a finite number >= 0 (values over 1.0 are legal by design)."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise ValueError(f"{where}: expected a number, got {type_name(v)}")
+        raise Fail.permanent(f"{where}: expected a number, got {type_name(v)}")
     f = float(v)
     if not math.isfinite(f) or f < 0:
-        raise ValueError(f"{where}: must be a finite number >= 0 (a share of host RAM, e.g. 0.5; "
+        raise Fail.permanent(f"{where}: must be a finite number >= 0 (a share of host RAM, e.g. 0.5; "
                          f"over 1.0 is legal), got {v!r}")
     return f
 
@@ -46,29 +46,29 @@ def check_share(v: Any, where: str) -> float:
 def split_host_port(s: str) -> tuple[str, int | None]:
     """`host`, `host:port`, `[v6]`, `[v6]:port` -> (host without brackets, port or None).
 
-    ValueError(why) on anything else: a bare IPv6 address (fdl would split it at its last
+    Fail.permanent(why) on anything else: a bare IPv6 address (fdl would split it at its last
     colon), an unclosed `[`, an empty host, a port outside 1-65535 (fdl takes port 0).
     The callers put the field's name and its accepted forms around `why`."""
     if s.startswith("["):
         end = s.find("]")
         if end < 0:
-            raise ValueError("unclosed `[`")
+            raise Fail.permanent("unclosed `[`")
         host, rest = s[1:end], s[end + 1:]
         if rest and not rest.startswith(":"):
-            raise ValueError(f"unexpected {rest!r} after `]`")
+            raise Fail.permanent(f"unexpected {rest!r} after `]`")
         port_s = rest[1:] if rest else None
     elif s.count(":") > 1:
-        raise ValueError("a bare IPv6 address: write it in brackets, e.g. [fe80::1] or [fe80::1]:PORT")
+        raise Fail.permanent("a bare IPv6 address: write it in brackets, e.g. [fe80::1] or [fe80::1]:PORT")
     elif ":" in s:
         host, port_s = s.rsplit(":", 1)
     else:
         host, port_s = s, None
     if not host.strip():
-        raise ValueError("empty host")
+        raise Fail.permanent("empty host")
     if port_s is None:
         return host, None
     if not port_s.isdigit() or not 1 <= int(port_s) <= 65535:
-        raise ValueError(f"port {port_s!r} is not a number in 1-65535")
+        raise Fail.permanent(f"port {port_s!r} is not a number in 1-65535")
     return host, int(port_s)
 
 
@@ -90,10 +90,10 @@ def parse_controller(s: str, where: str = "CONTROLLER") -> tuple[str, int]:
         if "@" in host:   # `fdlenv join @farm`: fdl would dial a host named "@farm"
             hint = (f" (an env overlay is chosen before the command: fdlenv {host} join)"
                     if host.startswith("@") else "")
-            raise ValueError(f"a host has no `@`{hint}")
-    except ValueError as e:
+            raise Fail.permanent(f"a host has no `@`{hint}")
+    except Fail as e:
         raise Fail.permanent(f"{where}: invalid controller address {s!r}: expected host[:port] "
-                             f"(an IPv6 host in brackets: [::1] or [::1]:1337); {e}") from None
+                             f"(an IPv6 host in brackets: [::1] or [::1]:1337); {e.message}") from None
     return host, DEFAULT_CONTROLLER_PORT if port is None else port
 
 
@@ -109,8 +109,8 @@ def parse_ssh_spec(s: str) -> SshConfig:
             raise Fail.permanent(f"invalid --ssh {s!r}: empty user before `@`; {forms}")
     try:
         host, port = split_host_port(rest)
-    except ValueError as e:
-        raise Fail.permanent(f"invalid --ssh {s!r}: {forms}; {e}") from None
+    except Fail as e:
+        raise Fail.permanent(f"invalid --ssh {s!r}: {forms}; {e.message}") from None
     return SshConfig(target=host, port=port, user=user)
 
 

@@ -114,8 +114,8 @@ def load_project(start: Path | str | None = None,
         root = path.parent.absolute()
         try:
             join, fdl = validate(data, root)
-        except ValueError as e:
-            raise _LoadError(overlay or path, str(e)) from None
+        except Fail as e:
+            raise _LoadError(overlay or path, e.message) from None
     except _LoadError as e:
         raise Fail.permanent(f"cannot load {e.path}: {e.reason}") from None
     except OSError as e:

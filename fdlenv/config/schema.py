@@ -9,7 +9,7 @@ is one `fdl join` accepts.
 
 What order matters: this runs only after `load` has merged the base file, its
 `inherit-from:` chain and the `FDL_ENV` overlay, so an overlay may fix a base
-that alone would be invalid. Errors are ValueError naming the key path
+that alone would be invalid. Errors are `Fail.permanent` naming the key path
 (`join.ssh.port: ...`); `load` turns them into `cannot load <file>: ...`.
 Relative `fdlenv:` paths are anchored at the project root here, once.
 """
@@ -19,6 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..errors import Fail
 from .grammar import check_share, type_name
 from .model import (CLUSTER_JOIN_KEYS, CLUSTER_JOIN_START, FDLENV_KEYS, JOIN_KEYS, SOURCE_KEYS,
                     SSH_KEYS, FdlenvBlock, JoinBlock, SourceSpec, SshConfig)
@@ -26,20 +27,20 @@ from .model import (CLUSTER_JOIN_KEYS, CLUSTER_JOIN_START, FDLENV_KEYS, JOIN_KEY
 
 def _strict_keys(d: Any, where: str, allowed: tuple[str, ...]) -> dict:
     if not isinstance(d, dict):
-        raise ValueError(f"{where}: expected a mapping, got {type_name(d)}")
+        raise Fail.permanent(f"{where}: expected a mapping, got {type_name(d)}")
     for k in d:
         if k not in allowed:
-            raise ValueError(f"{where}: unknown key {k!r} (accepted: {', '.join(allowed)})")
+            raise Fail.permanent(f"{where}: unknown key {k!r} (accepted: {', '.join(allowed)})")
     return d
 
 
 def _optional(d: dict, key: str, where: str, kind: type, expected: str):
-    """`d[key]` when absent (None) or of `kind`; else a ValueError naming `where.key`."""
+    """`d[key]` when absent (None) or of `kind`; else a Fail naming `where.key`."""
     v = d.get(key)
     if v is None or isinstance(v, kind):
         return v
     shown = type_name(v) if kind is str else repr(v)
-    raise ValueError(f"{where}.{key}: expected {expected}, got {shown}")
+    raise Fail.permanent(f"{where}.{key}: expected {expected}, got {shown}")
 
 
 def _opt_str(d: dict, key: str, where: str) -> str | None:
@@ -58,12 +59,12 @@ def parse_ssh_block(d: Any, where: str = "join.ssh") -> SshConfig:
     d = _strict_keys(d, where, SSH_KEYS)
     port = d.get("port")
     if port is not None and not _int_in(port, 1, 65535):
-        raise ValueError(f"{where}.port: expected a port number 1-65535, got {port!r}")
+        raise Fail.permanent(f"{where}.port: expected a port number 1-65535, got {port!r}")
     opts = d.get("options")
     if opts is None:
         opts = []
     if not isinstance(opts, list) or not all(isinstance(o, str) for o in opts):
-        raise ValueError(f"{where}.options: expected a list of Key=Value strings")
+        raise Fail.permanent(f"{where}.options: expected a list of Key=Value strings")
     target = _opt_str(d, "target", where)
     if target and target.startswith("[") and target.endswith("]"):
         target = target[1:-1]   # an IPv6 host as `--ssh` spells it: kept without brackets
@@ -75,7 +76,7 @@ def parse_source_block(d: Any, where: str = "join.source") -> SourceSpec:
     d = _strict_keys(d, where, SOURCE_KEYS)
     frm = _opt_str(d, "from", where)
     if frm is None:
-        raise ValueError(f"{where}: missing required key 'from' (the source spec)")
+        raise Fail.permanent(f"{where}: missing required key 'from' (the source spec)")
     return SourceSpec(from_=frm, cwd=_opt_str(d, "cwd", where),
                       build=_opt_str(d, "build", where), bin=_opt_str(d, "bin", where))
 
@@ -89,7 +90,7 @@ def parse_join_block(d: Any) -> JoinBlock | None:
     devices = d.get("devices")
     if devices is not None:
         if not isinstance(devices, list) or not all(_int_in(x, 0, 255) for x in devices):
-            raise ValueError(f"{w}.devices: expected a list of device ids 0-255, got {devices!r}"
+            raise Fail.permanent(f"{w}.devices: expected a list of device ids 0-255, got {devices!r}"
                              " (`all` exists only on the command line: leave devices out)")
         devices = tuple(devices)
     share = d.get("gpu_ram_share")
@@ -99,7 +100,7 @@ def parse_join_block(d: Any) -> JoinBlock | None:
     if args is None:
         args = []
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
-        raise ValueError(f"{w}.args: expected a list of strings")
+        raise Fail.permanent(f"{w}.args: expected a list of strings")
     return JoinBlock(
         controller=_opt_str(d, "controller", w),
         ssh=parse_ssh_block(d["ssh"]) if d.get("ssh") is not None else None,
@@ -134,16 +135,16 @@ def parse_fdlenv_block(d: Any, root: Path) -> FdlenvBlock:
     mirrors = d.get("mirrors") or {}
     if not isinstance(mirrors, dict) or not all(
             isinstance(k, str) and k and isinstance(v, str) and v for k, v in mirrors.items()):
-        raise ValueError(f"{w}.mirrors: expected a mapping NAME: URL of non-empty strings")
+        raise Fail.permanent(f"{w}.mirrors: expected a mapping NAME: URL of non-empty strings")
     lock = _opt_str(d, "lock", w)
     home = _opt_str(d, "home", w)
     token_file = _opt_str(d, "token_file", w)
     if token_file is not None and not token_file.strip():
-        raise ValueError(f"{w}.token_file: expected the path of a file holding the session token, "
+        raise Fail.permanent(f"{w}.token_file: expected the path of a file holding the session token, "
                          "got an empty string")
     frozen = d.get("frozen")
     if frozen is not None and not isinstance(frozen, bool):
-        raise ValueError(f"{w}.frozen: expected true or false, got {frozen!r}")
+        raise Fail.permanent(f"{w}.frozen: expected true or false, got {frozen!r}")
     return FdlenvBlock(lock=_anchor(lock, root) if lock else None, mirrors=dict(mirrors), frozen=frozen,
                        home=_anchor(home, root) if home else None,
                        token_file=_anchor(token_file, root) if token_file else None)
@@ -157,13 +158,13 @@ def _validate_cluster_join(j: Any, where: str) -> None:
     for key in ("min_rank_start", "join_timeout", "target_ranks", "max_join_timeout"):
         v = j.get(key)
         if v is not None and not _int_in(v, 0, 2**64 - 1):
-            raise ValueError(f"{where}.{key}: expected a whole number >= 0, got {v!r}")
+            raise Fail.permanent(f"{where}.{key}: expected a whole number >= 0, got {v!r}")
     for key in ("open_admission", "discovery", "tunnel_only"):
         _opt_bool(j, key, where)
     _opt_str(j, "token", where)
     start = j.get("start")
     if start is not None and start not in CLUSTER_JOIN_START:
-        raise ValueError(f"{where}.start: expected one of {', '.join(CLUSTER_JOIN_START)}, "
+        raise Fail.permanent(f"{where}.start: expected one of {', '.join(CLUSTER_JOIN_START)}, "
                          f"got {start!r}")
 
 
@@ -174,26 +175,26 @@ def _validate_cluster(c: Any) -> None:
     if c is None:
         return
     if not isinstance(c, dict):
-        raise ValueError(f"cluster: expected a mapping, got {type_name(c)}")
+        raise Fail.permanent(f"cluster: expected a mapping, got {type_name(c)}")
     if c.get("gpu_ram_share") is not None:
         check_share(c["gpu_ram_share"], "cluster.gpu_ram_share")
     controller = c.get("controller")
     if controller is not None:
         if not isinstance(controller, dict):
-            raise ValueError(f"cluster.controller: expected a mapping, got {type_name(controller)}")
+            raise Fail.permanent(f"cluster.controller: expected a mapping, got {type_name(controller)}")
         _validate_cluster_join(controller.get("join"), "cluster.controller.join")
     workers = c.get("workers")
     if workers is None:
         return
     if not isinstance(workers, list):
-        raise ValueError(f"cluster.workers: expected a list of worker mappings, got {type_name(workers)}")
+        raise Fail.permanent(f"cluster.workers: expected a list of worker mappings, got {type_name(workers)}")
     for i, wk in enumerate(workers):
         if not isinstance(wk, dict):
-            raise ValueError(f"cluster.workers[{i}]: expected a mapping, got {type_name(wk)}")
+            raise Fail.permanent(f"cluster.workers[{i}]: expected a mapping, got {type_name(wk)}")
         if wk.get("gpu_ram_share") is not None:
             check_share(wk["gpu_ram_share"], f"cluster.workers[{i}].gpu_ram_share")
         if "ranks" in wk and wk["ranks"] != []:
-            raise ValueError(f"cluster.workers[{i}].ranks: not user configuration (ranks are "
+            raise Fail.permanent(f"cluster.workers[{i}].ranks: not user configuration (ranks are "
                              "computed from the probed device counts at launch); remove the key")
 
 

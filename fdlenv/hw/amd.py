@@ -173,7 +173,7 @@ def _enrich(nodes: list[tuple[int, Device]], smi) -> list[Device]:
     try:
         with contextlib.redirect_stdout(io.StringIO()):
             if smi is None:
-                import amdsmi as smi
+                import amdsmi as smi  # type: ignore[no-redef]
             smi.amdsmi_init()
             try:
                 for h in smi.amdsmi_get_processor_handles():

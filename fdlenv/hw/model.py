@@ -28,7 +28,7 @@ VENDOR_MISMATCH = "vendor_mismatch"
 
 class Device(NamedTuple):
     vendor: str          # nvidia | amd
-    index: int           # per-vendor ordinal, the number a visibility mask uses
+    index: int  # type: ignore[assignment]  # shadows tuple.index; per-vendor ordinal, the number a visibility mask uses
     name: str
     arch: str            # NVIDIA compute capability "8.6"; AMD bare target "gfx90a"
     vram_mb: int

@@ -60,7 +60,7 @@ def probe(nvml=None) -> NvidiaProbe:
     """NVML's view of this box; `nvml` is injectable (a module-like object) for tests."""
     if nvml is None:
         try:
-            import pynvml as nvml
+            import pynvml as nvml  # type: ignore[no-redef]
         except ImportError:
             return NvidiaProbe(findings=(Finding(HARDWARE_UNUSABLE, "NVIDIA driver present but pynvml "
                                                                     "(nvidia-ml-py) is not installed"),))

@@ -63,16 +63,21 @@ def rocm_for_host(host_rocm: str | None) -> tuple[str, str]:
 
 # Cards older than every CUDA variant (Kepler) do not steer routing; newer
 # majors do (the reference routes them), and the reason says what is uncovered.
-_OLDEST_CUDA_MAJOR = min(parse_cc(t)[0] for v in ("cu126", "cu128") for t in ARCHS[v])
+def _major(arch: str) -> int:
+    """The compute capability's major number; -1 for an arch that is not one."""
+    cc = parse_cc(arch)
+    return cc[0] if cc else -1
+
+
+_OLDEST_CUDA_MAJOR = min(_major(t) for v in ("cu126", "cu128") for t in ARCHS[v])
 
 
 def _cuda_usable(d: Device) -> bool:
-    cc = parse_cc(d.arch)
-    return cc is not None and cc[0] >= _OLDEST_CUDA_MAJOR
+    return _major(d.arch) >= _OLDEST_CUDA_MAJOR
 
 
 def _nvidia(s: Survey, usable: tuple[Device, ...], cards: tuple[Device, ...]) -> Route:
-    majors = [parse_cc(d.arch)[0] for d in usable]
+    majors = [_major(d.arch) for d in usable]
     lo, hi = min(majors), max(majors)
     if lo >= 7:
         want, why = "cu128", f"Lowest NVIDIA compute capability is {lo}.x (>= 7), so cu128."

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from . import gates, masks
-from .model import SPOOF_VAR, Survey
+from .model import SPOOF_VAR, Device, Finding, Survey
 
 DEFAULT_ROCM = Path("/opt/rocm")
 
@@ -35,10 +35,11 @@ def survey(sysfs_root: str | Path | None = None, rocm_root: str | Path | None = 
     if env.get(SPOOF_VAR, "").strip():
         from . import spoof
         fake = spoof.parse(env[SPOOF_VAR])
-        devices, notes = masks.apply(fake.devices, env)
-        return Survey(devices, notes, None, fake.driver_cuda, fake.host_rocm, spoofed=True)
+        devices, masked = masks.apply(fake.devices, env)
+        return Survey(devices, masked, None, fake.driver_cuda, fake.host_rocm, spoofed=True)
     dev, proc, sysfs = Path(dev_root or "/dev"), Path(proc_root or "/proc"), Path(sysfs_root or "/sys")
-    found, notes = (), ()
+    found: tuple[Device, ...] = ()
+    notes: tuple[Finding, ...] = ()
     driver = cuda = rocm = None
     if gates.nvidia_driver(dev, proc):
         from . import nvidia

@@ -70,7 +70,7 @@ def names_match(names: list[str], name: str) -> bool:
 class KnownHosts:
     """Every usable key line of the files read, plus the @revoked ones."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.entries: list[tuple[list[str], object]] = []    # (host patterns, paramiko PKey)
         self.revoked: list[tuple[list[str], bytes]] = []     # (host patterns, key blob)
 

@@ -20,11 +20,12 @@ Clock, sleep, rng, prepare and the tunnel opener are injectable.
 from __future__ import annotations
 
 import functools
-
 import random
 import time
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
 
 from .. import variants
 from ..config.model import JoinSettings
@@ -70,15 +71,36 @@ def flodl_label(variant: str | None) -> str:
         return ""
 
 
-def _signame(signum: int) -> str:
+def _signame(signum: int | None) -> str:
     import signal
-    return signal.Signals(signum).name
+    return signal.Signals(signum).name if signum is not None else "a signal"
+
+
+class _EnvLike(Protocol):
+    @property
+    def path(self) -> Path: ...
+
+
+class Prepared(Protocol):
+    """What a dial reads of `fdlenv.prepare.Prepared`: prepare is handed to the runner
+    (`Runner.prepare`), never imported by join."""
+
+    variant: str | None
+    env: _EnvLike | None
+    label: str
+    bin: str | None
+    cwd: str | None
+    data_path: str | None
+    args: list[str] | None
+    run_id: str | None
+    notes: list[str]
+    environ: dict[str, str]
 
 
 @dataclass
 class Runner:
     settings: JoinSettings
-    prepare: Callable[[JoinSettings], object]          # -> fdlenv.prepare.Prepared
+    prepare: Callable[[JoinSettings], Prepared]        # fdlenv.prepare's, handed in
     open_tunnel: Callable | None = None                # default: join.tunnel.open_tunnel
     prober: Prober | None = None
     clock: Callable[[], float] = time.monotonic
@@ -90,13 +112,12 @@ class Runner:
     phase: str = "prepare"                             # names the cause of an unclassified failure
 
     def __post_init__(self) -> None:
-        if self.prober is None:
-            self.prober = Prober(enabled=self.settings.sig_probe, say=self.say)
+        self.prober = self._prober = self.prober or Prober(enabled=self.settings.sig_probe, say=self.say)
         if self.open_tunnel is None:
             from .tunnel import open_tunnel
             self.open_tunnel = open_tunnel
-        if self.sleep is None:
-            self.sleep = self.stopper.sleep
+        self._open_tunnel: Callable = self.open_tunnel
+        self._sleep: Callable[[float], None] = self.sleep or self.stopper.sleep
 
     # ------------------------------------------------------------------ attempt
     def attempt(self) -> int:
@@ -135,13 +156,14 @@ class Runner:
         lease = leases.take(prepared.env.path) if prepared.env is not None else None
         tunnel = None
         try:
-            sig = self.prober(bin_path, args, cwd=cwd, env=env, on_spawn=self.stopper.watch).sig
+            sig = self._prober(bin_path, args, cwd=cwd, env=env, on_spawn=self.stopper.watch).sig
             self.phase = "tunnel"
             if s.ssh is not None:
-                tunnel = self.open_tunnel(s.ssh, s.controller_host, s.controller_port,
+                tunnel = self._open_tunnel(s.ssh, s.controller_host, s.controller_port,
                                           say=self.say)
                 dial = ("127.0.0.1", tunnel.local_port)
             else:
+                assert s.controller_host is not None and s.controller_port is not None  # a dial's
                 dial = (s.controller_host, s.controller_port)
             spec = AgentSpec(
                 host=s.host, controller_host=dial[0], controller_port=dial[1],
@@ -198,7 +220,7 @@ class Runner:
             backoff = settle_backoff(backoff, clean, elapsed)
             delay = with_jitter(backoff, self.rng)
             self.say(f"{outcome} after {elapsed:.0f}s; re-dialing in {delay:.1f}s (--persist)")
-            self.sleep(delay)
+            self._sleep(delay)
             if self.stopper.stopped:
                 self.say(f"stopped by {_signame(self.stopper.signum)} while waiting to "
                          "re-dial; not re-dialing")
@@ -206,7 +228,7 @@ class Runner:
             backoff = grow_backoff(backoff)
 
 
-def run_join(settings: JoinSettings, prepare: Callable[[JoinSettings], object],
+def run_join(settings: JoinSettings, prepare: Callable[[JoinSettings], Prepared],
              **deps) -> int:
     """Run the loop with `settings`; `deps` override Runner's injectables."""
     return Runner(settings=settings, prepare=prepare, **deps).run()

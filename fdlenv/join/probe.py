@@ -138,7 +138,7 @@ def run_probe(bin_path: str, args: list[str] | tuple[str, ...], *, cwd: str | No
         if on_spawn:
             on_spawn(None)
     t.join(timeout=2.0)
-    if t.is_alive():  # a grandchild escaped the group and holds the pipe
+    if t.is_alive() and proc.stdout is not None:  # a grandchild escaped the group and holds the pipe
         proc.stdout.close()
     lines = tuple(tail)
     if code is None:

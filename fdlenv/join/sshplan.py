@@ -282,9 +282,9 @@ def plan_hop(ssh: SshConfig, *, ssh_config_path: str | None = None,
     check_name(hostname, "HostName", what)
     check_name(user, "User", what)
     required = []
-    for k in (opts.get("identityfile"), ssh.identity_file):
-        if k and os.path.expanduser(k) not in required:
-            required.append(os.path.expanduser(k))
+    for given in (opts.get("identityfile"), ssh.identity_file):
+        if given and os.path.expanduser(given) not in required:
+            required.append(os.path.expanduser(given))
     keys = list(required)
     for k in conf.get("identityfile") or []:
         k = os.path.expanduser(k)

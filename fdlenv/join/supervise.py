@@ -22,6 +22,7 @@ import subprocess
 import threading
 from contextlib import contextmanager
 from collections.abc import Mapping
+from typing import Any
 
 from ..errors import Fail
 
@@ -49,7 +50,7 @@ class Stopper:
         self._child: subprocess.Popen | None = None
         self._defer = False
         self._wake = threading.Event()
-        self._old: dict[int, object] = {}
+        self._old: dict[int, Any] = {}
 
     # -- installation (main thread only; elsewhere it is a no-op)
     def install(self) -> Stopper:

@@ -18,6 +18,7 @@ for by name: it is locked on demand where it is first asked for.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from ..errors import Fail
 from ..home import Home
@@ -66,7 +67,7 @@ def check_locks(envs_dir: Path, out: Path, *, variants: list[str] | None = None,
 
     cmap = channel_map(home, mirrors)
     out = Path(out)
-    parsed: dict[Path, object] = {}
+    parsed: dict[Path, Any] = {}
     problems: list[str] = []
     for env in discover(Path(envs_dir), variants):
         lockfile = None

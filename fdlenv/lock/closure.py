@@ -59,7 +59,7 @@ def target_environment(platform: str) -> dict[str, str]:
     """PEP 508 marker values of the target (not this host)."""
     from packaging.markers import default_environment
 
-    env = default_environment()
+    env: dict[str, str] = dict(default_environment())  # type: ignore[arg-type]  # its values are str
     env.update(python_version=PYTHON, python_full_version=f"{PYTHON}.0", implementation_name="cpython",
                platform_python_implementation="CPython", sys_platform="linux", os_name="posix",
                platform_system="Linux", platform_machine=_MANYLINUX[platform], platform_release="",
@@ -258,7 +258,8 @@ def resolve(env: EnvFile, platform: str, mirrors: dict[str, str]) -> list[Entry]
     # (project, extras asked of it, nearest kept ancestor): only native wheels are kept, each
     # edge recorded on the nearest kept ancestor.
     roots = [r for r in map(Requirement, env.requirements) if r.marker is None or r.marker.evaluate(marker_env)]
-    todo = [(pipindex.normalize(r.name), frozenset(r.extras), None) for r in roots]
+    todo: list[tuple[str, frozenset[str], str | None]] = [
+        (pipindex.normalize(r.name), frozenset(r.extras), None) for r in roots]
     walked = set()
     while todo:
         name, extras, owner = todo.pop()
@@ -276,8 +277,10 @@ def resolve(env: EnvFile, platform: str, mirrors: dict[str, str]) -> list[Entry]
                                   f.sha256.lower(), ())
             depends[name] = {}
         for dep, req in requirements_of(meta, extras, marker_env):
+            holder = name if kept else owner
+            assert holder is not None   # a root is always kept
             if dep in found and is_native(found[dep][0].filename):
-                depends[name if kept else owner][dep] = str(req.specifier)
-            todo.append((dep, frozenset(req.extras), name if kept else owner))
+                depends[holder][dep] = str(req.specifier)
+            todo.append((dep, frozenset(req.extras), holder))
     entries = {n: dataclasses.replace(e, depends=tuple(sorted(depends[n].items()))) for n, e in entries.items()}
     return sorted(entries.values(), key=lambda e: e.key)

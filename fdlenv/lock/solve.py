@@ -77,7 +77,8 @@ def _solve_conda(env: EnvFile, platform: str, cmap: ChannelMap, cache_dir: Path)
     try:
         records = asyncio.run(rattler.solve(
             [rattler.Channel(url) for url in channel_urls(env, cmap)], specs, gateway=gateway,
-            platforms=[platform, "noarch"], virtual_packages=virtual))
+            platforms=[platform, "noarch"],  # type: ignore[list-item]  # a Literal in rattler's stubs
+            virtual_packages=virtual))
     except SolverError as e:
         raise Fail.permanent(f"{env.path} ({platform}, variant {env.variant}): cannot solve:\n{e}") from None
     except Exception as e:  # noqa: BLE001 - rattler's fetch errors have no stable import path

@@ -96,7 +96,7 @@ def cloud_config(*, user: str, install: str, fdl_yml: str | None, project, facts
                         command=[f"{venv}/bin/fdlenv"], home=home,
                         rw_home=facts.home or home, token_file=token_file, sshfs=facts.sshfs,
                         mountpoint=facts.mountpoint, origin="cloud-init")
-    files = []
+    files: list[dict[str, object]] = []
     if embedded_token is not None:
         files.append({"path": token_file, "owner": "root:root", "permissions": "0600",
                       "content": embedded_token + "\n"})

@@ -71,6 +71,7 @@ def without_token(text: str) -> str | None:
         return None
     want = dict(data, join={k: v for k, v in join.items() if k != "token"})
     root = yaml.compose(text)
+    assert root is not None   # safe_load above found a mapping
     jnode = next(v for k, v in root.value if k.value == "join")
     key, value = next((k, v) for k, v in jnode.value if k.value == "token")
     lines = text.splitlines(keepends=True)
@@ -167,7 +168,7 @@ def project_file(path: str, root: str):
         text = p.read_text(encoding="utf-8")
         data = loads(text, p)
         if data is not None and not isinstance(data, dict):
-            raise ValueError("expected a mapping at the top level")
+            raise Fail.permanent("expected a mapping at the top level")
         join, fdl = validate(data or {}, Path(root))
     except (OSError, UnicodeDecodeError) as e:
         raise Fail.permanent(f"--fdl-yml {path}: cannot read it ({getattr(e, 'strerror', None) or e}); "
@@ -175,8 +176,8 @@ def project_file(path: str, root: str):
     except YamlError as e:
         raise Fail.permanent(f"--fdl-yml {path}: {e.where}; accepted: fdl.yml as fdl join "
                              "reads it") from None
-    except ValueError as e:
-        raise Fail.permanent(f"--fdl-yml {path}: {e}") from None
+    except Fail as e:
+        raise Fail.permanent(f"--fdl-yml {path}: {e.message}") from None
     return text, Project(path=Path(root) / "fdl.yml", root=Path(root), join=join, fdlenv=fdl)
 
 

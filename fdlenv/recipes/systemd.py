@@ -149,7 +149,12 @@ def present_groups(names=GPU_GROUPS) -> tuple[str, ...]:
 
 def _dedupe(paths: list[str]) -> list[str]:
     seen: set[str] = set()
-    return [p for p in paths if not (p.lstrip("-") in seen or seen.add(p.lstrip("-")))]
+    out = []
+    for p in paths:
+        if p.lstrip("-") not in seen:
+            seen.add(p.lstrip("-"))
+            out.append(p)
+    return out
 
 
 def writable(uhome: str, home: str | None, workdir: str) -> tuple[list[str], list[str]]:
@@ -166,7 +171,7 @@ def systemd_unit(*, user: str | None = None, workdir: str | None = None,
                  home: str | None = None, uhome: str | None = None,
                  token_file: str | None = None, sshfs: bool = False,
                  groups: tuple[str, ...] = (), fdl_env: str | None = None,
-                 rw_home: str | None = None, mountpoint: str = "/flodl/data",
+                 rw_home: str | None = None, mountpoint: str | None = "/flodl/data",
                  origin: str = "systemd") -> str:
     """The unit text. `workdir`: where fdl.yml discovery starts (default: the cwd); `home`: the
     FLODL_HOME carried into the unit; `rw_home`: the fdlenv home join will settle (default
@@ -177,7 +182,7 @@ def systemd_unit(*, user: str | None = None, workdir: str | None = None,
     workdir = os.path.abspath(workdir or os.getcwd())
     argv = [*(command or ENV_COMMAND), "join", "--persist", *(join_args or [])]
     make, rw = writable(uhome, rw_home or home, workdir)
-    if sshfs:
+    if sshfs and mountpoint:
         rw = _dedupe([*rw, "-" + mountpoint])
     path = ":".join([os.path.join(uhome, ".local/bin"), os.path.join(uhome, ".cargo/bin"),
                      DEFAULT_PATH])

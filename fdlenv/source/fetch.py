@@ -124,9 +124,10 @@ def _rsync(spec: LocalSpec | RsyncSpec, dest: Path, ssh: SshConfig | None) -> st
         err = proc.stderr.strip()[-800:]
         if local:  # an unreadable file: a partial tree is a different program
             raise Fail.permanent(f"copying {spec.path} failed (rsync exit {proc.returncode}): {err}")
+        assert isinstance(spec, RsyncSpec)
         raise Fail.retry(f"pulling {spec.remote} failed (rsync exit {proc.returncode}; host down, "
                          f"wrong key or path, or a forced command refusing rsync): {err}")
-    return f"source: copied {spec.path}" if local else f"source: pulled {spec.remote}"
+    return f"source: copied {spec.path}" if isinstance(spec, LocalSpec) else f"source: pulled {spec.remote}"
 
 
 def _snapshot(root: str) -> str:

@@ -126,8 +126,8 @@ def _rsync(field: str, raw: str, rest: str) -> RsyncSpec:
     authority = authority[:-1] if authority.endswith(":") else authority  # scp colon
     try:   # host, host:port, [v6], [v6]:port; a bare IPv6 address is refused
         authority, port = split_host_port(authority)
-    except ValueError as e:
-        raise _bad(field, raw, f"has no usable host[:port]: {e}") from None
+    except Fail as e:
+        raise _bad(field, raw, f"has no usable host[:port]: {e.message}") from None
     if authority.startswith("-") or (user or "").startswith("-"):
         raise _bad(field, raw, "has a host or user starting with `-`")
     return RsyncSpec(raw, authority, user, port, _abs_path(field, raw, path, "the host"))

@@ -105,16 +105,16 @@ def _capture(env: Env, base: Mapping[str, str]) -> dict:
     if res.returncode != 0 or not sep:
         raise Fail.permanent(f"activating {env.path} failed: "
                              f"{res.stderr.decode(errors='replace').strip()[-300:]}")
-    before, after = _environ_of(before), _environ_of(after)
+    was, now = _environ_of(before), _environ_of(after)
     real = str(os.path.abspath(env.path))
     diff: dict = {"set": {}, "unset": []}
-    for var, value in after.items():
-        if var in SHELL_OWNED or before.get(var) == value or not valid_name(var):
+    for var, value in now.items():
+        if var in SHELL_OWNED or was.get(var) == value or not valid_name(var):
             continue
         if var == "PATH":
             value = value.replace(search, SENTINEL)
         diff["set"][var] = value.replace(alias, real)
-    diff["unset"] = sorted(v for v in before if v not in after and v not in SHELL_OWNED
+    diff["unset"] = sorted(v for v in was if v not in now and v not in SHELL_OWNED
                            and v not in PATH_LISTS)
     return diff
 

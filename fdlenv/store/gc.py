@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 from collections import namedtuple
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 
 from .. import atomic
@@ -69,7 +70,7 @@ def collect(home: Home, dry_run: bool = False, sources: bool = False,
     return plan, links
 
 
-def gc_plan(home: Home, sources: bool = False, skip: set[Path] = frozenset()) -> GcPlan:
+def gc_plan(home: Home, sources: bool = False, skip: AbstractSet[Path] = frozenset()) -> GcPlan:
     """What `collect` removes (see the module docstring). Call it under `collect`'s lock;
     `skip`: links to read as gone (a dry run of `env remove`). Costs a manifest read per env,
     never a walk of what is kept (`store.sizes`)."""

@@ -115,8 +115,9 @@ class WorkerProcess:
     """
 
     def __init__(self, fork: bool = False):
-        read_fd, self._w = os.pipe()
-        self._proc = None
+        read_fd, w = os.pipe()
+        self._w: int | None = w
+        self._proc: subprocess.Popen | None = None
         if fork and _fork_ok():
             sys.stdout.flush()
             sys.stderr.flush()
@@ -129,15 +130,17 @@ class WorkerProcess:
                                           pass_fds=(read_fd,), stdin=subprocess.DEVNULL)
             self.pid = self._proc.pid
         os.close(read_fd)
-        self._status = None
+        self._status: int | None = None
 
     def _wait(self) -> int:
         if self._status is None:
             try:
-                self._status = self._proc.wait() if self._proc else \
+                status = self._proc.wait() if self._proc else \
                     os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
             except ChildProcessError:    # reaped already (a Ctrl-C between the wait and its result)
-                self._status = -1
+                status = -1
+            self._status = status
+            return status
         return self._status
 
     def _close_pipe(self) -> None:
@@ -154,9 +157,10 @@ class WorkerProcess:
         self._wait()
 
     def run(self, req: Request) -> int:
-        data = req.to_wire()
+        data, w = req.to_wire(), self._w
+        assert w is not None, "a worker runs one request"
         while data:
-            data = data[os.write(self._w, data):]
+            data = data[os.write(w, data):]
         self._close_pipe()
         return self._wait()  # blocking: a polled wait would add up to 50 ms after the exit
 
@@ -189,14 +193,20 @@ async def _check_paths(items: tuple[CondaItem, ...], memo: Path) -> tuple[dict[s
     (rattler would write through it).
     Returns (every archive's layout, those read here): the parent remembers the second once the
     archive's bytes are verified, so a tampered archive never vouches for the real one."""
-    layouts, checked, links, dirs, files = {}, {}, {}, {}, {}
+    layouts: dict[str, dict] = {}
+    checked: dict[str, dict] = {}
+    links: dict[str, str] = {}
+    dirs: dict[str, str] = {}
+    files: dict[str, str] = {}
     for it in items:
         layout = _layout(memo / f"{it.sha256}.paths")
         if layout is None:
             from rattler.package_streaming import PackageArchive
 
             archive = await PackageArchive.from_path(it.archive)
-            mine, plain, through = [], [], set()
+            mine: list = []
+            plain: list = []
+            through: set[str] = set()
             for entry in (await archive.paths_json()).paths:
                 rel = str(entry.relative_path)
                 if _escapes(rel):

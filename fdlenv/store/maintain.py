@@ -177,6 +177,7 @@ def _verify_wheels(env_dir: Path, wheels: list[dict], full: bool, rep: Report) -
                 if len(row) < 3 or not row[1] or row[0].startswith("..") or ".data/" in row[0] \
                         or row[0].rsplit("/", 1)[-1] in ("INSTALLER", "REQUESTED", "direct_url.json"):
                     continue
+                assert site is not None   # a dist-info was found in it
                 path = site / row[0]
                 if not path.is_file():
                     rep.problems.append(Problem(row[0], "missing", w["name"]))

@@ -33,13 +33,14 @@ import struct
 import zlib
 from pathlib import Path
 from collections.abc import Callable
+from typing import Any
 
 try:   # ISA-L's inflate is about twice zlib's speed: inflating is most of a cold realise's CPU
     from isal.isal_zlib import decompressobj as _decompressobj
     from isal.isal_zlib import error as _isal_error
     INFLATE_ERRORS: tuple = (zlib.error, _isal_error)
 except ImportError:   # a platform without isal's wheels: the same with zlib
-    from zlib import decompressobj as _decompressobj
+    from zlib import decompressobj as _decompressobj  # type: ignore[assignment]
     INFLATE_ERRORS = (zlib.error,)
 
 LOCAL = b"PK\x03\x04"
@@ -109,8 +110,8 @@ class StreamUnzip:
         self.buf = bytearray()
         self.pos = 0                # bytes of buf already consumed (no memmove per member)
         self.state = "header"
-        self.member = None          # (out file or None, method, remaining compressed, descriptor, zip64)
-        self.inflate = None
+        self.member: list[Any] = []   # [out file or None, method, remaining compressed, descriptor, zip64]
+        self.inflate: Any = None
         self.tail = bytearray()     # the central directory, kept for the modes
         self.made: set[str] = set()
         self.files: list[tuple[str, str]] = []   # (zip name, path under root)

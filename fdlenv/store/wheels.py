@@ -93,7 +93,8 @@ def ensure(home: Home, records: list[Record], mirrors: dict[str, str],
     # threads run at a lower one, so on a small machine they fill what CPU it leaves.
     todo.sort(key=lambda r: -(sources[r.sha256][1] or 0))
     first = todo[0] if len(todo) > 1 and sources[todo[0].sha256][1] else None
-    with Bytes(len(todo), total, stop=stop) as progress:
+    progress = Bytes(len(todo), total, stop=stop)
+    with progress:
         big = ThreadPoolExecutor(1, thread_name_prefix="fdlenv-big")
         dl = ThreadPoolExecutor(DOWNLOADS - 1 if first else DOWNLOADS, thread_name_prefix="fdlenv-dl",
                                 initializer=_lower_priority if first else None)

@@ -1,3 +1,5 @@
+"""`python -m fdlenv`: the same front as the `fdlenv` console script (fdlenv.cli)."""
+
 import sys
 
 from .cli import main

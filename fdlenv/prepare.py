@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from .source.fetch import Fetched
     from .source.manifest import RunManifest
     from .source.spec import Spec
+    from .store.active import Active
 
 PROC_MOUNTS = Path("/proc/mounts")
 
@@ -164,18 +165,14 @@ def read_archs(libtorch_root: Path) -> str:
     return next((ln.split("=", 1)[1].strip() for ln in lines if ln.startswith("archs=")), "")
 
 
-def arch_gate(libtorch, survey: Callable[[], Survey], offered: tuple[int, ...] | None) -> None:
-    """Refuse a libtorch (an Env, or a `store.active.Active`) that ships no kernel for an offered
-    card of its vendor.
+def arch_gate(libtorch: Active, survey: Callable[[], Survey], offered: tuple[int, ...] | None) -> None:
+    """Refuse the settled libtorch (a `store.active.Active`) when it ships no kernel for an
+    offered card of its vendor.
 
     Passes for a cpu variant, a variant without arch metadata (`fdlenv detect`
     owns that complaint), an explicitly empty offer, and no card of the vendor.
     """
-    if hasattr(libtorch, "label"):
-        label, root, vendor = libtorch.label, Path(libtorch.dir), libtorch.vendor
-    else:
-        v = variants.get(libtorch.variant)
-        label, root, vendor = v.flodl_label, Path(libtorch.libtorch_root), v.vendor
+    label, root, vendor = libtorch.label, Path(libtorch.dir), libtorch.vendor
     if vendor == "cpu" or (offered is not None and not offered):
         return
     archs = read_archs(root)

@@ -11,7 +11,6 @@ from collections import namedtuple
 
 from .errors import Fail
 
-LIBTORCH_VERSION = "2.10.0"
 # A vendor's cargo feature, as flodl's `FDL_GPU_FEATURE` carries it.
 FEATURE = {"nvidia": "cuda", "amd": "rocm", "cpu": ""}
 
@@ -28,11 +27,6 @@ class Variant(namedtuple("Variant", "name flodl_dir vendor cuda rocm")):
     `dataclasses` nor `typing` is imported there (see docs/ARCHITECTURE.md)."""
 
     __slots__ = ()
-
-    @property
-    def gpu_feature(self) -> str:
-        """flodl's cargo feature for this variant (`FDL_GPU_FEATURE`)."""
-        return FEATURE.get(self.vendor, "")
 
     @property
     def flodl_name(self) -> str:

@@ -314,3 +314,50 @@ def test_a_row_for_a_unit_that_is_gone_is_a_finding(tmp_path):
     pkg = _copy(tmp_path)
     (pkg / "platforms.py").unlink()
     assert any("unit `platforms` is not in the tree" in line for line in findings(pkg))
+
+
+
+# ------------------------------------------------------------------ the doc's map of the tree
+
+MAP_START = "<!-- map: generated from each module's docstring by `python tests/test_layers.py` -->"
+MAP_END = "<!-- end of map -->"
+
+
+def render_map(pkg: Path = PKG, doc: Path = DOC) -> str:
+    """The Map: every module, by unit in the layers table's order, with its docstring's first
+    paragraph (the docstrings are the one description; the doc only collects them)."""
+    table = read_table(doc)
+    order = {u: i for i, u in enumerate(sorted(table, key=lambda u: (-table[u][0], list(table).index(u))))}
+    rows = []
+    for mod, path in sorted(modules(pkg).items(), key=lambda kv: (order.get(unit_of(kv[0]), 99), kv[0])):
+        doc_text = ast.get_docstring(ast.parse(path.read_text())) or ""
+        first = " ".join(doc_text.strip().split("\n\n")[0].split()).replace("|", "\\|")
+        rel = path.relative_to(pkg).as_posix()
+        rows.append(f"| {table.get(unit_of(mod), ('?',))[0]} | `{rel}` | {first} |")
+    return "\n".join([MAP_START, "| layer | module | what it is for |", "| --- | --- | --- |", *rows, MAP_END])
+
+
+def test_the_architecture_map_is_the_tree_as_it_is():
+    text = DOC.read_text()
+    assert MAP_START in text and MAP_END in text, f"{DOC.name}: no generated Map"
+    now = text[text.index(MAP_START):text.index(MAP_END) + len(MAP_END)]
+    assert now == render_map(), f"{DOC.name}'s Map is stale: run `python tests/test_layers.py`"
+
+
+def test_every_module_opens_with_a_docstring_that_says_why():
+    bare = [m or "fdlenv" for m, p in modules().items() if not ast.get_docstring(ast.parse(p.read_text()))]
+    assert not bare, f"modules without a docstring: {', '.join(bare)}"
+
+
+def test_architecture_names_only_modules_that_exist():
+    text = DOC.read_text()
+    named = {m.removeprefix("fdlenv/") for m in
+             re.findall(r"(?<![\w/.-])((?:fdlenv/)?(?:[a-z_]+/)*[a-z_]+\.py)\b", text)}
+    gone = sorted(p for p in named if not (PKG / p).exists() and not (ROOT / p).exists())
+    assert not gone, f"{DOC.name} names modules that are not in the tree: {', '.join(gone)}"
+
+
+if __name__ == "__main__":   # rewrite the Map from the tree
+    text = DOC.read_text()
+    DOC.write_text(text[:text.index(MAP_START)] + render_map() + text[text.index(MAP_END) + len(MAP_END):])
+    print(f"{DOC}: Map rewritten")

@@ -125,12 +125,15 @@ def test_notes_survive_a_failure(tmp_path):
 
 # ------------------------------------------------------------------ step 5
 
-def fake_env(tmp_path, variant: str, archs: str | None) -> Env:
+def fake_env(tmp_path, variant: str, archs: str | None):
+    """A realised env's layout, as the `Active` prepare settles it to (what the gate reads)."""
+    from fdlenv.store.active import of_env
+
     root = tmp_path / f"env-{variant}" / "libtorch"
     (root / "lib").mkdir(parents=True, exist_ok=True)
     if archs is not None:
         (root / ".arch").write_text(f"cuda=12.8\ntorch=2.10.0\narchs={archs}\nsource=locked\n")
-    return Env(variant, "k" * 64, root.parent, root)
+    return of_env(Env(variant, "k" * 64, root.parent, root))
 
 
 def test_a_variant_covering_none_of_the_offered_cards_is_refused(tmp_path):
@@ -158,7 +161,7 @@ def test_the_arch_gate_only_checks_offered_cards_of_the_variants_vendor(tmp_path
 
 
 def test_read_archs_takes_the_archs_line(tmp_path):
-    assert read_archs(fake_env(tmp_path, "cu128", "7.0 8.6").libtorch_root) == "7.0 8.6"
+    assert read_archs(fake_env(tmp_path, "cu128", "7.0 8.6").dir) == "7.0 8.6"
     assert read_archs(tmp_path / "nowhere") == ""
 
 

@@ -74,12 +74,6 @@ def build_string(variant: str, source_sha256: str) -> str:
     return f"{get_variant(variant).flodl_dir}_{source_sha256[:12]}_0"
 
 
-def packed_from(channel: Path, variant: str, source_sha256: str) -> Path | None:
-    """The package already packed from this source into `channel`, if any."""
-    pattern = f"{get_variant(variant).package}-*-{build_string(variant, source_sha256)}.conda"
-    return next(iter(sorted((Path(channel) / "linux-64").glob(pattern))), None)
-
-
 def pack_libtorch(variant: str, source: str, channel: Path, version: str | None = None) -> Packed:
     """Pack `source` (path or URL of an official zip or a torch wheel) into `channel/linux-64`."""
     t0 = time.monotonic()

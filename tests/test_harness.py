@@ -15,7 +15,8 @@ def test_every_test_runs_with_a_home_of_its_own_and_no_flodl_home(tmp_path_facto
 
 
 def test_under_ci_true_a_skip_fails_unless_the_test_is_optional(tmp_path):
-    (tmp_path / "conftest.py").write_text((Path(__file__).parent / "conftest.py").read_text())
+    for name in ("conftest.py", "sshd.py"):   # the suite's conftest and the fixture it imports
+        (tmp_path / name).write_text((Path(__file__).parent / name).read_text())
     (tmp_path / "test_x.py").write_text(
         "import pytest\n"
         "def test_needs_a_tool():\n    pytest.skip('sshd is not installed')\n"

@@ -153,7 +153,7 @@ def test_join_is_registered_in_the_cli():
 def test_the_redial_path_does_not_import_paramiko():
     import subprocess
     code = ("import sys; from fdlenv.commands import join; from fdlenv.join import loop; "
-            "from fdlenv.config import load, resolve; print('paramiko' in sys.modules)")
+            "from fdlenv.config import load; from fdlenv import joinsettings; print('paramiko' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env={**os.environ}, check=True)
     assert out.stdout.strip() == "False"

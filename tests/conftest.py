@@ -41,6 +41,26 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "optional: may skip even under CI=true (opt-in by design)")
 
 
+# Modules that drive fdlenv end to end (real installs into a home, servers, killed processes,
+# regular installs): every test in them is `slow`, so the fast loop (`-m "not slow"`) runs the
+# unit-level tests only. A test elsewhere marks itself `@pytest.mark.slow`.
+END_TO_END = frozenset({
+    "test_beside_flodl", "test_build_keys", "test_cloud_init_boot", "test_cuda_env",
+    "test_env_confinement", "test_fuzz_inputs", "test_hardening", "test_harness",
+    "test_hostile_mirror", "test_join_jump", "test_kill_maintenance", "test_lock_on_demand",
+    "test_lock_shipped", "test_mirror_export", "test_no_shell_from_data", "test_output",
+    "test_prepare_cli", "test_shells", "test_source_fetch", "test_store_faults", "test_store_gc",
+    "test_store_http", "test_store_leases", "test_store_maintain", "test_store_realise",
+    "test_walkthrough", "test_wheels_store",
+})
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.module is not None and item.module.__name__ in END_TO_END:
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield

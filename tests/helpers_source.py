@@ -82,3 +82,14 @@ def make_remote(tmp: Path, name: str = "repo") -> Remote:
     git("init", "-q", str(work), cwd=tmp)
     git("remote", "add", "origin", str(bare), cwd=work)
     return Remote(bare, work)
+
+
+def wait_out_racy_window(since_ns: int) -> None:
+    """Until every file written before `since_ns` is past the source caches' racy window
+    (digest.RACY_NS; ctime counts, which os.utime cannot set back): a condition on the clock."""
+    import time
+
+    from fdlenv.source.digest import RACY_NS
+
+    while (left := since_ns + RACY_NS - time.time_ns()) >= 0:
+        time.sleep(left / 1e9 + 0.001)

@@ -23,8 +23,8 @@ from fdlenv.errors import Fail
 from fdlenv.store import activation, streamzip, wheelfile
 from fdlenv.lockfile import Record, read_variant
 
-# 150 examples per reader in the suite; FDLENV_FUZZ_EXAMPLES=N for a longer hunt.
-BUDGET = settings(max_examples=int(os.environ.get("FDLENV_FUZZ_EXAMPLES", "150")), deadline=None, suppress_health_check=list(HealthCheck), database=None)
+# 60 examples per reader in the suite; FDLENV_FUZZ_EXAMPLES=N for a longer hunt.
+BUDGET = settings(max_examples=int(os.environ.get("FDLENV_FUZZ_EXAMPLES", "60")), deadline=None, suppress_health_check=list(HealthCheck), database=None)
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False),
                     st.text(max_size=20), st.sampled_from(["cpu", "linux-64", "pip", "conda", "1", "main"]))

@@ -11,6 +11,7 @@ import pytest
 from fdlenv.errors import Fail
 from fdlenv.source import manifest
 from fdlenv.source.manifest import Digest, RunManifest
+from helpers_source import wait_out_racy_window
 from fdlenv.source.state import State
 
 FULL = RunManifest(bin="target/release/train", cwd="app", build="cargo build --release",
@@ -77,9 +78,10 @@ READ = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow   # it waits out the 2 s racy window
 def test_an_unchanged_manifest_is_read_from_the_cache_without_yaml(tmp_path):
     (tmp_path / ".fdl-run.yml").write_text(manifest.dump(FULL))
-    time.sleep(manifest.RACY_NS / 1e9 + 0.1)  # a just-written file is never cached
+    wait_out_racy_window(time.time_ns())   # a just-written file is never cached
     state = tmp_path / "state.json"
     run = lambda: subprocess.run([sys.executable, "-c", READ, str(tmp_path), str(state)],  # noqa: E731
                                  check=True, capture_output=True, text=True).stdout.split("\n")

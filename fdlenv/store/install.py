@@ -60,12 +60,14 @@ def build(home: Home, variant: str, key: str, records: list[Record], final: Path
            lock: Path, digest: str, platform: str, mirrors: dict[str, str],
            worker: WorkerProcess | None = None, replace: bool = False) -> None:
     """Install `records` as `final`. `worker`: an install worker the caller started early.
-    `replace` (a repair): `final` exists and is swapped for the new build in one rename."""
+    `replace` (a repair): `final` exists and is swapped for the new build in one rename.
+    A lock of wheels only needs no worker: the prefix is made here and the wheels linked in."""
     home.ensure(home.envs, home.staging, home.cache)
     _clear_debris(home, key)
     t0 = time.monotonic()
     say(f"realising {variant} ({len(records)} packages) into {final}")
-    worker = worker or WorkerProcess()
+    if worker is None and any(r.manager == "conda" for r in records):
+        worker = WorkerProcess()
     stage = home.staging / f"{key}-{os.getpid()}"
     try:
         archives = [locate(home, r, mirrors) for r in records if r.manager == "conda"]
@@ -98,11 +100,13 @@ def build(home: Home, variant: str, key: str, records: list[Record], final: Path
         _publish(home, stage, final, replace)
         _fsync_files(home.envs)
     except OSError as e:
-        worker.abandon()
+        if worker is not None:
+            worker.abandon()
         shutil.rmtree(stage, ignore_errors=True)
         raise os_failure(e, str(home.root)) from None
     except BaseException:
-        worker.abandon()
+        if worker is not None:
+            worker.abandon()
         shutil.rmtree(stage, ignore_errors=True)
         for leftover in (Path(str(stage) + ".ok"), Path(str(stage) + ".err")):
             leftover.unlink(missing_ok=True)
@@ -143,7 +147,7 @@ def _publish(home: Home, stage: Path, final: Path, replace: bool) -> None:
         atomic.discard(aside)
 
 
-def _install(home: Home, worker: WorkerProcess, archives: list[Archive], wheel_records: list[Record],
+def _install(home: Home, worker: WorkerProcess | None, archives: list[Archive], wheel_records: list[Record],
              mirrors: dict[str, str], stage: Path, final: Path, variant: str) -> None:
     """Conda packages through the worker and wheels through `store.wheels`, side by side;
     wheels are linked into the staging prefix once the worker has made it."""
@@ -215,11 +219,19 @@ def _install(home: Home, worker: WorkerProcess, archives: list[Archive], wheel_r
 
 
 def _run_beside(fetcher: threading.Thread, wheel_records: list[Record], archives: list[Archive], home: Home,
-                worker: WorkerProcess, req: Request, stage: Path, variant: str, failures: list) -> int:
+                worker: WorkerProcess | None, req: Request, stage: Path, variant: str, failures: list) -> int:
     """The wheels' fetcher, the install worker and the hashing of local archives, side by side;
-    returns the worker's exit code (its marker file, not this, says whether it succeeded)."""
+    returns the worker's exit code (its marker file, not this, says whether it succeeded).
+    Without conda packages there is no worker: the prefix is made here, as the worker would."""
     if wheel_records:
         fetcher.start()
+    if worker is None:
+        assert not archives, "conda packages need the install worker"
+        (stage / "conda-meta").mkdir(parents=True)
+        atomic.write_text(Path(req.marker), json.dumps({"paths_checked": {}}))
+        if wheel_records:
+            fetcher.join()
+        return 0
     # Hash local archives while the worker extracts them.
 
     def hash_all():

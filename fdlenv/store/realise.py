@@ -58,11 +58,14 @@ def realise(home: Home, variant: str, lock: Path, mirrors: dict[str, str] | None
         if env is None:
             from .install_worker import WorkerProcess
 
-            worker = WorkerProcess(fork)  # imports rattler in a child while this process reads the lock
+            # Conda packages install through a worker, started now: it imports rattler in a
+            # child while this process reads the lock. A lock of wheels only needs none.
+            worker = WorkerProcess(fork) if b"manager: conda" in lock.read_bytes() else None
             try:
                 env = _slow_path(home, variant, lock, digest, platform, mirrors or {}, worker)
             finally:
-                worker.abandon()
+                if worker is not None:
+                    worker.abandon()
             fastpath.remember(home, digest, variant, platform, env)
         pointers.root(home, lock, env)
         if activate:

@@ -81,7 +81,7 @@ def test_a_failed_verify_under_json_is_its_report_carrying_the_error(tmp_path):
     w = make_world(tmp_path)
     env = realise_json(w)
     os.unlink(os.path.join(env["path"], "share/common/data.txt"))
-    res = fdlenv("env", "verify", "--json", "--home", str(w.home.root))
+    res = fdlenv("env", "verify", "--full", "--json", "--home", str(w.home.root))
     assert res.returncode == 2 and res.stdout.count("\n") == 1
     doc = json.loads(res.stdout)
     assert doc["exit"] == 2 and doc["envs"][0]["problems"] and res.stderr.strip() == f"error: {doc['error']}"

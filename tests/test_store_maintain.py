@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 from helpers_store import bump_variant, fdlenv, make_world, realise_json, visible_envs
 
@@ -34,12 +35,29 @@ def test_verify_full_catches_a_flipped_byte_and_repair_fixes_it(tmp_path):
     assert os.stat(lib).st_nlink >= 2
 
 
-def test_verify_notices_a_deleted_file(tmp_path):
+def test_verify_notices_a_deleted_file_with_full_and_a_lost_package_record_by_default(tmp_path):
     w = make_world(tmp_path)
     env = realise_json(w)
     os.unlink(os.path.join(env["path"], "share/common/data.txt"))
-    res = fdlenv("env", "verify", "--json", *_home(w))
+    assert fdlenv("env", "verify", *_home(w)).returncode == 0        # manifest-level: no file walk
+    res = fdlenv("env", "verify", "--full", "--json", *_home(w))
     assert res.returncode == 2 and "missing" in res.stdout
+    (meta,) = Path(env["path"], "conda-meta").glob("common-data-*.json")
+    meta.unlink()
+    res = fdlenv("env", "verify", "--json", *_home(w))
+    problems = json.loads(res.stdout)["envs"][0]["problems"]
+    assert res.returncode == 2 and problems[0]["what"] == "record set differs from the manifest"
+    assert problems[0]["package"] == "common-data"
+
+
+def test_verify_notices_a_lost_libtorch_by_default(tmp_path):
+    import shutil
+
+    w = make_world(tmp_path)
+    env = realise_json(w)
+    shutil.rmtree(os.path.join(env["libtorch_root"], "lib"))
+    res = fdlenv("env", "verify", "--json", *_home(w))
+    assert res.returncode == 2 and json.loads(res.stdout)["envs"][0]["problems"][0]["package"] == "(libtorch)"
 
 
 def test_gc_keeps_rooted_envs_and_collects_the_rest(tmp_path):

@@ -101,17 +101,50 @@ class Report:
 
 
 def verify(env_dir: Path, full: bool = False) -> Report:
-    """Record set vs manifest, every file present with its size; `full` re-hashes contents."""
+    """By default what costs a few reads per env, not one per file: the manifest, the record set
+    (conda-meta's files and the wheels' dist-infos against the manifest's records) and the
+    libtorch root. `full` walks every file: present, its size, its content re-hashed on every
+    core, and every symlink resolving inside the env."""
     rep = Report(env_dir)
     manifest = read_manifest(env_dir)
     old = moved_from(env_dir, manifest)
     rep.moved_from = str(old) if old else None
-    want = {r["name"]: r["sha256"] for r in manifest["records"] if r["manager"] == "conda"}
-    have = {}
-    for meta in (env_dir / "conda-meta").glob("*.json"):
+    conda = [r for r in manifest["records"] if r["manager"] == "conda"]
+    wheels = [r for r in manifest["records"] if r["manager"] == "pip"]
+    metas = sorted((env_dir / "conda-meta").glob("*.json"))
+    want = {f"{r['name']}-{r['version']}-{r['build']}.json": r["name"] for r in conda}
+    for name in sorted(set(want) ^ {m.name for m in metas}):
+        pkg = want.get(name, name.removesuffix(".json"))
+        rep.problems.append(Problem(f"conda-meta ({pkg})", "record set differs from the manifest", pkg))
+    built = str(old or env_dir)        # where the env was built: its manifest's paths start there
+    root = manifest.get("libtorch_root") or built
+    if os.path.commonpath([root, built]) == built and not (env_dir / os.path.relpath(root, built) / "lib").is_dir():
+        rep.problems.append(Problem(os.path.relpath(root, built) + "/lib", "missing", "(libtorch)"))
+    hashes: list[tuple[Path, str, str, str, str]] = []   # (file, shown as, expected, how, package)
+    if full or old is not None:
+        _walk_conda(env_dir, metas, {r["name"]: r["sha256"] for r in conda}, old, full, rep, hashes)
+    if wheels:
+        _verify_wheels(env_dir, wheels, full, rep, hashes)
+    if full:
+        rep.problems += _hash_all(hashes)
+        rep.problems += _links_outside(env_dir)
+    return rep
+
+
+def _walk_conda(env_dir: Path, metas: list[Path], want_sha: dict[str, str], old: Path | None, full: bool,
+                rep: Report, hashes: list) -> None:
+    """Each conda package's files as its conda-meta record lists them; what a move left naming
+    the old path (`stale`); in `full`, sizes checked and contents queued for hashing."""
+    for meta in metas:
         rec = json.loads(meta.read_text())
-        have[rec["name"]] = rec.get("sha256")
+        if full and rec.get("sha256") != want_sha.get(rec.get("name")):
+            rep.problems.append(Problem(f"conda-meta ({rec.get('name')})", "record set differs from the manifest",
+                                        str(rec.get("name"))))
         for p in rec.get("paths_data", {}).get("paths", []):
+            if old is not None and p.get("prefix_placeholder"):
+                rep.stale.append(p["_path"])
+            if not full:
+                continue
             path = env_dir / p["_path"]
             if p.get("path_type") == "softlink":
                 if not path.is_symlink():
@@ -120,23 +153,39 @@ def verify(env_dir: Path, full: bool = False) -> Report:
             if not path.exists():
                 rep.problems.append(Problem(p["_path"], "missing", rec["name"]))
                 continue
-            if old is not None and p.get("prefix_placeholder"):
-                rep.stale.append(p["_path"])
             expected = p.get("sha256_in_prefix") or p.get("sha256")
             if p.get("size_in_bytes") is not None and not p.get("prefix_placeholder") \
                     and path.stat().st_size != p["size_in_bytes"]:
                 rep.problems.append(Problem(p["_path"], "size differs", rec["name"]))
-            elif full and expected and hashing.of_file(path).sha256 != expected:
-                rep.problems.append(Problem(p["_path"], "content differs", rec["name"]))
-    for name in sorted(set(want) | set(have)):
-        if want.get(name) != have.get(name):
-            rep.problems.append(Problem(f"conda-meta ({name})", "record set differs from the manifest", name))
-    wheels = [r for r in manifest["records"] if r["manager"] == "pip"]
-    if wheels:
-        _verify_wheels(env_dir, wheels, full, rep)
-    if full:
-        rep.problems += _links_outside(env_dir)
-    return rep
+            elif expected:
+                hashes.append((path, p["_path"], expected, "hex", rec["name"]))
+
+
+def _hash_all(hashes: list[tuple[Path, str, str, str, str]]) -> list[Problem]:
+    """Every queued file re-hashed on every core (hashlib lets go of the GIL while it hashes),
+    the largest first so the cores finish together."""
+    import base64
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(item: tuple[Path, str, str, str, str]) -> Problem | None:
+        path, shown, expected, how, package = item
+        got = hashing.of_file(path, chunk=HASH_CHUNK).sha256
+        if how == "b64":
+            got = base64.urlsafe_b64encode(bytes.fromhex(got)).rstrip(b"=").decode()
+        return None if got == expected else Problem(shown, "content differs", package)
+
+    def size(item) -> int:
+        try:
+            return item[0].stat().st_size
+        except OSError:
+            return 0
+
+    todo = sorted(hashes, key=size, reverse=True)
+    with ThreadPoolExecutor(max(1, os.cpu_count() or 1), thread_name_prefix="fdlenv-hash") as pool:
+        return [p for p in pool.map(one, todo) if p is not None]
+
+
+HASH_CHUNK = 4 << 20    # large reads: the hashing, not the loop, is the per-byte cost
 
 
 def _links_outside(env_dir: Path) -> list[Problem]:
@@ -155,9 +204,9 @@ def _links_outside(env_dir: Path) -> list[Problem]:
     return out
 
 
-def _verify_wheels(env_dir: Path, wheels: list[dict], full: bool, rep: Report) -> None:
-    """Each wheel's files against its own RECORD (path, sha256, size), in the env's site-packages."""
-    import base64
+def _verify_wheels(env_dir: Path, wheels: list[dict], full: bool, rep: Report, hashes: list) -> None:
+    """Each wheel's dist-info with its RECORD in the env's site-packages; in `full`, every file
+    against its RECORD (present, size; the sha256 queued)."""
     import csv
     import re
 
@@ -171,22 +220,22 @@ def _verify_wheels(env_dir: Path, wheels: list[dict], full: bool, rep: Report) -
         if dist is None or not (dist / "RECORD").is_file():
             rep.problems.append(Problem(f"{w['name']}-{w['version']}.dist-info", "missing", w["name"]))
             continue
+        if not full:
+            continue
+        assert site is not None   # a dist-info was found in it
         with open(dist / "RECORD", newline="") as f:
             for row in csv.reader(f):
                 # an installer's own files (INSTALLER, REQUESTED, ...) are not the wheel's
                 if len(row) < 3 or not row[1] or row[0].startswith("..") or ".data/" in row[0] \
                         or row[0].rsplit("/", 1)[-1] in ("INSTALLER", "REQUESTED", "direct_url.json"):
                     continue
-                assert site is not None   # a dist-info was found in it
                 path = site / row[0]
                 if not path.is_file():
                     rep.problems.append(Problem(row[0], "missing", w["name"]))
                 elif row[2] and path.stat().st_size != int(row[2]):
                     rep.problems.append(Problem(row[0], "size differs", w["name"]))
-                elif full and row[1].startswith("sha256="):
-                    digest = base64.urlsafe_b64encode(bytes.fromhex(hashing.of_file(path).sha256)).rstrip(b"=").decode()
-                    if digest != row[1][7:]:
-                        rep.problems.append(Problem(row[0], "content differs", w["name"]))
+                elif row[1].startswith("sha256="):
+                    hashes.append((path, row[0], row[1][7:], "b64", w["name"]))
 
 
 def repair(home: Home, env_dir: Path, report: Report, mirrors: dict[str, str] | None = None) -> None:

@@ -30,6 +30,7 @@ PAGE_DEADLINE = 120          # seconds a whole page or metadata file may take
 STALL_WINDOW = 60            # a download is stalled when, over this many seconds,
 STALL_BYTES = 64 << 10       # ... fewer bytes than this arrived
 PIECE = 1 << 20
+GATHER = 0.25                # seconds a download piece may wait to fill (HTTPS hands out 16 KiB records)
 TRIES = 3                    # attempts of one download before its transient failure is reported
 PAUSE = 1.0                  # seconds before the second attempt, doubled for each later one
 
@@ -45,6 +46,23 @@ def _piece(f, n: int) -> bytes:
     """What has arrived, up to `n` bytes, without waiting for all `n` (read1 where it exists)."""
     read1 = getattr(f, "read1", None)
     return read1(n) if read1 is not None else f.read(n)
+
+
+def _gathered(f, n: int) -> bytes:
+    """Up to `n` bytes: what has arrived, then more while it keeps arriving (GATHER s at most).
+    Over HTTPS a read hands out one 16 KiB TLS record; whoever consumes the pieces (the hash,
+    the zip stream, the file writes) pays per piece, so it gets a few large ones instead."""
+    first = _piece(f, n)
+    if len(first) >= n >> 1:
+        return first
+    parts, have, end = [first], len(first), time.monotonic() + GATHER
+    while have < n and time.monotonic() < end:
+        more = _piece(f, n - have)
+        if not more:
+            break           # the end: the next read says so again
+        parts.append(more)
+        have += len(more)
+    return b"".join(parts)
 
 
 def _ended_short(f, url: str, n: int) -> None:
@@ -93,7 +111,7 @@ def chunks(f, url: str, limit: int, stated: int | None = None, size: int = PIECE
     n, window_start, window_bytes = 0, time.monotonic(), 0
     while True:
         try:
-            chunk = _piece(f, size)
+            chunk = _gathered(f, size)
         except (OSError, http.client.HTTPException) as e:
             raise _cut(url, e) from None
         if not chunk:

@@ -31,9 +31,10 @@ def entry_name(r: Record) -> str:
     return r.filename.removesuffix(".conda").removesuffix(".tar.bz2")
 
 
-def _walk_bytes(root: Path, only_single: bool = False) -> int:
-    total = 0
-    for dirpath, _dirs, files in os.walk(root):
+def _walk_bytes(root: Path, only_single: bool = False, skip: tuple[Path, ...] = ()) -> int:
+    total, pruned = 0, {str(p) for p in skip}
+    for dirpath, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if os.path.join(dirpath, d) not in pruned]
         for name in files:
             try:
                 st = os.lstat(os.path.join(dirpath, name))
@@ -60,11 +61,14 @@ def entry_size(home: Home, name: str) -> int:
 
 
 def measure(home: Home, stage: Path, records: list[Record]) -> dict:
-    """The manifest's `size` of a freshly built env (one walk of it, at build time)."""
+    """The manifest's `size` of a freshly built env (one walk of it, at build time). In an env
+    of wheels only, site-packages holds nothing but hard links into the cache (`wheels.link`
+    links every file, no package writes there): it holds no bytes of its own and is not walked."""
     names = sorted({entry_name(r) for r in records})
     for name in names:
         entry_size(home, name)
-    return {"own": _walk_bytes(stage, only_single=True), "entries": names}
+    linked = tuple(stage.glob("lib/python*/site-packages")) if all(r.manager == "pip" for r in records) else ()
+    return {"own": _walk_bytes(stage, only_single=True, skip=linked), "entries": names}
 
 
 def of_env(home: Home, manifest: dict, env_dir: Path) -> tuple[int, list[str]]:

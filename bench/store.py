@@ -1,6 +1,7 @@
 """Store benchmarks, measured side by side in one run (medians; these machines are noisy).
 
-1. re-dial no-op: `fdlenv env realize` of an existing env minus `python -c pass`   (goal <= 40 ms),
+1. own cost of the hot commands on a realised env, each minus `python -c pass`: the re-dial
+   `env realize`, `shell-hook`, `run true` (goal <= 15 ms each) and `detect` (goal <= 30 ms),
    in both install modes: this checkout (`python -m fdlenv`) and a regular install's
    console script (a fresh venv, `pip install --no-deps` of this checkout)
 2. warm realise (new key, packages cached) of a 20,000-file package / `cp -al` of its payload   (goal <= 2)
@@ -37,9 +38,9 @@ PY = sys.executable
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
-def timed(cmd: list[str] | str, **kw) -> float:
+def timed(cmd: list[str] | str, env: dict | None = None, **kw) -> float:
     t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV, **kw)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env or ENV, **kw)
     return time.perf_counter() - t0
 
 
@@ -66,25 +67,40 @@ def lock_for(tmp: Path, home: Home, name: str, deps: list[str]) -> Path:
     return out
 
 
+HOT = {   # the commands a box or a shell runs again and again, and their own-cost goals (ms)
+    "env realize (re-dial)": (["env", "realize", "--libtorch", "cpu", "--lock", "{lock}", "--home", "{home}"], 15),
+    "shell-hook": (["shell-hook", "--libtorch", "cpu", "--lock", "{lock}", "--home", "{home}"], 15),
+    "run true": (["run", "--libtorch", "cpu", "--lock", "{lock}", "--home", "{home}", "true"], 15),
+    "detect": (["detect"], 30),
+}
+
+
 def bench_redial(tmp: Path, reps: int) -> str:
+    """Own cost (the command minus `python -c pass` of the same interpreter) of each hot command
+    on a realised env, from this checkout and from a regular install's console script."""
     home = Home(tmp / "redial")
     make_channel(home.channel, [Pkg("libtorch-cpu", "2.10.0", files={"libtorch/lib/libtorch.so": b"x"})])
     lock = lock_for(tmp, home, "redial", ["libtorch-cpu"])
-    timed(realise_cmd(home, lock))
+    argvs = {name: [a.format(lock=lock, home=home.root) for a in argv] for name, (argv, _) in HOT.items()}
+    env = {**ENV, "FLODL_TESTING_GPU_JSON": "[]"}
+    for argv in argvs.values():     # realised, its activation captured, the lock's holdings cached
+        subprocess.run([PY, "-m", "fdlenv", *argv], check=True, stdout=subprocess.DEVNULL, env=env)
     venv_bin = regular_install(tmp)
     modes = {"checkout (python -m fdlenv)": ([PY, "-m", "fdlenv"], PY),
              "regular install (console script)": ([str(venv_bin / "fdlenv")], str(venv_bin / "python"))}
-    times = {m: ([], []) for m in modes}
-    for _ in range(reps):   # interleaved, so both modes see the same machine
+    times: dict = {(m, n): [] for m in modes for n in (*HOT, "python -c pass")}
+    for _ in range(reps):   # interleaved, so every command sees the same machine
         for mode, (exe, py) in modes.items():
-            times[mode][0].append(timed(realise_cmd(home, lock, exe)))
-            times[mode][1].append(timed([py, "-c", "pass"]))
+            times[(mode, "python -c pass")].append(timed([py, "-c", "pass"], env=env))
+            for name, argv in argvs.items():
+                times[(mode, name)].append(timed([*exe, *argv], env=env))
     lines = []
-    for mode, (ours, base) in times.items():
-        m_ours, m_base = statistics.median(ours), statistics.median(base)
-        lines.append(f"re-dial no-op, {mode}: fdlenv env realize {m_ours * 1000:.1f} ms, python -c pass "
-                     f"{m_base * 1000:.1f} ms -> fdlenv's own {1000 * (m_ours - m_base):.1f} ms "
-                     f"(goal <= 40 ms; medians of {reps})")
+    for mode in modes:
+        base = statistics.median(times[(mode, "python -c pass")])
+        lines.append(f"{mode}: python -c pass {base * 1000:.1f} ms (medians of {reps})")
+        for name, (_, goal) in HOT.items():
+            own = 1000 * (statistics.median(times[(mode, name)]) - base)
+            lines.append(f"  {name:24s} own {own:6.1f} ms   goal <= {goal} ms: {'met' if own <= goal else 'NOT met'}")
     return "\n".join(lines)
 
 

@@ -10,7 +10,12 @@
             `--mirror pypi=file://...` into a fresh home: hash + extract + link
             / `uv pip install --no-deps --no-cache --target DIR <the 16 local wheel files>`   (goal <= 0.6;
             peak RSS <= 1.5x uv's)
-3. second:  a second env sharing the wheels (warm package cache: only linking; the env, the fast-path
+3. loopback: the same local wheel files served over HTTP by a loopback server (`python -m http.server`,
+            its directory pages a PEP 503 index): fdlenv through `--mirror pypi=http://127.0.0.1:PORT`
+            / uv given the same files' URLs   (goal <= 0.6; peak RSS <= 1.5x uv's)
+            and / the floor: every wheel's sha256 plus ISA-L inflate of every member plus writing
+            the files, a process per core, largest wheel first   (goal <= 1.25)
+4. second:  a second env sharing the wheels (warm package cache: only linking; the env, the fast-path
             cache, roots and libtorch pointers are deleted between reps)
             / `cp -al` of the first env's `lib/python3.12/site-packages`   (goal <= 1.1: no install worker)
 
@@ -56,7 +61,7 @@ PYVER = "3.12"                      # the envs' lib/python3.12; torch's wheel is
 SITE = Path("lib") / f"python{PYVER}" / "site-packages"
 # uv checks wheel tags against an interpreter; state the target's instead of needing a 3.12 here.
 UV_TARGET = ["--python-version", PYVER, "--python-platform", "x86_64-manylinux_2_28"]
-GOALS = {"cold": 0.6, "extract": 0.6, "second": 1.1}
+GOALS = {"cold": 0.6, "extract": 0.6, "loopback": 0.6, "floor": 1.25, "second": 1.1}
 RSS_GOAL = 1.5     # fdlenv's peak RSS over uv's, in the cold and extract rows
 
 # Measure as an installed tool runs: with bytecode caching (some sandboxes disable it).
@@ -226,6 +231,94 @@ def bench_extract(work: Path, lock: Path, wheels: list[Wheel], uv: str, index: P
     return summary("extract", ours, base, "uv", rss)
 
 
+def _floor_one(args: tuple[str, str]) -> int:
+    """One wheel as the floor handles it: its sha256, then every member inflated by ISA-L
+    (zlib where isal is missing) and written under `out`. Returns the bytes written."""
+    import struct
+    import zipfile
+
+    try:
+        from isal.isal_zlib import decompress
+    except ImportError:
+        from zlib import decompress
+    path, out = args
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(4 << 20):
+            h.update(chunk)
+    written = 0
+    with zipfile.ZipFile(path) as z, open(path, "rb") as f:
+        for info in z.infolist():
+            if info.is_dir():
+                continue
+            f.seek(info.header_offset)
+            head = f.read(30)
+            name_len, extra_len = struct.unpack("<HH", head[26:30])
+            f.seek(info.header_offset + 30 + name_len + extra_len)
+            raw = f.read(info.compress_size)
+            data = decompress(raw, -15) if info.compress_type == zipfile.ZIP_DEFLATED else raw
+            dest = os.path.join(out, info.filename)
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            with open(dest, "wb") as g:
+                g.write(data)
+            written += len(data)
+    return written
+
+
+def floor(files: list[str], out: Path) -> float:
+    """The floor of a realise from local bytes: every wheel's sha256 plus ISA-L inflate of every
+    member plus writing the files, split over the cores (a process per core, largest first)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    todo = sorted(files, key=lambda f: -os.path.getsize(f))
+    subprocess.run(["sync"], check=True)
+    t0 = time.perf_counter()
+    with ProcessPoolExecutor(os.cpu_count() or 1) as pool:
+        list(pool.map(_floor_one, [(f, str(out / str(i))) for i, f in enumerate(todo)]))
+    subprocess.run(["sync"], check=True)
+    return time.perf_counter() - t0
+
+
+def bench_loopback(work: Path, lock: Path, wheels: list[Wheel], uv: str, index: Path, reps: int) -> list[dict]:
+    """The wheels served by a loopback HTTP server (`python -m http.server`, its directory pages a
+    PEP 503 index): fdlenv through `--mirror pypi=http://127.0.0.1:PORT` beside uv given the same
+    files' URLs, and beside the floor (`floor`)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([PY, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(index)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                urllib.request.urlopen(base + "/", timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    sys.exit("wheels.py: the loopback server did not start")
+                time.sleep(0.1)
+        urls = [f"{base}/{pipindex.normalize(w.project)}/{w.filename}" for w in wheels]
+        files = [str(index / pipindex.normalize(w.project) / w.filename) for w in wheels]
+        ours, base_t, low = [], [], []
+        rss: tuple[list[float], list[float]] = ([], [])
+        for i in range(1, reps + 1):
+            home, target, out = work / f"home{i}", work / f"uv{i}", work / f"floor{i}"
+            ours.append(timed(realise_cmd(home, lock, base), rss=rss[0]))
+            rm(home)
+            base_t.append(timed(uv_cmd(uv, target, urls), rss=rss[1]))
+            rm(target)
+            low.append(floor(files, out))
+            rm(out)
+        return [summary("loopback", ours, base_t, "uv", rss), summary("floor", ours, low, "floor")]
+    finally:
+        server.terminate()
+        server.wait()
+
+
 def bench_second(work: Path, lock: Path, mirror: str | None, reps: int) -> dict:
     home = work / "home"
     timed(realise_cmd(home, lock, mirror))      # setup: fills the package cache (a cold realise)
@@ -247,7 +340,8 @@ def bench_second(work: Path, lock: Path, mirror: str | None, reps: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--only", default="cold,extract,second", help="comma-separated: cold,extract,second")
+    ap.add_argument("--only", default="cold,extract,loopback,second",
+                    help="comma-separated: cold,extract,loopback,second")
     ap.add_argument("--lock", type=Path, default=REPO / "conda-lock.yml", help="default: conda-lock.yml at the repo root")
     ap.add_argument("--work", type=Path, default=None,
                     help="work dir, one filesystem for homes and targets (default: a new temp dir under /var/tmp,"
@@ -269,7 +363,7 @@ def main() -> None:
     uv = find_uv()
     index_url = a.index or pipindex.configured_pip_index()
     mirror = a.index                            # None: fdlenv asks pip, as it would for a user
-    if "cold" in which or "extract" in which:
+    if {"cold", "extract", "loopback"} & set(which):
         resolve(wheels, index_url)              # once: uv needs absolute URLs, the lock has none
     own_work = a.work is None
     work = Path(tempfile.mkdtemp(prefix="fdlenv-bench-wheels-", dir="/var/tmp")) if own_work else a.work.absolute()
@@ -277,7 +371,7 @@ def main() -> None:
     print(f"{len(wheels)} wheels of {VARIANT} from {lock}; work dir {work}; {a.reps} rep(s)", flush=True)
     rows = []
     try:
-        for name in ("cold", "extract", "second"):
+        for name in ("cold", "extract", "loopback", "second"):
             if name not in which:
                 continue
             d = work / name
@@ -288,6 +382,9 @@ def main() -> None:
             elif name == "extract":
                 index = local_index(wheels, work / "index")
                 rows.append(bench_extract(d, lock, wheels, uv, index, a.reps))
+            elif name == "loopback":
+                index = local_index(wheels, work / "index")
+                rows += bench_loopback(d, lock, wheels, uv, index, a.reps)
             else:
                 # Its setup realise reads the local index when `extract` left one.
                 local = work / "index"

@@ -10,6 +10,7 @@ run's pip (`pip --python`), entry point script included.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import sysconfig
@@ -46,11 +47,40 @@ def plain_venv(root: Path, leave_out: tuple[str, ...] = LEFT_OUT) -> Path:
     return py
 
 
+def _source_digest() -> str:
+    """What fdlenv's wheel is built from: the package's files, pyproject.toml and the README."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for p in sorted([*(ROOT / "fdlenv").rglob("*"), ROOT / "pyproject.toml", ROOT / "README.md"]):
+        if p.is_file() and "__pycache__" not in p.parts:
+            h.update(str(p.relative_to(ROOT)).encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
 def fdlenv_wheel(out: Path) -> Path:
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(ROOT)],
-                   check=True, capture_output=True)
-    (wheel,) = out.glob("fdlenv-*.whl")
-    return wheel
+    """fdlenv's wheel from this checkout, copied into `out`. Built once per source state and
+    shared by every test and xdist worker that asks (a build costs seconds: pip fetches
+    setuptools into an isolated build env), under a file lock in the system temp dir."""
+    import fcntl
+    import shutil
+    import tempfile
+
+    cache = Path(tempfile.gettempdir()) / f"fdlenv-test-wheel-{_source_digest()}"
+    cache.mkdir(exist_ok=True)
+    with open(cache / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        built = list(cache.glob("fdlenv-*.whl"))
+        if not built:
+            tmp = Path(tempfile.mkdtemp(dir=cache))
+            subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp), str(ROOT)],
+                           check=True, capture_output=True)
+            (wheel,) = tmp.glob("fdlenv-*.whl")
+            os.rename(wheel, cache / wheel.name)
+            shutil.rmtree(tmp)
+            built = [cache / wheel.name]
+    out.mkdir(parents=True, exist_ok=True)
+    return Path(shutil.copy2(built[0], out / built[0].name))
 
 
 def install_wheel(py: Path, wheel: Path) -> None:

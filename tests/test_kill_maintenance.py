@@ -24,8 +24,8 @@ from fdlenv.home import Home
 from fdlenv.lock import lock_envs
 from fdlenv.store.maintain import env_dirs, verify
 
-# Kill moments spread over each operation: 8 in the suite, FDLENV_KILL_TRIALS=N for a longer hunt.
-TRIALS = max(5, int(os.environ.get("FDLENV_KILL_TRIALS", "8")))
+# Kill moments spread over each operation: 5 in the suite, FDLENV_KILL_TRIALS=N for a longer hunt.
+TRIALS = max(5, int(os.environ.get("FDLENV_KILL_TRIALS", "5")))
 
 
 def _world(tmp: Path):

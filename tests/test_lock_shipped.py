@@ -72,10 +72,9 @@ def test_the_shipped_lock_is_what_the_store_finds_by_default():
 @pytest.mark.slow
 def test_a_regular_install_carries_the_lock_the_env_files_and_the_example(tmp_path):
     """Not only a checkout: the wheel holds what the commands read at run time."""
-    wheel_dir = tmp_path / "dist"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheel_dir), str(ROOT)],
-                   check=True, capture_output=True)
-    (wheel,) = wheel_dir.glob("fdlenv-*.whl")
+    from helpers_install import fdlenv_wheel
+
+    wheel = fdlenv_wheel(tmp_path / "dist")
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target",
                     str(target), str(wheel)], check=True, capture_output=True)

@@ -11,13 +11,10 @@ an empty list means "an explicit empty tail" (join clears the block's args).
 
 from __future__ import annotations
 
-import argparse
-import importlib
 import os
 import sys
 
-from . import __version__
-from .errors import DEBUG_VAR, EXIT_PERMANENT, Fail, bug, os_failure
+from .errors import DEBUG_VAR, Fail, bug, os_failure
 
 # True once main() runs as the program itself (console script, python -m): only then
 # may the store fork its install worker; commands read it as `args.owns_process`.
@@ -31,79 +28,74 @@ EXIT_INTERRUPTED = 130      # 128 + SIGINT, as a shell reports a command ended b
 COMMANDS = ("env", "run", "shell_hook", "detect", "lock", "pack", "mirror", "walkthrough", "join", "recipe", "build",
             "prepare")
 
-EPILOG = """examples:
-  fdlenv detect --json
-  fdlenv env realize --libtorch cpu --json
-  fdlenv run --libtorch cpu -- python -c 'import os; print(os.environ["LIBTORCH_PATH"])'
-  fdlenv @farm join       # fdl.farm.yml over fdl.yml: also --env farm, or FDL_ENV=farm
-"""
+# The hot commands (a re-dial's `env realize`, a new shell's `shell-hook`, every `fdlenv run`) in
+# their usual shapes are read here, without argparse (cliparse.py says what that saves). Each
+# entry: the command words, the module and its function, the options taking a value, the flags,
+# and what argparse's parser sets that the options do not. tests/test_cli_quick.py holds every
+# shape read here to argparse's own reading of it.
+_STORE = ("--libtorch", "--lock", "--home")
+_QUICK: dict[tuple[str, ...], tuple[str, str, tuple[str, ...], tuple[str, ...], dict]] = {
+    ("shell-hook",): ("shell_hook", "cmd_shell_hook", _STORE + ("--shell",), ("--frozen", "--deactivate", "--json"),
+                      {"command": "shell-hook", "shell": "sh", "deactivate": False, "json": False}),
+    ("run",): ("run", "cmd_run", _STORE, ("--frozen",), {"command": []}),
+    ("env", "realize"): ("env", "cmd_realize", _STORE, ("--frozen", "--json"),
+                         {"command": "env", "env_command": "realize", "variant": None, "json": False,
+                          "_variant_required": True, "_variant_auto": True}),
+}
+def _quick(head: list[str]):
+    """The Namespace argparse would make of `head`, when it is one of _QUICK's shapes: only
+    the options listed, each once, given as `--opt VALUE` or `--opt=VALUE` with a value that
+    is not an option, `--mirror` as often as wanted, `-q`; `env realize` one bare variant,
+    `run` its CMD from the first word that is not an option. Anything else (help, a typo,
+    `--shell csh`, a value starting with `-`): None, and argparse reads and refuses it."""
+    import types
 
+    words = tuple(head[:2]) if tuple(head[:2]) in _QUICK else tuple(head[:1])
+    if words not in _QUICK:
+        return None
+    module, func, valued, flags, extra = _QUICK[words]
+    got: dict = {"debug": False, "quiet": False, "libtorch": None, "lock": None, "mirror": None,
+                 "frozen": False, "home": None, **extra}
+    rest, seen = head[len(words):], set()
+    i = 0
+    while i < len(rest):
+        word = rest[i]
+        name, eq, value = word.partition("=")
+        if word in ("-q", "--quiet"):
+            got["quiet"] = True
+        elif not eq and word in flags and word not in seen:
+            got[word[2:]] = True
+            seen.add(word)
+        elif name in valued + ("--mirror",) and (name == "--mirror" or name not in seen):
+            if not eq:
+                i += 1
+                if i == len(rest):
+                    return None
+                value = rest[i]
+            if not value or value.startswith("-"):
+                return None
+            if name == "--mirror":
+                got["mirror"] = [*(got["mirror"] or []), value]
+            else:
+                got[name[2:]] = value
+                seen.add(name)
+        elif words == ("run",) and not word.startswith("-"):
+            got["command"] = list(rest[i:])
+            break
+        elif words == ("env", "realize") and not word.startswith("-") and got["variant"] is None:
+            got["variant"] = word
+        else:
+            return None
+        i += 1
+    if "shell" in got:
+        from .shells import SHELLS
 
-class Parser(argparse.ArgumentParser):
-    """argparse with fdlenv's error shape: usage, then one `error:` line, exit 2.
+        if got["shell"] not in SHELLS:
+            return None
+    import importlib
 
-    argparse builds a help formatter for every `add_argument` (to check metavars),
-    and each asks `shutil` for the terminal width: ~4 ms of imports on every re-dial.
-    The width is computed here the same way (COLUMNS, else the terminal, else 80).
-
-    No abbreviations (`--dev 0` is not `--devices 0`), as in fdl: every subparser is this
-    class too (argparse makes subparsers with the parent's class), so the rule holds for
-    every command and sub-command."""
-
-    def __init__(self, *args, **kwargs):
-        kwargs.setdefault("allow_abbrev", False)
-        super().__init__(*args, **kwargs)
-
-    def _get_formatter(self):
-        return self.formatter_class(prog=self.prog, width=_help_width())
-
-    def error(self, message: str):
-        self.print_usage(sys.stderr)
-        fail(f"{self.prog}: {message}", EXIT_PERMANENT)
-        sys.exit(EXIT_PERMANENT)
-
-
-def _help_width() -> int:
-    try:
-        cols = int(os.environ.get("COLUMNS", "0"))
-    except ValueError:
-        cols = 0
-    if cols <= 0:
-        try:
-            cols = os.get_terminal_size(sys.__stdout__.fileno() if sys.__stdout__ else 1).columns
-        except (AttributeError, ValueError, OSError):
-            cols = 80
-    return max(cols - 2, 11)   # what argparse's own formatter subtracts
-
-
-def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The full parser, or just the `only` command's (the re-dial path pays for one module)."""
-    parser = Parser(
-        prog="fdlenv",
-        description="Locked libtorch environments and the flodl dial-in worker.",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--version", action="version", version=f"fdlenv {__version__}")
-    parser.add_argument("--debug", action="store_true",
-                        help=f"print the traceback of a bug in fdlenv (also {DEBUG_VAR}=1)")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    sub.required = True
-    for name in COMMANDS if only is None else (only,):
-        importlib.import_module(f"fdlenv.commands.{name}").add_parser(sub)
-    _add_quiet(parser, False)
-    return parser
-
-
-def _add_quiet(parser: argparse.ArgumentParser, default) -> None:
-    """`-q`/`--quiet` on every (sub)command: no progress, only results and errors. Below the
-    root its default is SUPPRESS, so a `-q` given earlier on the line is not undone."""
-    parser.add_argument("-q", "--quiet", action="store_true", default=default,
-                        help="no progress lines: only results and errors")
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for child in {id(c): c for c in action.choices.values()}.values():
-                _add_quiet(child, argparse.SUPPRESS)
+    got["func"] = getattr(importlib.import_module(f"fdlenv.commands.{module}"), func)
+    return types.SimpleNamespace(**got)
 
 
 def _command_of(argv: list[str]) -> str | None:
@@ -229,7 +221,10 @@ def _main(argv: list[str]) -> int:
         head = take_env(head)   # --env X, --env=X, @X: exported as FDL_ENV
     except Fail as f:
         return fail(f.message, f.exit_code)
-    args = build_parser(_command_of(head)).parse_args(head)
+    args = _quick(head)
+    if args is None:
+        from .cliparse import build_parser
+        args = build_parser(COMMANDS, _command_of(head)).parse_args(head)
     args.tail = tail
     if args.debug:
         os.environ[DEBUG_VAR] = "1"   # children (the install worker) print theirs too

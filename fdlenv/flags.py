@@ -16,8 +16,9 @@ the program itself, which is when the store may fork its install worker.
 
 from __future__ import annotations
 
-import argparse
-import math
+TYPE_CHECKING = False   # argparse is imported only where a parser is built (cliparse.py)
+if TYPE_CHECKING:
+    import argparse
 
 
 def home_option(parser: argparse.ArgumentParser) -> None:
@@ -54,6 +55,8 @@ def frozen_option(p: argparse.ArgumentParser) -> None:
 def variant_option(p: argparse.ArgumentParser, required: bool, help: str | None = None) -> None:
     """The variant of `env realize|path|use|verify|remove`: `--libtorch V` as everywhere, or the
     positional V (kept as an alias); giving both with different values is refused."""
+    import argparse
+
     p.add_argument("variant", nargs="?", metavar="VARIANT", help=argparse.SUPPRESS)
     p.add_argument("--libtorch", metavar="VARIANT", help=help or "cpu, cu126, cu128, rocm7.0, rocm7.1"
                    + ("" if required else " (default: every realised variant)"))
@@ -137,6 +140,9 @@ def run_prepare(args, settings, req, say):
 # ------------------------------------------------------------------- join and prepare
 
 def _share(text: str) -> float:
+    import argparse
+    import math
+
     try:
         v = float(text)
     except ValueError:

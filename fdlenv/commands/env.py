@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from ..output import emit, error_line
 
-import argparse
 import sys
 import time
 
@@ -40,11 +39,15 @@ EXAMPLES = {
 
 
 def _action(s, name: str, **kw):
+    import argparse
+
     return s.add_parser(name, epilog="examples:\n" + "".join(f"  {e}\n" for e in EXAMPLES[name]),
                         formatter_class=argparse.RawDescriptionHelpFormatter, **kw)
 
 
 def add_parser(sub) -> None:
+    import argparse
+
     from ..flags import home_option, mirror_option, store_options, variant_option
 
     p = sub.add_parser("env", help="realise, inspect, verify and collect locked environments",

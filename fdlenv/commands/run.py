@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from ..output import fail
 
-import argparse
 import os
 
 from ..errors import Fail
@@ -27,6 +26,8 @@ NOT_FOUND, NOT_EXECUTABLE, INTERRUPTED = 127, 126, 130
 
 
 def add_parser(sub) -> None:
+    import argparse
+
     from ..flags import home_option, store_options
 
     p = sub.add_parser("run", help="run a command inside a variant's activated env",

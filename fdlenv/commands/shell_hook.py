@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from ..output import emit
 
-import argparse
 import os
 
 EPILOG = """examples:
@@ -31,6 +30,8 @@ EPILOG = """examples:
 
 
 def add_parser(sub) -> None:
+    import argparse
+
     from ..flags import home_option, store_options
     from ..shells import SHELLS
 

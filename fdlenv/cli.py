@@ -28,7 +28,8 @@ EXIT_INTERRUPTED = 130      # 128 + SIGINT, as a shell reports a command ended b
 COMMANDS = ("env", "run", "shell_hook", "detect", "lock", "pack", "mirror", "walkthrough", "join", "recipe", "build",
             "prepare")
 
-# The hot commands (a re-dial's `env realize`, a new shell's `shell-hook`, every `fdlenv run`) in
+# The hot commands (a re-dial's `env realize`, a new shell's `shell-hook`, every `fdlenv run`,
+# `detect`) in
 # their usual shapes are read here, without argparse (cliparse.py says what that saves). Each
 # entry: the command words, the module and its function, the options taking a value, the flags,
 # and what argparse's parser sets that the options do not. tests/test_cli_quick.py holds every
@@ -38,6 +39,7 @@ _QUICK: dict[tuple[str, ...], tuple[str, str, tuple[str, ...], tuple[str, ...], 
     ("shell-hook",): ("shell_hook", "cmd_shell_hook", _STORE + ("--shell",), ("--frozen", "--deactivate", "--json"),
                       {"command": "shell-hook", "shell": "sh", "deactivate": False, "json": False}),
     ("run",): ("run", "cmd_run", _STORE, ("--frozen",), {"command": []}),
+    ("detect",): ("detect", "run", (), ("--json",), {"command": "detect", "json": False}),
     ("env", "realize"): ("env", "cmd_realize", _STORE, ("--frozen", "--json"),
                          {"command": "env", "env_command": "realize", "variant": None, "json": False,
                           "_variant_required": True, "_variant_auto": True}),
@@ -54,8 +56,10 @@ def _quick(head: list[str]):
     if words not in _QUICK:
         return None
     module, func, valued, flags, extra = _QUICK[words]
-    got: dict = {"debug": False, "quiet": False, "libtorch": None, "lock": None, "mirror": None,
-                 "frozen": False, "home": None, **extra}
+    got: dict = {"debug": False, "quiet": False}
+    if valued:   # the store's options: every hot command but detect
+        got.update({"libtorch": None, "lock": None, "mirror": None, "frozen": False, "home": None})
+    got.update(extra)
     rest, seen = head[len(words):], set()
     i = 0
     while i < len(rest):
@@ -66,7 +70,7 @@ def _quick(head: list[str]):
         elif not eq and word in flags and word not in seen:
             got[word[2:]] = True
             seen.add(word)
-        elif name in valued + ("--mirror",) and (name == "--mirror" or name not in seen):
+        elif valued and name in valued + ("--mirror",) and (name == "--mirror" or name not in seen):
             if not eq:
                 i += 1
                 if i == len(rest):

@@ -27,6 +27,7 @@ READ_HERE = [
     ["env", "realize", "--libtorch", "cu128", "--lock", "conda-lock.yml", "--json"],
     ["env", "realize", "rocm7.1", "--frozen", "--mirror", "pypi=http://m", "-q", "--home=/h"],
     ["env", "realize"],
+    ["detect"], ["detect", "--json"], ["detect", "-q", "--json"],
 ]
 
 LEFT_TO_ARGPARSE = [
@@ -35,7 +36,8 @@ LEFT_TO_ARGPARSE = [
     ["shell-hook", "--libtorch", "cpu", "--libtorch", "cu128"], ["shell-hook", "extra"],
     ["shell-hook", "--json", "--json"], ["run", "--shell", "sh", "true"], ["run", "--json", "true"],
     ["run", "--libtorch", "-x", "true"], ["env", "realize", "cpu", "cu128"], ["env", "list"],
-    ["env", "realize", "--deactivate"], ["-q", "shell-hook"], ["--debug", "run", "true"], ["detect"],
+    ["env", "realize", "--deactivate"], ["-q", "shell-hook"], ["--debug", "run", "true"], ["detect", "--libtorch", "cpu"],
+    ["detect", "--json", "--json"], ["detect", "--mirror", "a=b://c"],
     ["env", "realize", "--home"], ["run", "--mirror=", "true"],
 ]
 
@@ -58,7 +60,8 @@ def test_every_other_shape_is_left_to_argparse(argv):
 
 def test_the_hot_commands_never_import_argparse():
     code = ("import sys; from fdlenv import cli; "
-            "[cli._quick(a) for a in (['shell-hook', '--libtorch', 'cpu'], ['run', 'true'], ['env', 'realize', 'cpu'])]; "
+            "[cli._quick(a) for a in (['shell-hook', '--libtorch', 'cpu'], ['run', 'true'], ['env', 'realize', 'cpu'], "
+            "['detect'])]; "
             "print(sorted(m for m in ('argparse', 'gettext', 'locale') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

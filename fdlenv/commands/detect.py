@@ -7,11 +7,12 @@ stderr, `--json` prints exactly one object on stdout.
 
 from __future__ import annotations
 
+from .. import variants
 from ..output import emit
 
-import argparse
-
-from .. import variants
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import argparse
 
 
 EPILOG = """examples:
@@ -23,6 +24,8 @@ EPILOG = """examples:
 
 
 def add_parser(sub) -> None:
+    import argparse
+
     p = sub.add_parser(
         "detect", help="list this box's GPUs and the variant `auto` picks",
         description="Survey the GPUs (NVML for NVIDIA, KFD sysfs for AMD), apply the visibility masks "

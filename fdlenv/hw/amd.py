@@ -24,7 +24,7 @@ import io
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from collections import namedtuple
 from pathlib import Path
 
 from .gates import kfd_nodes, pci_amd_display
@@ -38,19 +38,14 @@ ROCM_ENV = ("ROCM_PATH", "HIP_PATH", "HSA_PATH")
 _VERSION = re.compile(r"\d+\.\d+(?:\.\d+)?")
 
 
-@dataclass(frozen=True)
-class AmdProbe:
-    devices: tuple[Device, ...] = ()
-    findings: tuple[Finding, ...] = ()
-    host_rocm: str | None = None
+# Plain namedtuples: dataclasses would cost detect more to import than its whole probe.
+AmdProbe = namedtuple("AmdProbe", "devices findings host_rocm", defaults=((), (), None))
 
 
-@dataclass(frozen=True)
-class Identity:
-    """Who asks for /dev/kfd: effective uid, gid and supplementary groups."""
-    uid: int
-    gid: int
-    groups: frozenset[int]
+class Identity(namedtuple("Identity", "uid gid groups")):
+    """Who asks for /dev/kfd: effective uid, gid and supplementary groups (a frozenset)."""
+
+    __slots__ = ()
 
     @classmethod
     def current(cls) -> Identity:

@@ -1,7 +1,7 @@
 """The survey's data: devices, typed findings, and the whole Survey.
 
-Immutable NamedTuples (dataclasses cost more to import than `detect`'s whole
-50 ms budget on a GPU-less box) so routing can be table-tested without hardware and
+Immutable `collections.namedtuple`s (dataclasses, and typing's NamedTuple, cost more
+to import than `detect`'s budget on a GPU-less box) so routing can be table-tested without hardware and
 the `--json` shape is produced in one place (`as_json`). A device's `index` is
 its per-vendor ordinal as the vendor runtime numbers it (NVML index, HIP order
 of KFD GPU nodes), so a mixed box can carry nvidia 0 and amd 0.
@@ -9,7 +9,7 @@ of KFD GPU nodes), so a mixed box can carry nvidia 0 and amd 0.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections import namedtuple
 
 # Declared hardware for tests/CI (hw/spoof.py); read before any probe.
 SPOOF_VAR = "FLODL_TESTING_GPU_JSON"
@@ -26,13 +26,12 @@ MASK_APPLIED = "mask_applied"
 VENDOR_MISMATCH = "vendor_mismatch"
 
 
-class Device(NamedTuple):
-    vendor: str          # nvidia | amd
-    index: int  # type: ignore[assignment]  # shadows tuple.index; per-vendor ordinal, the number a visibility mask uses
-    name: str
-    arch: str            # NVIDIA compute capability "8.6"; AMD bare target "gfx90a"
-    vram_mb: int
-    uuid: str | None = None  # lets UUID entries of a mask select the device
+class Device(namedtuple("Device", "vendor index name arch vram_mb uuid", defaults=(None,))):
+    """vendor: nvidia | amd; index: the per-vendor ordinal a visibility mask uses; arch: NVIDIA
+    compute capability "8.6", AMD bare target "gfx90a"; uuid: lets a mask's UUID entries
+    select the device (None when unknown)."""
+
+    __slots__ = ()
 
     def as_json(self) -> dict:
         return {"vendor": self.vendor, "index": self.index, "name": self.name,
@@ -44,21 +43,20 @@ class Device(NamedTuple):
         return f"{self.vendor} {self.index} ({detail})"
 
 
-class Finding(NamedTuple):
-    kind: str
-    message: str
+class Finding(namedtuple("Finding", "kind message")):
+    __slots__ = ()
 
     def as_json(self) -> dict:
         return {"kind": self.kind, "message": self.message}
 
 
-class Survey(NamedTuple):
-    devices: tuple[Device, ...] = ()
-    findings: tuple[Finding, ...] = ()
-    nvidia_driver: str | None = None   # display only, e.g. "570.124.06"
-    driver_cuda: str | None = None     # highest CUDA the driver runs, "12.8"
-    host_rocm: str | None = None       # /opt/rocm/.info/version, "7.1.0"
-    spoofed: bool = False
+class Survey(namedtuple("Survey", "devices findings nvidia_driver driver_cuda host_rocm spoofed",
+                        defaults=((), (), None, None, None, False))):
+    """devices and findings (tuples); nvidia_driver: display only, e.g. "570.124.06";
+    driver_cuda: the highest CUDA the driver runs, "12.8"; host_rocm: /opt/rocm/.info/version,
+    "7.1.0"; spoofed: from FLODL_TESTING_GPU_JSON."""
+
+    __slots__ = ()
 
     def of(self, vendor: str) -> tuple[Device, ...]:
         return tuple(d for d in self.devices if d.vendor == vendor)

@@ -10,19 +10,16 @@ query fails is dropped with a finding, not silently.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import namedtuple
 
 from .model import HARDWARE_UNUSABLE, NVIDIA, TOOL_FAILED, UNPARSABLE, Device, Finding
 
 MIB = 1024 * 1024
 
 
-@dataclass(frozen=True)
-class NvidiaProbe:
-    devices: tuple[Device, ...] = ()
-    findings: tuple[Finding, ...] = ()
-    driver: str | None = None        # e.g. "570.124.06"
-    driver_cuda: str | None = None   # e.g. "12.8"
+# driver: e.g. "570.124.06"; driver_cuda: e.g. "12.8". A namedtuple: dataclasses would cost
+# detect more to import than NVML's probe.
+NvidiaProbe = namedtuple("NvidiaProbe", "devices findings driver driver_cuda", defaults=((), (), None, None))
 
 
 def _text(value) -> str:

@@ -18,7 +18,7 @@ flodl's own routing rules as the floor, in this order:
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
+from collections import namedtuple
 
 from ..errors import Fail
 from .coverage import ARCHS, parse_cc, variant_covers
@@ -27,9 +27,10 @@ from .model import AMD, NVIDIA, Device, Survey
 CU128_DRIVER = (12, 8)
 
 
-class Route(NamedTuple):
-    variant: str | None   # None: no variant can run here until the reason's fix is done
-    reason: str
+class Route(namedtuple("Route", "variant reason")):
+    """variant: None when no variant can run here until the reason's fix is done."""
+
+    __slots__ = ()
 
     def as_json(self) -> dict:
         return {"variant": self.variant, "reason": self.reason}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from collections import namedtuple
 
 from ..errors import Fail
 from .coverage import parse_cc, parse_gfx
@@ -26,11 +26,7 @@ _ENTRY = {"vendor", "arch", "vram_mb", "name", "uuid"}
 _VERSION = re.compile(r"\d+\.\d+[\w.+-]*")
 
 
-@dataclass(frozen=True)
-class Spoof:
-    devices: tuple[Device, ...]
-    driver_cuda: str | None
-    host_rocm: str | None
+Spoof = namedtuple("Spoof", "devices driver_cuda host_rocm")
 
 
 def _bad(why: str) -> Fail:

@@ -75,7 +75,7 @@ def _vram_mb(node: Path) -> int:
 
 def _gpu_nodes(sysfs_root: Path) -> tuple[list[tuple[int, Device]], list[Finding]]:
     """(KFD node id, device) for each AMD GPU node, and findings for bad ones."""
-    nodes_dir = kfd_nodes(sysfs_root)
+    nodes_dir = Path(kfd_nodes(sysfs_root))
     try:
         names = sorted((n for n in os.listdir(nodes_dir) if n.isdigit()), key=int)
     except OSError:

@@ -9,31 +9,34 @@ PCI without KFD, so the survey can say why that card is not usable.
 from __future__ import annotations
 
 import os
-from pathlib import Path
+
+# Plain os.path: pathlib (with urllib.parse under it) would cost `detect` on a GPU-less box a
+# sixth of its budget, for joining a few names. The roots may be str or Path.
 
 
-def nvidia_driver(dev_root: Path, proc_root: Path) -> bool:
+def nvidia_driver(dev_root, proc_root) -> bool:
     """The NVIDIA kernel driver is loaded (or its nodes were passed into this container)."""
-    return os.path.exists(dev_root / "nvidiactl") or os.path.exists(proc_root / "driver" / "nvidia")
+    return (os.path.exists(os.path.join(dev_root, "nvidiactl"))
+            or os.path.exists(os.path.join(proc_root, "driver", "nvidia")))
 
 
-def kfd_nodes(sysfs_root: Path) -> Path:
-    return sysfs_root / "class" / "kfd" / "kfd" / "topology" / "nodes"
+def kfd_nodes(sysfs_root) -> str:
+    return os.path.join(sysfs_root, "class", "kfd", "kfd", "topology", "nodes")
 
 
-def pci_amd_display(sysfs_root: Path) -> bool:
+def pci_amd_display(sysfs_root) -> bool:
     """An AMD display-class device on PCI (vendor 0x1002, class 0x03xxxx)."""
-    base = sysfs_root / "bus" / "pci" / "devices"
+    base = os.path.join(sysfs_root, "bus", "pci", "devices")
     try:
         slots = os.listdir(base)
     except OSError:
         return False
     for slot in slots:
         try:
-            with open(base / slot / "vendor") as f:
+            with open(os.path.join(base, slot, "vendor")) as f:
                 if f.read().strip() != "0x1002":
                     continue
-            with open(base / slot / "class") as f:
+            with open(os.path.join(base, slot, "class")) as f:
                 if f.read().strip().startswith("0x03"):
                     return True
         except OSError:
@@ -41,5 +44,5 @@ def pci_amd_display(sysfs_root: Path) -> bool:
     return False
 
 
-def amd_present(sysfs_root: Path) -> bool:
+def amd_present(sysfs_root) -> bool:
     return os.path.isdir(kfd_nodes(sysfs_root)) or pci_amd_display(sysfs_root)

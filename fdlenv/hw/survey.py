@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from pathlib import Path
 
 from . import gates, masks
 from .model import SPOOF_VAR, Device, Finding, Survey
 
-DEFAULT_ROCM = Path("/opt/rocm")
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
+
+DEFAULT_ROCM = "/opt/rocm"
 
 
 def survey(sysfs_root: str | Path | None = None, rocm_root: str | Path | None = None,
@@ -37,7 +40,7 @@ def survey(sysfs_root: str | Path | None = None, rocm_root: str | Path | None = 
         fake = spoof.parse(env[SPOOF_VAR])
         devices, masked = masks.apply(fake.devices, env)
         return Survey(devices, masked, None, fake.driver_cuda, fake.host_rocm, spoofed=True)
-    dev, proc, sysfs = Path(dev_root or "/dev"), Path(proc_root or "/proc"), Path(sysfs_root or "/sys")
+    dev, proc, sysfs = dev_root or "/dev", proc_root or "/proc", sysfs_root or "/sys"
     found: tuple[Device, ...] = ()
     notes: tuple[Finding, ...] = ()
     driver = cuda = rocm = None
@@ -46,8 +49,10 @@ def survey(sysfs_root: str | Path | None = None, rocm_root: str | Path | None = 
         nv = nvidia.probe(nvml)
         found, notes, driver, cuda = nv.devices, nv.findings, nv.driver, nv.driver_cuda
     if gates.amd_present(sysfs):
+        from pathlib import Path
+
         from . import amd
-        am = amd.probe(sysfs, dev, Path(rocm_root or DEFAULT_ROCM), env, who, smi)
+        am = amd.probe(Path(sysfs), Path(dev), Path(rocm_root or DEFAULT_ROCM), env, who, smi)
         found, notes, rocm = found + am.devices, notes + am.findings, am.host_rocm
     devices, mask_notes = masks.apply(found, env)
     return Survey(devices, notes + mask_notes, driver, cuda, rocm)

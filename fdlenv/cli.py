@@ -29,11 +29,10 @@ COMMANDS = ("env", "run", "shell_hook", "detect", "lock", "pack", "mirror", "wal
             "prepare")
 
 # The hot commands (a re-dial's `env realize`, a new shell's `shell-hook`, every `fdlenv run`,
-# `detect`) in
-# their usual shapes are read here, without argparse (cliparse.py says what that saves). Each
-# entry: the command words, the module and its function, the options taking a value, the flags,
-# and what argparse's parser sets that the options do not. tests/test_cli_quick.py holds every
-# shape read here to argparse's own reading of it.
+# `detect`) in their usual shapes are read here, without argparse (cliparse.py says what that
+# saves). Each entry: the command words, the module and its function, the options taking a
+# value, the flags, and what argparse's parser sets that the options do not.
+# tests/test_cli_quick.py holds every shape read here to argparse's own reading of it.
 _STORE = ("--libtorch", "--lock", "--home")
 _QUICK: dict[tuple[str, ...], tuple[str, str, tuple[str, ...], tuple[str, ...], dict]] = {
     ("shell-hook",): ("shell_hook", "cmd_shell_hook", _STORE + ("--shell",), ("--frozen", "--deactivate", "--json"),
@@ -44,6 +43,8 @@ _QUICK: dict[tuple[str, ...], tuple[str, str, tuple[str, ...], tuple[str, ...], 
                          {"command": "env", "env_command": "realize", "variant": None, "json": False,
                           "_variant_required": True, "_variant_auto": True}),
 }
+
+
 def _quick(head: list[str]):
     """The Namespace argparse would make of `head`, when it is one of _QUICK's shapes: only
     the options listed, each once, given as `--opt VALUE` or `--opt=VALUE` with a value that
@@ -173,19 +174,16 @@ def main(argv: list[str] | None = None) -> int:
     global OWNS_PROCESS
     OWNS_PROCESS = argv is None  # run as the program, not called by a host process
     try:
-        try:
-            rc = _main(list(sys.argv[1:] if argv is None else argv))
-        except BrokenPipeError:
-            raise
-        except Exception as e:  # noqa: BLE001 - a bug before a command ran (parsing): one line too
-            told = bug(e, "fdlenv")
-            rc = fail(told.message, told.exit_code)
+        rc = _main(list(sys.argv[1:] if argv is None else argv))
         sys.stdout.flush()
     except BrokenPipeError:
         # stdout closed by its reader (`| head`): quiet, as a tool killed by SIGPIPE is,
         # and no second complaint when the interpreter flushes at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         rc = EXIT_BROKEN_PIPE
+    except Exception as e:  # noqa: BLE001 - a bug before a command ran (parsing): one line too
+        told = bug(e, "fdlenv")
+        rc = fail(told.message, told.exit_code)
     if OWNS_PROCESS and ("rattler" in sys.modules or rc == EXIT_INTERRUPTED):
         # py-rattler 0.28 can crash at interpreter exit (134/139) after its calls succeeded
         # (`lock`, `pack`): the exit code must stay 0/1/2, so leave without the teardown.
@@ -259,7 +257,7 @@ def _main(argv: list[str]) -> int:
         told = os_failure(e)
         return fail(told.message, told.exit_code)
     except Exception as e:  # noqa: BLE001 - what fdlenv did not expect: one line, a bug, exit 1
-        told = bug(e, f"fdlenv {args.command}")
+        told = bug(e, f"fdlenv {_first_word(head)}")   # args.command: run's is its CMD
         return fail(told.message, told.exit_code)
 
 

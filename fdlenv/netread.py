@@ -53,7 +53,7 @@ def _gathered(f, n: int) -> bytes:
     Over HTTPS a read hands out one 16 KiB TLS record; whoever consumes the pieces (the hash,
     the zip stream, the file writes) pays per piece, so it gets a few large ones instead."""
     first = _piece(f, n)
-    if len(first) >= n >> 1:
+    if not first or len(first) >= n >> 1:
         return first
     parts, have, end = [first], len(first), time.monotonic() + GATHER
     while have < n and time.monotonic() < end:

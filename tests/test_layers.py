@@ -20,6 +20,8 @@ import re
 import shutil
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "fdlenv"
 DOC = ROOT / "docs" / "ARCHITECTURE.md"
@@ -232,45 +234,35 @@ def _broken(tmp_path: Path, rel: str, code: str) -> list[str]:
     return findings(pkg)
 
 
-def test_errors_importing_the_cli_through_importlib_is_a_finding(tmp_path):
-    got = _broken(tmp_path, "errors.py", "def f():\n    import importlib\n    importlib.import_module('fdlenv.cli')")
-    assert any(line.startswith("fdlenv.errors imports fdlenv.cli") for line in got), got
+# Each case the issue named, one test each: (the module changed, the code added, the finding).
+FORBIDDEN = {
+    "errors importing the cli through importlib": (
+        "errors.py", "def f():\n    import importlib\n    importlib.import_module('fdlenv.cli')",
+        "fdlenv.errors imports fdlenv.cli"),
+    "hashing importing a command through __import__": (
+        "hashing.py", "def f():\n    __import__('fdlenv.commands.env')", "fdlenv.hashing imports fdlenv.commands.env"),
+    "the store importing datasets": (
+        "store/gc.py", "def f():\n    from .. import datasets", "fdlenv.store.gc imports fdlenv.datasets"),
+    "the store importing pack": (
+        "store/gc.py", "def f():\n    from ..pack import condapkg", "fdlenv.store.gc imports fdlenv.pack.condapkg"),
+    "settings reaching sideways into the store": (
+        "settings.py", "def f():\n    from .store.envkey import env_key", "fdlenv.settings imports fdlenv.store.envkey"),
+    "lock reaching sideways into the store": (
+        "lock/make.py", "def f():\n    from ..store import envkey", "fdlenv.lock.make imports fdlenv.store.envkey"),
+    "pack reaching sideways into lock": (
+        "pack/libtorch.py", "def f():\n    from ..lock.solve import declared_virtual_packages",
+        "fdlenv.pack.libtorch imports fdlenv.lock.solve"),
+    # the cycle the join resolver once closed: settings reads fdl.yml through config
+    "config importing settings back": (
+        "config/load.py", "def f():\n    from ..settings import resolve", "fdlenv.config.load imports fdlenv.settings"),
+}
 
 
-def test_hashing_importing_a_command_through_dunder_import_is_a_finding(tmp_path):
-    got = _broken(tmp_path, "hashing.py", "def f():\n    __import__('fdlenv.commands.env')")
-    assert any(line.startswith("fdlenv.hashing imports fdlenv.commands.env") for line in got), got
-
-
-def test_the_store_importing_datasets_is_a_finding(tmp_path):
-    got = _broken(tmp_path, "store/gc.py", "def f():\n    from .. import datasets")
-    assert any(line.startswith("fdlenv.store.gc imports fdlenv.datasets") for line in got), got
-
-
-def test_the_store_importing_pack_is_a_finding(tmp_path):
-    got = _broken(tmp_path, "store/gc.py", "def f():\n    from ..pack import condapkg")
-    assert any(line.startswith("fdlenv.store.gc imports fdlenv.pack.condapkg") for line in got), got
-
-
-def test_settings_reaching_sideways_into_the_store_is_a_finding(tmp_path):
-    got = _broken(tmp_path, "settings.py", "def f():\n    from .store.envkey import env_key")
-    assert any(line.startswith("fdlenv.settings imports fdlenv.store.envkey") for line in got), got
-
-
-def test_lock_reaching_sideways_into_the_store_is_a_finding(tmp_path):
-    got = _broken(tmp_path, "lock/make.py", "def f():\n    from ..store import envkey")
-    assert any(line.startswith("fdlenv.lock.make imports fdlenv.store.envkey") for line in got), got
-
-
-def test_pack_reaching_sideways_into_lock_is_a_finding(tmp_path):
-    got = _broken(tmp_path, "pack/libtorch.py", "def f():\n    from ..lock.solve import declared_virtual_packages")
-    assert any(line.startswith("fdlenv.pack.libtorch imports fdlenv.lock.solve") for line in got), got
-
-
-def test_config_importing_settings_back_is_a_finding(tmp_path):
-    """The cycle the join resolver once closed: settings reads fdl.yml through config."""
-    got = _broken(tmp_path, "config/load.py", "def f():\n    from ..settings import resolve")
-    assert any(line.startswith("fdlenv.config.load imports fdlenv.settings") for line in got), got
+@pytest.mark.parametrize("case", FORBIDDEN, ids=lambda c: c.replace(" ", "_"))
+def test_each_forbidden_import_is_a_finding(tmp_path, case):
+    rel, code, finding = FORBIDDEN[case]
+    got = _broken(tmp_path, rel, code)
+    assert any(line.startswith(finding) for line in got), got
 
 
 def test_a_row_that_allows_a_cycle_is_a_finding(tmp_path):

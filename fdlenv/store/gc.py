@@ -38,7 +38,7 @@ from . import pointers
 from .env import MANIFEST, read_manifest
 from .leases import in_use, store_lock
 from . import sizes
-from .maintain import env_dirs, size_of
+from .maintain import env_dirs
 
 NEVER = ("channels", "data", "libtorch")
 
@@ -99,7 +99,7 @@ def gc_plan(home: Home, sources: bool = False, skip: AbstractSet[Path] = frozens
                 total += a.stat().st_size
     other = list(_leftovers(home, kept_keys, {d.name for d in dead}, wanted, sources,
                             {e.name for e in entries}))
-    total += sum(size_of(p) for p, _why in other)
+    total += sum(sizes.of_tree(p) for p, _why in other)
     return GcPlan(dead, entries, archives, other, total, _kept(home, held_sizes, sources))
 
 

@@ -44,25 +44,6 @@ def env_dirs(home: Home) -> list[Path]:
     return sorted(p for p in home.envs.iterdir() if (p / MANIFEST).is_file())
 
 
-def file_stats(root: Path):
-    if root.is_file() or root.is_symlink():
-        yield os.lstat(root)
-        return
-    for dirpath, _dirs, files in os.walk(root):
-        for name in files:
-            yield os.lstat(os.path.join(dirpath, name))
-
-
-def size_of(root: Path) -> int:
-    """Bytes of the distinct inodes under `root` (hard links shared with the cache count once)."""
-    seen, total = set(), 0
-    for st in file_stats(root):
-        if (st.st_dev, st.st_ino) not in seen:
-            seen.add((st.st_dev, st.st_ino))
-            total += st.st_size
-    return total
-
-
 def listing(home: Home) -> list[EnvInfo]:
     live = pointers.live_targets(home)
     label = pointers.active_label(home)

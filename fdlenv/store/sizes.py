@@ -31,17 +31,37 @@ def entry_name(r: Record) -> str:
     return r.filename.removesuffix(".conda").removesuffix(".tar.bz2")
 
 
-def _walk_bytes(root: Path, only_single: bool = False, skip: tuple[Path, ...] = ()) -> int:
-    total, pruned = 0, {str(p) for p in skip}
+def _stats(root: Path, skip: tuple[Path, ...] = ()):
+    """lstat of every file under `root` (or of `root` itself when it is not a directory),
+    the directories in `skip` left out; a file gone meanwhile is passed over."""
+    if not os.path.isdir(root) or os.path.islink(root):
+        try:
+            yield os.lstat(root)
+        except OSError:
+            pass
+        return
+    pruned = {str(p) for p in skip}
     for dirpath, dirs, files in os.walk(root):
         dirs[:] = [d for d in dirs if os.path.join(dirpath, d) not in pruned]
         for name in files:
             try:
-                st = os.lstat(os.path.join(dirpath, name))
+                yield os.lstat(os.path.join(dirpath, name))
             except OSError:
                 continue
-            if not only_single or st.st_nlink == 1:
-                total += st.st_size
+
+
+def _walk_bytes(root: Path, only_single: bool = False, skip: tuple[Path, ...] = ()) -> int:
+    return sum(st.st_size for st in _stats(root, skip) if not only_single or st.st_nlink == 1)
+
+
+def of_tree(root: Path) -> int:
+    """Bytes of the distinct inodes under `root` (hard links shared with the cache count once):
+    what removing a tree no size was kept for frees at most."""
+    seen, total = set(), 0
+    for st in _stats(root):
+        if (st.st_dev, st.st_ino) not in seen:
+            seen.add((st.st_dev, st.st_ino))
+            total += st.st_size
     return total
 
 

@@ -1,4 +1,4 @@
-"""`python -m fdlenv`: the same front as the `fdlenv` console script (fdlenv.cli)."""
+"""`python -m fdlenv`: the same front as the installed `fdlenv` command (scripts/fdlenv, fdlenv.cli)."""
 
 import sys
 

@@ -46,7 +46,22 @@ _QUICK: dict[tuple[str, ...], tuple[str, str, tuple[str, ...], tuple[str, ...], 
 
 
 def _quick(head: list[str]):
-    """The Namespace argparse would make of `head`, when it is one of _QUICK's shapes: only
+    """The Namespace argparse would make of `head`, when it is one of _QUICK's shapes (else
+    None): `_read_quick`'s reading, with the command's function."""
+    args = _read_quick(head)
+    return args if args is None else _with_func(args)
+
+
+def _with_func(args):
+    module, func = args._where
+    del args._where
+    # __import__, not importlib: one module fewer (0.7 ms) on the hottest path
+    args.func = getattr(__import__(f"fdlenv.commands.{module}", fromlist=(func,)), func)
+    return args
+
+
+def _read_quick(head: list[str]):
+    """What argparse would make of `head`, when it is one of _QUICK's shapes: only
     the options listed, each once, given as `--opt VALUE` or `--opt=VALUE` with a value that
     is not an option, `--mirror` as often as wanted, `-q`; `env realize` one bare variant,
     `run` its CMD from the first word that is not an option. Anything else (help, a typo,
@@ -97,8 +112,7 @@ def _quick(head: list[str]):
 
         if got["shell"] not in SHELLS:
             return None
-    # __import__, not importlib: one module fewer (0.7 ms) on the hottest path
-    got["func"] = getattr(__import__(f"fdlenv.commands.{module}", fromlist=(func,)), func)
+    got["_where"] = (module, func)   # imported by _with_func, once no memo answered
     return types.SimpleNamespace(**got)
 
 
@@ -222,8 +236,20 @@ def _main(argv: list[str]) -> int:
         head = take_env(head)   # --env X, --env=X, @X: exported as FDL_ENV
     except Fail as f:
         return fail(f.message, f.exit_code)
-    args = _quick(head)
-    if args is None:
+    args = _read_quick(head)
+    if args is not None:
+        args.tail = tail
+        from .hotpath import answer   # run, shell-hook, the re-dial env realize: from a memo
+        try:
+            rc = answer(args)
+        except BrokenPipeError:
+            raise
+        except OSError:
+            rc = None                 # whatever the replay could not read: the slow path says it
+        if rc is not None:
+            return rc
+        args = _with_func(args)
+    else:
         from .cliparse import build_parser
         args = build_parser(COMMANDS, _command_of(head)).parse_args(head)
     args.tail = tail

@@ -26,9 +26,36 @@ def set_json(on: bool) -> None:
 
 
 def emit(obj: dict) -> None:
-    import json
+    print(dumps({"schema": SCHEMA, **obj}))
 
-    print(json.dumps({"schema": SCHEMA, **obj}))
+
+def dumps(obj) -> str:
+    """json.dumps(obj), byte for byte, without importing json (its decoder imports re, which a
+    hot command's answer would pay for): dicts with str keys, lists, tuples, str, int, float,
+    bool and None. Anything else goes to json itself."""
+    try:
+        return _encode(obj)
+    except TypeError:
+        import json
+        return json.dumps(obj)
+
+
+def _encode(obj) -> str:
+    from _json import encode_basestring_ascii
+
+    if isinstance(obj, str):
+        return encode_basestring_ascii(obj)
+    if obj is None or obj is True or obj is False:
+        return {None: "null", True: "true", False: "false"}[obj]
+    if type(obj) is int:
+        return repr(obj)
+    if type(obj) is float and obj == obj and obj not in (float("inf"), float("-inf")):
+        return repr(obj)
+    if type(obj) is dict and all(type(k) is str for k in obj):
+        return "{" + ", ".join(f"{encode_basestring_ascii(k)}: {_encode(v)}" for k, v in obj.items()) + "}"
+    if type(obj) in (list, tuple):
+        return "[" + ", ".join(_encode(v) for v in obj) + "]"
+    raise TypeError(type(obj).__name__)
 
 
 def error_line(message: str) -> None:

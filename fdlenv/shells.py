@@ -12,16 +12,21 @@ activate.d script, a foreign environment) is never printed.
 
 from __future__ import annotations
 
-import re
-import shlex
-
 SHELLS = ("bash", "zsh", "fish", "sh")
-NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# What a POSIX shell reads as is, unquoted (shlex.quote's set, without importing re).
+_PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_@%+=:,./-")
 
 
 def valid_name(name: str) -> bool:
-    """A name every shell reads as one variable name and nothing else."""
-    return NAME.fullmatch(name) is not None
+    """A name every shell reads as one variable name and nothing else: `[A-Za-z_][A-Za-z0-9_]*`."""
+    return name.isascii() and name.isidentifier()
+
+
+def quote(value: str) -> str:
+    """`value` as a POSIX shell reads it back byte for byte (what shlex.quote prints)."""
+    if value and _PLAIN.issuperset(value):
+        return value
+    return "'" + value.replace("'", "'\"'\"'") + "'"
 
 
 def _fish_quote(value: str) -> str:
@@ -36,5 +41,5 @@ def render(shell: str, changes: dict[str, str | None]) -> str:
         lines.append(f"set -e {var}" if shell == "fish" else f"unset {var}")
     for var, value in sorted((k, v) for k, v in changes.items() if v is not None):
         lines.append(f"set -gx {var} {_fish_quote(value)}" if shell == "fish"
-                     else f"export {var}={shlex.quote(value)}")
+                     else f"export {var}={quote(value)}")
     return "".join(line + "\n" for line in lines)

@@ -48,11 +48,13 @@ def plain_venv(root: Path, leave_out: tuple[str, ...] = LEFT_OUT) -> Path:
 
 
 def _source_digest() -> str:
-    """What fdlenv's wheel is built from: the package's files, pyproject.toml and the README."""
+    """What fdlenv's wheel is built from: the package's files, its command script,
+    pyproject.toml and the README."""
     import hashlib
 
     h = hashlib.sha256()
-    for p in sorted([*(ROOT / "fdlenv").rglob("*"), ROOT / "pyproject.toml", ROOT / "README.md"]):
+    for p in sorted([*(ROOT / "fdlenv").rglob("*"), ROOT / "scripts" / "fdlenv", ROOT / "pyproject.toml",
+                     ROOT / "README.md"]):
         if p.is_file() and "__pycache__" not in p.parts:
             h.update(str(p.relative_to(ROOT)).encode() + b"\0" + p.read_bytes() + b"\0")
     return h.hexdigest()[:16]

@@ -46,8 +46,9 @@ def test_realise_installs_links_rewrites_and_publishes(tmp_path):
     assert not list(w.home.staging.iterdir())
 
 
-# The timed re-dial path: what `fdlenv env realize` of a realised env imports (bench/store.py
-# times it; docs/ARCHITECTURE.md lists it). Records there are collections.namedtuples: neither
+# The re-dial path when no memo answers it (the first call after a change writes the memo
+# that `hotpath` answers the next ones from): what `fdlenv env realize` of a realised env
+# imports (docs/ARCHITECTURE.md lists it). Records there are collections.namedtuples: neither
 # typing nor dataclasses is imported, nor hashlib (CPython's own sha256 module serves the lock's
 # digest) nor shutil (cli's parser computes the help width itself).
 REDIAL_MODULES = {
@@ -56,7 +57,7 @@ REDIAL_MODULES = {
     "fdlenv.home", "fdlenv.mirrors", "fdlenv.lockpath", "fdlenv.fdlfile", "fdlenv.variants",
     "fdlenv.store", "fdlenv.store.realise", "fdlenv.store.fastpath", "fdlenv.store.env",
     "fdlenv.store.envkey", "fdlenv.store.pointers", "fdlenv.store.leases", "fdlenv.flocks", "fdlenv.output",
-    "fdlenv.platforms",
+    "fdlenv.platforms", "fdlenv.hotpath", "fdlenv.hotmemo", "fdlenv.shells",
 }
 NEVER_ON_REDIAL = ("typing", "dataclasses", "shutil", "rattler", "conda_lock", "yaml", "filelock")
 

@@ -106,18 +106,22 @@ def add_parser(sub) -> None:
 
 
 def cmd_realize(args) -> int:
+    from .. import hotmemo
     from ..flags import libtorch_of, settings_of
     from ..progress import say
     from ..store.pointers import active_label
 
     t0 = time.monotonic()
     st = settings_of(args)
+    plan = hotmemo.start("realize", args, st)
     before = active_label(st.home)
     st, act = libtorch_of(args, say, prefer_realised=False, activate=True, settings=st)
     env = act.env
     after = active_label(st.home)
     if after != before:     # realise activates, as flodl's install does: never silently
         say(f"the active libtorch is now {after} (was {before or 'none'}); `fdlenv env use VARIANT` switches")
+    if after == before and st.view().holder(env.variant, st.platform, near_only=True) is not None:
+        hotmemo.record(plan, st.home, act)   # a re-dial from the near lock: replayed next time
     out = dict(env.to_json(), seconds=round(time.monotonic() - t0, 4), active=after, was_active=before)
     if args.json:
         emit(out)

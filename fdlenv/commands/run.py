@@ -13,8 +13,6 @@ from __future__ import annotations
 
 from ..output import fail
 
-import os
-
 from ..errors import Fail
 
 EPILOG = """examples:
@@ -22,7 +20,7 @@ EPILOG = """examples:
   fdlenv run --libtorch cu128 --lock conda-lock.yml -- cargo build --release
 """
 
-NOT_FOUND, NOT_EXECUTABLE, INTERRUPTED = 127, 126, 130
+INTERRUPTED = 130   # Ctrl-C before CMD started (127 and 126: hotpath.exec_in)
 
 
 def add_parser(sub) -> None:
@@ -40,15 +38,9 @@ def add_parser(sub) -> None:
     p.set_defaults(func=cmd_run)
 
 
-def command_of(args) -> list[str]:
-    """CMD: what followed the options, and what followed `--` (the CLI splits it off first)."""
-    head, tail = list(args.command or []), args.tail
-    if tail is None:
-        return head
-    return head + ["--"] + tail if head else list(tail)
-
-
 def cmd_run(args) -> int:
+    from ..hotpath import command_of
+
     argv = command_of(args)
     if not argv:
         raise Fail.permanent("run: no command; usage: fdlenv run [--libtorch VARIANT] [--] CMD [ARGS...]")
@@ -59,19 +51,18 @@ def cmd_run(args) -> int:
 
 
 def _run(args, argv: list[str]) -> int:
-    from ..flags import libtorch_of
+    from .. import hotmemo
+    from ..flags import libtorch_of, settings_of
+    from ..hotpath import exec_in
     from ..progress import say
     from ..store import leases
     from ..store.activation import environ_for
 
-    st, act = libtorch_of(args, say, prefer_realised=True)
+    st = settings_of(args)
+    plan = hotmemo.start("run", args, st)
+    st, act = libtorch_of(args, say, prefer_realised=True, settings=st)
     environ = environ_for(st.home, act)
     if act.env is not None:
         leases.take(act.env.path)   # inherited through exec: env gc leaves the env while CMD runs
-    try:
-        os.execvpe(argv[0], argv, environ)
-    except FileNotFoundError:
-        return fail(f"run: command not found: {argv[0]!r} (searched the env's PATH)", NOT_FOUND)
-    except (PermissionError, IsADirectoryError, OSError) as e:
-        return fail(f"run: cannot execute {argv[0]!r}: {e.strerror or e}", NOT_EXECUTABLE)
-    return 0  # not reached: exec replaced this process
+    hotmemo.record(plan, st.home, act)
+    return exec_in(argv, environ)

@@ -49,6 +49,7 @@ def add_parser(sub) -> None:
 
 
 def cmd_shell_hook(args) -> int:
+    from .. import hotmemo
     from ..progress import say
     from ..shells import render
     from ..store.activation import STATE, environ_for, restored, shell_state
@@ -58,9 +59,11 @@ def cmd_shell_hook(args) -> int:
     if args.deactivate:
         target = restored(base)
     else:
-        from ..flags import libtorch_of
+        from ..flags import libtorch_of, settings_of
 
-        st, act = libtorch_of(args, say, prefer_realised=True)
+        st = settings_of(args)
+        plan = hotmemo.start("shell-hook", args, st)
+        st, act = libtorch_of(args, say, prefer_realised=True, settings=st)
         if act.env is not None and act.env.created:
             say(f"shell-hook: {act.variant} was not realised on this home, so it was realised now; "
                 f"`fdlenv env realize --libtorch {act.variant}` does this ahead of a shell")
@@ -70,6 +73,7 @@ def cmd_shell_hook(args) -> int:
         about = {"variant": act.variant, "label": act.label, "libtorch": str(act.dir),
                  "key": act.env.key if act.env else None,
                  "path": str(act.env.path) if act.env else None}
+        hotmemo.record(plan, st.home, act)
     changes = {k: target.get(k) for k in sorted(set(base) | set(target)) if base.get(k) != target.get(k)}
     if args.json:
         emit({"environment_variables": {k: v for k, v in changes.items() if v is not None},

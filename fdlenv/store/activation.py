@@ -32,24 +32,21 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
 from collections.abc import Mapping
 
 from .. import atomic, hashing, variants
-from ..shells import valid_name
+from ..hotpath import PATH_LISTS, ROCM_VARS, SENTINEL, STATE, apply, join, restored, shell_state
+from ..shells import quote, valid_name
 from ..errors import Fail
 from ..home import Home
 from .cudahome import DIRNAME as CUDA_HOME   # an NVIDIA env's own CUDA_HOME, `<env>/cuda`
 from .env import Env
 
-SENTINEL = "/__fdlenv_inherited__"
-PATH_LISTS = ("PATH", "LD_LIBRARY_PATH", "LIBRARY_PATH", "CPATH", "PKG_CONFIG_PATH",
-              "CMAKE_PREFIX_PATH", "PYTHONPATH", "MANPATH", "XDG_DATA_DIRS")
+__all__ = ["PATH_LISTS", "SENTINEL", "STATE", "restored", "shell_state"]   # shared with the replay
 # Owned by the shell, never by an env (the two snapshots already exclude them; belt and braces).
 SHELL_OWNED = {"SHLVL", "_", "PWD", "OLDPWD", "PS1", "PS2", "PS3", "PS4", "PROMPT_COMMAND",
                "BASH_EXECUTION_STRING", "BASHOPTS", "SHELLOPTS", "IFS", "OPTIND", "COLUMNS", "LINES"}
-STATE = "_FDLENV_STATE"
 _SPLIT = "__fdlenv_snapshot__"
 
 
@@ -58,7 +55,9 @@ def _environ_of(blob: bytes) -> dict[str, str]:
                 if "=" in item)
 
 
-_SHELL_SAFE = re.compile(r"[A-Za-z0-9_./+:,@%=-]*")   # nothing a shell expands or splits on
+def _shell_safe(text: str) -> bool:
+    """Nothing a shell expands or splits on: letters, digits and `_./+:,@%=-`."""
+    return quote(text) == text
 
 
 def _alias_dir() -> str:
@@ -66,7 +65,7 @@ def _alias_dir() -> str:
     import tempfile
 
     for base in (tempfile.gettempdir(), "/tmp", "/dev/shm"):
-        if _SHELL_SAFE.fullmatch(base) and os.access(base, os.W_OK | os.X_OK):
+        if _shell_safe(base) and os.access(base, os.W_OK | os.X_OK):
             return tempfile.mkdtemp(prefix="fdlenv-act-", dir=base)
     raise Fail.permanent("activation needs a writable temp dir whose path a shell reads as is; "
                          "set TMPDIR to one (letters, digits and ./_- only)")
@@ -89,7 +88,7 @@ def _capture(env: Env, base: Mapping[str, str]) -> dict:
         probe[var] = SENTINEL
     # Commands inside activate.d scripts still need a PATH that finds them (shell-safe entries only).
     search = ":".join([SENTINEL, *(p for p in base.get("PATH", "/usr/bin:/bin").split(":")
-                                   if p and _SHELL_SAFE.fullmatch(p))])
+                                   if p and _shell_safe(p))])
     probe["PATH"] = search
     tmp = _alias_dir()
     alias = os.path.join(tmp, "env")
@@ -119,31 +118,19 @@ def _capture(env: Env, base: Mapping[str, str]) -> dict:
     return diff
 
 
-def _join(parts: list[str]) -> str:
-    seen, out = set(), []
-    for p in parts:
-        if p and p not in seen:
-            seen.add(p)
-            out.append(p)
-    return ":".join(out)
-
-
 def _apply(diff: dict, base: Mapping[str, str]) -> dict[str, str]:
-    out = dict(base)
-    for var in diff["unset"]:
-        out.pop(var, None)
-    for var, value in diff["set"].items():
-        if SENTINEL in value:
-            inherited = base.get(var, "")
-            value = _join(value.replace(SENTINEL, inherited).split(":"))
-        out[var] = value
-    return out
+    return apply(diff["unset"], diff["set"].items(), base)
+
+
+def cache_file(home: Home, env: Env) -> Path:
+    """Where the env's captured activation is kept: by env key and path."""
+    tag = hashing.of_text(str(Path(env.path).absolute()))[:12]
+    return home.cache / "activation" / f"{env.key}-{tag}.json"
 
 
 def activation_diff(home: Home, env: Env) -> dict:
     """The env's activation as a diff, captured on first use and cached by env key and path."""
-    tag = hashing.of_text(str(Path(env.path).absolute()))[:12]
-    cached = home.cache / "activation" / f"{env.key}-{tag}.json"
+    cached = cache_file(home, env)
     try:
         return json.loads(cached.read_text())
     except (OSError, ValueError):
@@ -157,14 +144,17 @@ def host_rocm_lib(environ: Mapping[str, str], rocm_root: Path | None = None) -> 
     """The host ROCm lib dir, as flodl resolves it: the first of `$ROCM_PATH`, `$HIP_PATH`,
     `$HSA_PATH`, `/opt/rocm` (or `rocm_root` alone, for tests) whose `lib` or `lib64` holds the
     HIP runtime, else `${ROCM_PATH:-/opt/rocm}/lib`."""
-    roots = [rocm_root] if rocm_root else [Path(environ[v]) for v in ("ROCM_PATH", "HIP_PATH", "HSA_PATH")
-                                           if environ.get(v)] + [Path("/opt/rocm")]
-    for root in roots:
+    for root in [rocm_root] if rocm_root else rocm_roots(environ):
         for sub in ("lib", "lib64"):
             d = root / sub
             if any(d.glob("libamdhip64.so*")):
                 return d
     return (rocm_root or Path(environ.get("ROCM_PATH") or "/opt/rocm")) / "lib"
+
+
+def rocm_roots(environ: Mapping[str, str]) -> list[Path]:
+    """Where a host ROCm is looked for, in order: `$ROCM_PATH`, `$HIP_PATH`, `$HSA_PATH`, /opt/rocm."""
+    return [Path(environ[v]) for v in ROCM_VARS if environ.get(v)] + [Path("/opt/rocm")]
 
 
 def nvidia_libs(libtorch: Path) -> list[str]:
@@ -175,37 +165,6 @@ def nvidia_libs(libtorch: Path) -> list[str]:
         return sorted(str(d / "lib") for d in root.iterdir() if (d / "lib").is_dir())
     except OSError:
         return []
-
-
-def restored(environ: Mapping[str, str]) -> dict[str, str]:
-    """`environ` with a shell activation (`_FDLENV_STATE`) undone: each variable gets its value
-    from before, unless it was changed since. A path list changed since loses only the entries
-    the activation added."""
-    out = dict(environ)
-    raw = out.pop(STATE, None)
-    try:
-        state = json.loads(raw)["vars"] if raw else {}
-    except (ValueError, KeyError, TypeError):
-        return out          # not ours to read: dropped, nothing else touched
-    for var, pair in state.items() if isinstance(state, dict) else ():
-        if not isinstance(var, str) or not valid_name(var):
-            continue
-        try:
-            was, now = pair
-        except (TypeError, ValueError):
-            continue
-        if not all(v is None or isinstance(v, str) for v in (was, now)):
-            continue
-        cur = out.get(var)
-        if cur == now:
-            if was is None:
-                out.pop(var, None)
-            else:
-                out[var] = was
-        elif var in PATH_LISTS and cur is not None and now is not None:
-            added = set(now.split(":")) - set((was or "").split(":"))
-            out[var] = ":".join(p for p in cur.split(":") if p not in added)
-    return out
 
 
 def child_environ(home: Home, env: Env, base: Mapping[str, str] | None = None,
@@ -227,23 +186,16 @@ def libtorch_environ(base: Mapping[str, str], libtorch: Path, vendor: str,
     out["FDL_GPU_FEATURE"] = variants.FEATURE.get(vendor, "")
     rocm = host_rocm_lib(base, rocm_root) if vendor == "amd" else None
     cuda = nvidia_libs(libtorch) if vendor == "nvidia" else []
-    out["LD_LIBRARY_PATH"] = _join([str(rocm or ""), str(libtorch / "lib"), *cuda,
+    out["LD_LIBRARY_PATH"] = join([str(rocm or ""), str(libtorch / "lib"), *cuda,
                                     *out.get("LD_LIBRARY_PATH", "").split(":")])
     cmake = libtorch / "share" / "cmake" / "Torch"
     if cmake.is_dir():   # find_package(Torch) with nothing passed
-        out["CMAKE_PREFIX_PATH"] = _join([str(libtorch), *out.get("CMAKE_PREFIX_PATH", "").split(":")])
+        out["CMAKE_PREFIX_PATH"] = join([str(libtorch), *out.get("CMAKE_PREFIX_PATH", "").split(":")])
         out["Torch_DIR"] = str(cmake)
     if vendor == "nvidia" and env_path is not None and (env_path / CUDA_HOME / "include").is_dir():
         # the env's own toolkit dir (`store.cudahome`); a host toolkit is never mixed in
         out["CUDA_HOME"] = out["CUDA_PATH"] = str(env_path / CUDA_HOME)
     return out
-
-
-def shell_state(before: Mapping[str, str], after: Mapping[str, str]) -> str:
-    """The `_FDLENV_STATE` value recording how `before` became `after` (for `restored`)."""
-    changed = {k: [before.get(k), after.get(k)] for k in set(before) | set(after)
-               if k != STATE and before.get(k) != after.get(k)}
-    return json.dumps({"vars": changed}, sort_keys=True, separators=(",", ":"))
 
 
 def environ_for(home: Home, active, base: Mapping[str, str] | None = None,

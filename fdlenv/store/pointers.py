@@ -131,10 +131,14 @@ def follow(home: Home, link: Path) -> Path | None:
     return cand
 
 
+def root_link(home: Home, lock: Path, variant: str) -> Path:
+    """roots/<variant>-<hash of the lock's path>: one per (lock path, variant)."""
+    return home.roots / f"{variant}-{hashing.of_text(str(lock.absolute()))[:12]}"
+
+
 def root(home: Home, lock: Path, env: Env) -> None:
-    """roots/<variant>-<hash of the lock's path> -> env: a new lock at that path moves the root."""
-    tag = hashing.of_text(str(lock.absolute()))[:12]
-    _symlink(home.roots / f"{env.variant}-{tag}", env.path)
+    """The lock's root -> env: a new lock at that path moves the root."""
+    _symlink(root_link(home, lock, env.variant), env.path)
 
 
 def _links(home: Home):

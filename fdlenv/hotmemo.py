@@ -1,0 +1,141 @@
+"""Writing the hot commands' memo, which `hotpath` replays: the answer the slow path settled
+and a signature of every file it was settled from.
+
+An eligible command (`hotpath.answer` says which) names a variant and has no project, so
+the resolver reads only these, and they are the memo's dependencies:
+- the lock given, its split sibling for the variant, and the root a realise refreshes
+  for each (`roots/<variant>-<tag>`);
+- flodl's pointers for the variant (`precompiled/<dir>`, `<dir>-fdlenv`) and `.active`;
+- the env's manifest (gone when gc removed the env) and, for run and shell-hook, its
+  cached activation;
+- on AMD, each host ROCm lib dir the lookup tries (a ROCm install added or removed
+  changes LD_LIBRARY_PATH);
+- fdlenv's own package directory (an upgrade rewrites it).
+In order: `start` signs the first group before the resolver runs; `record` signs every
+dependency after it, and writes the memo only when none moved meanwhile (an answer
+settled from a state that changed under it is never replayed) and each is older than
+the memo itself (one changed within the memo's clock tick would keep its signature; a
+dependency on another file system, whose clock may differ, must be two seconds older).
+The first call after a change therefore writes nothing; the next one writes the memo.
+Writing is best effort: a read-only home simply has no memo.
+"""
+
+from __future__ import annotations
+
+import os
+
+from . import hotpath
+from .lockpath import split_path
+from .store import pointers
+from .store.env import MANIFEST
+
+_OTHER_FS_MARGIN_NS = 2_000_000_000
+
+
+class Plan:
+    """What `start` found: the memo's kind, key and path, and the dependencies it signed."""
+
+    def __init__(self, kind: str, key: str, path: str, deps: dict[str, str]):
+        self.kind, self.key, self.path, self.deps = kind, key, path, deps
+
+
+def start(kind: str, args, st) -> Plan | None:
+    """A plan when this call is one `hotpath` may replay later (see its docstring), else None."""
+    from . import variants
+
+    token = args.libtorch
+    if (not token or variants.parse_token(token) == "auto" or st.project is not None
+            or (kind == "realize" and not args.lock) or os.environ.get("FDLENV_NO_HOTPATH") == "1"):
+        return None
+    base = hotpath.restored(os.environ)
+    key = hotpath.key_of(kind, token, args, os.environ, base)
+    root = hotpath.home_root(args.home, os.environ)
+    v = variants.get(token)
+    pre = os.path.join(str(st.home.libtorch), "precompiled", v.flodl_name)
+    paths = [pre, pre + pointers.OWN_SUFFIX, os.path.join(str(st.home.libtorch), ".active"),
+             os.path.dirname(os.path.abspath(__file__))]
+    if args.lock:
+        lock = hotpath.absolute(args.lock)
+        for f in (lock, str(split_path(_path(lock), v.name))):
+            paths += [f, str(pointers.root_link(st.home, _path(f), v.name))]
+    return Plan(kind, key, hotpath.memo_path(root, kind, key), {p: hotpath.sig(p) for p in paths})
+
+
+def _path(text: str):
+    from pathlib import Path
+    return Path(text)
+
+
+def record(plan: Plan | None, home, act) -> None:
+    """Write the memo of `act` (a `store.active.Active` of an fdlenv env) under `plan`."""
+    if plan is None or act.env is None:
+        return
+    try:
+        _record(plan, home, act)
+    except OSError:
+        pass   # a read-only or full home: no memo, the slow path answers
+
+
+def _record(plan: Plan, home, act) -> None:
+    env = act.env
+    deps = {p: hotpath.sig(p) for p in plan.deps}
+    if deps != plan.deps:
+        return                          # the resolver's inputs moved while it ran
+    deps[os.path.join(str(env.path), MANIFEST)] = ""
+    answer = {"variant": env.variant, "key": env.key, "path": str(env.path),
+              "libtorch_root": str(env.libtorch_root), "label": act.label,
+              "active": pointers.active_label(home) or ""}
+    unset: list[str] = []
+    sets: list[tuple[str, str]] = []
+    if plan.kind != "realize":
+        from .store import activation
+
+        template = {var: hotpath.SENTINEL for var in hotpath.PATH_LISTS}
+        template.update({v: os.environ[v] for v in hotpath.ROCM_VARS if v in os.environ})
+        result = activation.environ_for(home, act, template)
+        unset = sorted({*activation.activation_diff(home, env)["unset"], *(v for v in template if v not in result)})
+        sets = [(k, v) for k, v in result.items() if template.get(k) != v]
+        deps[str(activation.cache_file(home, env))] = ""
+        if act.vendor == "amd":
+            for root in activation.rocm_roots(template):
+                deps.update({os.path.join(str(root), sub): "" for sub in ("lib", "lib64")})
+    for p in deps:
+        deps[p] = deps[p] or hotpath.sig(p)
+    fields = [plan.key, str(len(deps))]
+    for p, s in deps.items():
+        fields += [p, s]
+    fields.append(str(len(answer)))
+    for name, value in answer.items():
+        fields += [name, value]
+    for var in unset:
+        fields += ["u", var, ""]
+    for var, value in sets:
+        fields += ["s", var, value]
+    fields.append(hotpath.END)
+    _write_if_settled(plan.path, "\0".join(fields), deps)
+
+
+def _write_if_settled(path: str, text: str, deps: dict[str, str]) -> None:
+    """Write the memo (temp, rename) unless a dependency is as young as the memo itself."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "w", encoding="utf-8", errors="surrogateescape") as f:
+            f.write(text)
+            f.flush()
+            now = os.fstat(f.fileno())
+        for p in deps:
+            for stat in (os.lstat, os.stat):   # a symlink and what it names
+                try:
+                    st = stat(p)
+                except OSError:
+                    continue
+                margin = 0 if st.st_dev == now.st_dev else _OTHER_FS_MARGIN_NS
+                if max(st.st_mtime_ns, st.st_ctime_ns) + margin >= now.st_mtime_ns:
+                    return
+        os.replace(tmp, path)
+    finally:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass

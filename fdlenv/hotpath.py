@@ -1,0 +1,363 @@
+"""The hot commands answered from a memo: `run`, `shell-hook` and the re-dial `env realize`.
+
+Why: every new shell with the hook in .bashrc, every `fdlenv run` and every re-dial
+would otherwise import the resolver (pathlib, json, re and some thirty modules, about
+25 ms) to derive an answer that has not changed. So the slow path writes its answer
+down (`hotmemo`) with a signature of every file it was derived from, and this module,
+importing only os and sys (fcntl for the locks), replays it while every signature
+still matches. Anything else returns None and the slow path runs (and writes the memo
+again): another shape, `auto` or no token, a project's fdl.yml from the cwd up (its
+settings need YAML), a changed, new or missing file, a store lock held by `env gc`.
+
+In order:
+1. `answer(args)`: the key, everything the answer depends on that is not a file (the
+   command, the token, the lock's absolute path, the home, the frozen flags, the
+   mirrors, ROCm's variables, the machine, fdlenv's version).
+2. The memo, `<home>/cache/hot/<kind>-<hash of the key>`: NUL-separated fields, the key
+   itself first (a hash collision is a miss), then each dependency as a path and its
+   signature (`sig`), then the answer: the env and, for `run` and `shell-hook`, the
+   activation as a recipe (variables to unset; variables to set, where SENTINEL stands
+   for the inherited value of a path list).
+3. The replay: `env realize` prints the env, `shell-hook` the changes, `run` takes the
+   env's lease and execs CMD, each under the store lock as the slow path is.
+`hotmemo` writes a memo only when no dependency changed while the slow path ran and
+none is younger than the memo itself (a change within the same clock tick would keep
+its signature; `hotmemo.record`). `FDLENV_NO_HOTPATH=1` turns the replay off.
+
+What the slow path shares with the replay lives here, so both apply an activation the
+same way: `join` (a path list, de-duplicated), `apply` (unsets and sets over a base
+environment), the `_FDLENV_STATE` codec (`shell_state`, `restored`) and `exec_in`
+(run's exec, with a shell's 126 and 127).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+FORMAT = "fdlenv-hot-1"
+END = "end"   # a memo's last field: a torn write is no memo
+SENTINEL = "/__fdlenv_inherited__"
+PATH_LISTS = ("PATH", "LD_LIBRARY_PATH", "LIBRARY_PATH", "CPATH", "PKG_CONFIG_PATH",
+              "CMAKE_PREFIX_PATH", "PYTHONPATH", "MANPATH", "XDG_DATA_DIRS")
+STATE = "_FDLENV_STATE"
+ROCM_VARS = ("ROCM_PATH", "HIP_PATH", "HSA_PATH")   # what the host ROCm lib dir is read from
+CONFIG_NAMES = ("fdl.yaml", "fdl.yml", "fdl.json")   # fdlfile.CONFIG_NAMES, without importing it
+NOT_FOUND, NOT_EXECUTABLE = 127, 126
+_KINDS = {"run": "run", "shell-hook": "shell-hook", "env": "realize"}
+
+
+# ------------------------------------------------------------------ shared with the slow path
+
+def join(parts) -> str:
+    """A path list from `parts`: empty entries dropped, the first of each kept."""
+    seen, out = set(), []
+    for p in parts:
+        if p and p not in seen:
+            seen.add(p)
+            out.append(p)
+    return ":".join(out)
+
+
+def apply(unset, sets, base) -> dict[str, str]:
+    """`base` with `unset` removed, then each of `sets` (VAR, value) set; SENTINEL in a value
+    stands for base's value of VAR (a path list: the result is de-duplicated)."""
+    out = dict(base)
+    for var in unset:
+        out.pop(var, None)
+    for var, value in sets:
+        if SENTINEL in value:
+            value = join(value.replace(SENTINEL, base.get(var, "")).split(":"))
+        out[var] = value
+    return out
+
+
+def _field(value: str | None) -> str:
+    return "-" if value is None else f"{len(value)}:{value}"
+
+
+def shell_state(before, after) -> str:
+    """The `_FDLENV_STATE` value recording how `before` became `after` (for `restored`): each
+    changed variable as `<len>:<name>` then its value before and after, `<len>:<value>` or
+    `-` for unset. Lengths, not separators: a value may hold any character."""
+    changed = sorted(k for k in set(before) | set(after) if k != STATE and before.get(k) != after.get(k))
+    return "fdlenv1;" + "".join(_field(k) + _field(before.get(k)) + _field(after.get(k)) for k in changed)
+
+
+def _take(text: str, i: int, nullable: bool):
+    if nullable and text.startswith("-", i):
+        return None, i + 1
+    colon = text.index(":", i)
+    n = int(text[i:colon])
+    if n < 0 or colon + 1 + n > len(text):
+        raise ValueError("short")
+    return text[colon + 1:colon + 1 + n], colon + 1 + n
+
+
+def _read_state(raw: str) -> dict:
+    if raw.startswith("{"):   # written by fdlenv before 0.1's memo: JSON
+        import json
+
+        state = json.loads(raw)["vars"]
+        return state if isinstance(state, dict) else {}
+    if not raw.startswith("fdlenv1;"):
+        raise ValueError("not ours")
+    out, i = {}, len("fdlenv1;")
+    while i < len(raw):
+        var, i = _take(raw, i, False)
+        was, i = _take(raw, i, True)
+        now, i = _take(raw, i, True)
+        out[var] = [was, now]
+    return out
+
+
+def restored(environ) -> dict[str, str]:
+    """`environ` with a shell activation (`_FDLENV_STATE`) undone: each variable gets its value
+    from before, unless it was changed since. A path list changed since loses only the entries
+    the activation added."""
+    from .shells import valid_name
+
+    out = dict(environ)
+    raw = out.pop(STATE, None)
+    try:
+        state = _read_state(raw) if raw else {}
+    except (ValueError, KeyError, TypeError):
+        return out          # not ours to read: dropped, nothing else touched
+    for var, pair in state.items():
+        if not isinstance(var, str) or not valid_name(var):
+            continue
+        try:
+            was, now = pair
+        except (TypeError, ValueError):
+            continue
+        if not all(v is None or isinstance(v, str) for v in (was, now)):
+            continue
+        cur = out.get(var)
+        if cur == now:
+            if was is None:
+                out.pop(var, None)
+            else:
+                out[var] = was
+        elif var in PATH_LISTS and cur is not None and now is not None:
+            added = set(now.split(":")) - set((was or "").split(":"))
+            out[var] = ":".join(p for p in cur.split(":") if p not in added)
+    return out
+
+
+def command_of(args) -> list[str]:
+    """run's CMD: what followed its options, and what followed `--` (the CLI splits it off first)."""
+    head, tail = list(args.command or []), getattr(args, "tail", None)
+    if tail is None:
+        return head
+    return head + ["--"] + tail if head else list(tail)
+
+
+def exec_in(argv: list[str], environ) -> int:
+    """Exec CMD with `environ`; what a shell says when it cannot: 127 not found, 126 not
+    executable (returned; on success this never returns)."""
+    from .output import fail
+
+    try:
+        os.execvpe(argv[0], argv, environ)
+    except FileNotFoundError:
+        return fail(f"run: command not found: {argv[0]!r} (searched the env's PATH)", NOT_FOUND)
+    except OSError as e:
+        return fail(f"run: cannot execute {argv[0]!r}: {e.strerror or e}", NOT_EXECUTABLE)
+    return 0  # not reached: exec replaced this process
+
+
+# ------------------------------------------------------------------ the key and the memo
+
+def sig(path: str) -> str:
+    """What a change to `path` changes: its lstat (and, through a symlink, its target's stat);
+    `-` when absent. ctime is in it, which no `touch` can set back."""
+    out = []
+    for stat in (os.lstat, os.stat):
+        try:
+            st = stat(path)
+        except OSError:
+            out.append("-")
+            break
+        out.append(f"{st.st_dev}.{st.st_ino}.{st.st_mode}.{st.st_size}.{st.st_mtime_ns}.{st.st_ctime_ns}")
+        if (st.st_mode & 0o170000) != 0o120000:   # not a symlink: lstat said it all
+            break
+    return "/".join(out)
+
+
+def absolute(path: str) -> str:
+    """`path` with `~` expanded, made absolute as pathlib's absolute() does (no `..` folded)."""
+    path = os.path.expanduser(path)
+    return path if path.startswith("/") else os.path.join(os.getcwd(), path)
+
+
+def home_root(given: str | None, environ) -> str:
+    """The home `settings.resolve` settles without a project: --home, $FLODL_HOME, ~/.flodl."""
+    raw = given or (environ.get("FLODL_HOME") or "").strip()
+    if raw:
+        return absolute(raw)
+    return absolute(os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".flodl"))
+
+
+def key_of(kind: str, token: str, args, environ, base) -> str:
+    """Everything a memo's answer depends on that is not a file (see the module docstring)."""
+    from . import __version__
+
+    lock = getattr(args, "lock", None)
+    fields = [FORMAT, __version__, kind, token, absolute(lock) if lock else "",
+              home_root(args.home, environ), str(bool(args.frozen)), environ.get("FDLENV_FROZEN") or "",
+              *(args.mirror or []), "|", *(f"{v}={base.get(v) or ''}" for v in ROCM_VARS),
+              os.uname().machine, getattr(args, "shell", "")]
+    return "\x1f".join(fields)
+
+
+def memo_path(root: str, kind: str, key: str) -> str:
+    h = 0xcbf29ce484222325   # FNV-1a, 64 bits: a file name, not a secret (the key is checked)
+    for b in key.encode("utf-8", "surrogateescape"):
+        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return os.path.join(root, "cache", "hot", f"{kind}-{h:016x}")
+
+
+def project_above(cwd: str) -> bool:
+    """Whether an fdl.yml (or .yaml, .json) lies in the cwd or above it."""
+    d = cwd
+    while True:
+        if any(os.path.isfile(os.path.join(d, n)) for n in CONFIG_NAMES):
+            return True
+        up = os.path.dirname(d)
+        if up == d:
+            return False
+        d = up
+
+
+def read_memo(path: str, key: str) -> dict | None:
+    """The memo's answer when its key is `key` and every dependency's signature still holds."""
+    try:
+        with open(path, encoding="utf-8", errors="surrogateescape") as f:
+            parts = f.read().split("\0")
+        if parts[0] != key:
+            return None
+        n = int(parts[1])
+        deps, rest = parts[2:2 + 2 * n], parts[2 + 2 * n:]
+        for i in range(0, len(deps), 2):
+            if sig(deps[i]) != deps[i + 1]:
+                return None
+        m = int(rest[0])
+        answer: dict = dict(zip(rest[1:1 + 2 * m:2], rest[2:2 + 2 * m:2], strict=True))
+        recipe = rest[1 + 2 * m:-1]
+        if rest[-1] != END or len(recipe) % 3:
+            return None
+        answer["unset"] = [recipe[i + 1] for i in range(0, len(recipe) - 1, 3) if recipe[i] == "u"]
+        answer["set"] = [(recipe[i + 1], recipe[i + 2]) for i in range(0, len(recipe) - 2, 3) if recipe[i] == "s"]
+        return answer
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _locked_shared(path: str):
+    """The store lock held shared, or None when that would wait (gc holds it: the slow path
+    says whom it waits for)."""
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+# ------------------------------------------------------------------ the replay
+
+def answer(args) -> int | None:
+    """The command's exit code when its memo answered it (its output printed, or CMD
+    exec'd), else None."""
+    environ = os.environ
+    kind = _KINDS.get(args.command if isinstance(args.command, str) else "run")
+    if kind is None or environ.get("FDLENV_NO_HOTPATH") == "1":
+        return None
+    if kind == "shell-hook" and args.deactivate:
+        return _print_changes(args, dict(environ), None, restored(environ), {})
+    token, alias = args.libtorch, getattr(args, "variant", None)   # `env realize VARIANT`
+    if alias is not None and token is not None and alias != token:
+        return None
+    token = token or alias
+    if not token or token.strip().lower() == "auto" or (kind == "realize" and not args.lock):
+        return None
+    if project_above(os.getcwd()):
+        return None
+    base = restored(environ)
+    key = key_of(kind, token, args, environ, base)
+    root = home_root(args.home, environ)
+    fd = _locked_shared(os.path.join(root, "locks", "store.lock"))
+    if fd is None:
+        return None
+    try:
+        memo = read_memo(memo_path(root, kind, key), key)
+        if memo is None:
+            return None
+        if kind == "realize":
+            return _print_realized(args, memo)
+        target = apply(memo["unset"], memo["set"], base)
+        if kind == "shell-hook":
+            return _print_changes(args, dict(environ), base, target, memo)
+        argv = command_of(args)
+        if not argv or _lease(root, memo["path"]) is None:
+            return None
+    finally:
+        os.close(fd)
+    return exec_in(argv, target)
+
+
+def _lease(root: str, env_path: str) -> int | None:
+    """`store.leases.take`, for the replay: the env's lease, held shared and inherited by CMD."""
+    import fcntl
+
+    path = os.path.join(root, "locks", f"use-{os.path.basename(env_path)}.lock")
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError:
+        return None
+    fcntl.flock(fd, fcntl.LOCK_SH)   # only ever held shared (gc tests it without waiting)
+    os.set_inheritable(fd, True)
+    return fd
+
+
+def _print_realized(args, memo: dict) -> int:
+    import time
+
+    t0 = time.monotonic()
+    if args.json:
+        from .output import emit
+
+        emit({"variant": memo["variant"], "key": memo["key"], "path": memo["path"],
+              "libtorch_root": memo["libtorch_root"], "created": False,
+              "seconds": round(time.monotonic() - t0, 4), "active": memo["active"] or None,
+              "was_active": memo["active"] or None})
+    else:
+        print(f"{memo['variant']}: {memo['path']}")
+    return 0
+
+
+def _print_changes(args, base: dict, original, target: dict, memo: dict) -> int:
+    """shell-hook's output: what turns the shell's environment `base` into `target` (from
+    `original`, `base` with an earlier activation undone, when a memo answered)."""
+    about = {}
+    if memo:
+        target[STATE] = shell_state(original, target)
+        about = {"variant": memo["variant"], "label": memo["label"], "libtorch": memo["libtorch_root"],
+                 "key": memo["key"], "path": memo["path"]}
+    changes = {k: target.get(k) for k in sorted(set(base) | set(target)) if base.get(k) != target.get(k)}
+    if args.json:
+        from .output import emit
+
+        emit({"environment_variables": {k: v for k, v in changes.items() if v is not None},
+              "unset": sorted(k for k, v in changes.items() if v is None), **about})
+    else:
+        from .shells import render
+
+        sys.stdout.write(render(args.shell, changes))
+    return 0

@@ -57,17 +57,30 @@ class Record:
         return cls(**d)
 
 
+_LOADED: dict[bytes, dict] = {}   # a lock's bytes -> its checked document: a realise reads it twice
+
+
 def load_lock(path: Path, field: str = "--lock") -> dict:
-    """The lock at `path` as a document, or one permanent `--lock:` error (never a traceback:
-    nesting that would crash libyaml is refused first)."""
+    """The lock at `path` as a document (the same object for the same bytes: read it, never
+    change it), or one permanent `--lock:` error (never a traceback: nesting that would
+    crash libyaml is refused first)."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise Fail.permanent(f"{field}: {path} does not exist; expected {FORMS}") from None
+    if raw not in _LOADED:
+        _LOADED.clear()
+        _LOADED[raw] = _parse(raw, path, field)
+    return _LOADED[raw]
+
+
+def _parse(raw: bytes, path: Path, field: str) -> dict:
     import yaml
 
     from .yamlfile import YamlError, check_nesting
 
     try:
-        text = path.read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        raise Fail.permanent(f"{field}: {path} does not exist; expected {FORMS}") from None
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise Fail.permanent(f"{field}: {path} is not UTF-8 text (byte {e.start}); expected {FORMS}") from None
     try:

@@ -206,12 +206,16 @@ def _install(home: Home, worker: WorkerProcess | None, archives: list[Archive], 
             atomic.write_text(home.cache / "verified" / f"{sha}.paths", json.dumps(layout))
         if wheel_records:
             pyver = _site_python(archives, wheel_records)
-            linked = 0
-            for r in wheel_records:
-                try:
-                    linked += wheels.link(entries[r.sha256], stage, pyver)
-                except wheels.LinkRefused as e:
-                    raise Fail.permanent(f"wheel {r.filename} cannot be installed: {e}; refusing it") from None
+            linked, pool = 0, wheels.linkers()
+            try:
+                for r in wheel_records:   # in the lock's order: a file two wheels ship is the last one's
+                    try:
+                        linked += wheels.link(entries[r.sha256], stage, pyver, pool)
+                    except wheels.LinkRefused as e:
+                        raise Fail.permanent(f"wheel {r.filename} cannot be installed: {e}; refusing it") from None
+            finally:
+                if pool is not None:
+                    pool.shutdown()
             say(f"linked {linked} files of {len(wheel_records)} wheel(s) into lib/python{pyver}/site-packages")
     finally:
         for p in (marker, err):

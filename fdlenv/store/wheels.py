@@ -292,17 +292,27 @@ class LinkRefused(Exception):
     script, which only the lock's conda packages may ship)."""
 
 
-def link(entry: Path, prefix: Path, pyver: str) -> int:
+def link(entry: Path, prefix: Path, pyver: str, pool: ThreadPoolExecutor | None = None) -> int:
     """Hard-link a cache entry into the env at `prefix`; returns the files linked.
-    Never through a symlink: every directory on the way is opened with O_NOFOLLOW."""
+    Never through a symlink: every directory on the way is opened with O_NOFOLLOW.
+    `pool` (`linkers()`): the directories of one level side by side (`_link_levels`)."""
     if (entry / "data" / "etc" / "conda").exists():
         raise LinkRefused("it ships etc/conda/ (activation scripts come only from the lock's conda packages)")
     targets = {"site": ("lib", f"python{pyver}", "site-packages"), "data": (), "include": ("include",)}
     count = 0
     for part, target in targets.items():
         if (entry / part).is_dir():
-            count += _link_tree(os.open(entry / part, _DIR), _open_under(prefix, target), "/".join(target) or ".")
+            src, dst, where = os.open(entry / part, _DIR), _open_under(prefix, target), "/".join(target) or "."
+            count += _link_tree(src, dst, where) if pool is None else _link_levels(pool, src, dst, where)
     return count
+
+
+def linkers() -> ThreadPoolExecutor | None:
+    """Threads for `link`, or None on one core. Creating a directory costs this file system
+    far more than a link (0.3-0.5 ms against 0.01 ms here) and waits in the kernel, not the
+    GIL: two threads link torch's 13,800 files and 900 directories in 0.44 s, one in 0.56 s."""
+    n = min(4, os.cpu_count() or 1)
+    return ThreadPoolExecutor(n, thread_name_prefix="fdlenv-link") if n > 1 else None
 
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY
@@ -336,10 +346,48 @@ def _open_under(prefix: Path, parts: tuple[str, ...]) -> int:
 
 
 def _link_tree(src: int, dst: int, where: str) -> int:
-    """Link every file under directory fd `src` into directory fd `dst` (both closed here).
-    Paths are resolved against the open directories, not from the root: a 12,000-file
-    torch links in about the time `cp -al` takes."""
+    """Link every file under directory fd `src` into directory fd `dst` (both closed here),
+    depth first. Paths are resolved against the open directories, not from the root: a
+    12,000-file torch links in about the time `cp -al` takes."""
+    count, below = _link_dir(src, dst, where, 0)
+    for s, d, w in below:
+        count += _link_tree(s, d, w)
+    return count
+
+
+# Directories a level may hold open (two descriptors each) before the rest go depth first.
+_LEVEL_BUDGET = 256
+
+
+def _link_levels(pool: ThreadPoolExecutor, src: int, dst: int, where: str) -> int:
+    """`_link_tree`, a level at a time, the level's directories side by side in `pool`. Files
+    of one wheel never collide, so the order between directories changes nothing."""
+    level, count = [(src, dst, where)], 0
+    while level:
+        budget = max(1, _LEVEL_BUDGET // len(level))
+        futures = [pool.submit(_link_dir, *item, budget) for item in level]
+        results, error = [], None
+        for f in futures:
+            try:
+                results.append(f.result())
+            except BaseException as e:   # noqa: BLE001 - re-raised below, once every open directory is closed
+                error = error or e
+        level = [kid for _, kids in results for kid in kids]
+        if error is not None:
+            for s, d, _ in level:
+                os.close(s)
+                os.close(d)
+            raise error
+        count += sum(n for n, _ in results)
+    return count
+
+
+def _link_dir(src: int, dst: int, where: str, keep: int) -> tuple[int, list[tuple[int, int, str]]]:
+    """Link the files of directory fd `src` into `dst` and make its subdirectories there;
+    returns the count and up to `keep` subdirectories as open (src, dst, where) for the
+    caller (the others are linked here, depth first). `src` and `dst` are closed here."""
     count, subdirs = 0, []
+    kept: list[tuple[int, int, str]] = []
     try:
         with os.scandir(src) as it:
             for e in it:
@@ -354,8 +402,17 @@ def _link_tree(src: int, dst: int, where: str) -> int:
                 count += 1
         for name in subdirs:
             below = _open_dir(name, dst, where)
-            count += _link_tree(os.open(name, _NOFOLLOW, dir_fd=src), below, f"{where}/{name}")
+            kid = (os.open(name, _NOFOLLOW, dir_fd=src), below, f"{where}/{name}")
+            if len(kept) < keep:
+                kept.append(kid)
+            else:
+                count += _link_tree(*kid)
+    except BaseException:
+        for s, d, _ in kept:
+            os.close(s)
+            os.close(d)
+        raise
     finally:
         os.close(src)
         os.close(dst)
-    return count
+    return count, kept

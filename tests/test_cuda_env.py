@@ -134,6 +134,29 @@ def test_a_cuda_env_has_its_own_cuda_home_with_every_header_and_the_linkers_name
                            base[-1]], capture_output=True, text=True).returncode == 0
 
 
+def test_cuda_home_is_its_layout_linked_from_one_template_in_the_package_cache(world, tmp_path):
+    from fdlenv.store import cudahome
+
+    env, base, _ = world
+    prefix = Path(env["path"])
+    layout = cudahome.plan(prefix, Path(env["libtorch_root"]))
+    made = {str(p.relative_to(prefix / "cuda")): (os.readlink(p) if p.is_symlink() else None)
+            for p in (prefix / "cuda").rglob("*")}
+    assert made == layout and "lib64/libcudart.so" in layout
+    (template,) = Path(base[-1], "pkgs").glob("cudahome-*")
+    for rel, text in layout.items():
+        if text is not None:   # the env's symlink is the template's, hard-linked
+            assert os.lstat(prefix / "cuda" / rel).st_ino == os.lstat(template / rel).st_ino, rel
+    # in place, with no cache to hold a template: the same tree
+    fake = tmp_path / "fake"
+    (fake / "lib" / "python3.12").mkdir(parents=True)
+    site = Path(env["libtorch_root"]).parent
+    (fake / "lib" / "python3.12" / "site-packages").symlink_to(site)
+    cudahome.assemble(fake, fake / "lib" / "python3.12" / "site-packages" / "torch")
+    assert {str(p.relative_to(fake / "cuda")): (os.readlink(p) if p.is_symlink() else None)
+            for p in (fake / "cuda").rglob("*")} == cudahome.plan(fake, fake / "lib/python3.12/site-packages/torch")
+
+
 def test_activation_exports_the_envs_cuda_home_and_every_nvidia_lib_dir_never_the_hosts(world, tmp_path):
     env, base, _ = world
     res = run_in_env(base, "sh", "-c", 'printf "%s\\n" "$CUDA_HOME" "$CUDA_PATH" "$LD_LIBRARY_PATH" '

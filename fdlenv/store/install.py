@@ -81,7 +81,7 @@ def build(home: Home, variant: str, key: str, records: list[Record], final: Path
                 + ", ".join(links["copied"][:5]))
         root = libtorch_root(stage)
         if variants.get(variant).vendor == "nvidia":
-            cudahome.assemble(stage, root)
+            cudahome.assemble(stage, root, home.pkgs)
         _write_arch(root, variant, records)
         final_root = final / root.relative_to(stage)
         manifest = {

@@ -13,7 +13,6 @@ platform); the same entry repeated under several categories is one record.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import variants
@@ -22,10 +21,12 @@ from .errors import Fail
 FORMS = "a conda-lock v1 file (version: 1, metadata, package: [...]) as `fdlenv lock` writes"
 
 
-@dataclass(frozen=True)
 class Record:
-    """One locked package, as much of it as install and verify need."""
+    """One locked package, as much of it as install and verify need. Immutable; equal and
+    hashed by everything but `dependencies`. A plain class: dataclasses costs the install
+    path 10 ms of imports (inspect)."""
 
+    __slots__ = ("manager", "name", "version", "build", "url", "sha256", "md5", "platform", "dependencies")
     manager: str            # conda | pip
     name: str
     version: str
@@ -34,7 +35,31 @@ class Record:
     sha256: str
     md5: str | None
     platform: str
-    dependencies: dict = field(default_factory=dict, hash=False, compare=False)
+    dependencies: dict
+
+    def __init__(self, manager: str, name: str, version: str, build: str, url: str, sha256: str,
+                 md5: str | None, platform: str, dependencies: dict | None = None):
+        for slot, value in zip(self.__slots__, (manager, name, version, build, url, sha256, md5, platform,
+                                                {} if dependencies is None else dependencies), strict=True):
+            object.__setattr__(self, slot, value)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"Record is immutable: cannot set {name!r}")
+
+    def _identity(self) -> tuple:
+        return tuple(getattr(self, slot) for slot in self.__slots__[:-1])
+
+    def __eq__(self, other) -> bool:
+        return type(other) is Record and self._identity() == other._identity()
+
+    def __hash__(self) -> int:
+        return hash(self._identity())
+
+    def __reduce__(self):   # copy and pickle build it anew (attributes cannot be set)
+        return Record, tuple(getattr(self, slot) for slot in self.__slots__)
+
+    def __repr__(self) -> str:
+        return "Record(" + ", ".join(f"{slot}={getattr(self, slot)!r}" for slot in self.__slots__) + ")"
 
     @property
     def filename(self) -> str:

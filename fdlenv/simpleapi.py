@@ -26,7 +26,6 @@ import io
 import json
 import os
 import urllib.parse
-from html.parser import HTMLParser
 from typing import NamedTuple
 
 from .errors import Fail
@@ -69,25 +68,32 @@ def _read_page(url: str) -> tuple[bytes, str, str]:
         return read_all(resp, PAGE_LIMIT, url), resp.headers.get("Content-Type", ""), resp.geturl()
 
 
-class _Anchors(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.links: list[tuple[dict[str, str | None], str]] = []
-        self._open: dict[str, str | None] | None = None
-        self._text: list[str] = []
+def _anchors(text: str) -> list[tuple[dict[str, str | None], str]]:
+    """Every `<a>` of an HTML page: (its attributes, its text). html.parser is imported here,
+    only for an index that answers in HTML."""
+    from html.parser import HTMLParser
 
-    def handle_starttag(self, tag, attrs):
-        if tag == "a":
-            self._open, self._text = dict(attrs), []
+    links: list[tuple[dict[str, str | None], str]] = []
 
-    def handle_data(self, data):
-        if self._open is not None:
-            self._text.append(data)
+    class Anchors(HTMLParser):
+        _open: dict[str, str | None] | None = None
+        _text: list[str] = []
 
-    def handle_endtag(self, tag):
-        if tag == "a" and self._open is not None:
-            self.links.append((self._open, "".join(self._text).strip()))
-            self._open = None
+        def handle_starttag(self, tag, attrs):
+            if tag == "a":
+                self._open, self._text = dict(attrs), []
+
+        def handle_data(self, data):
+            if self._open is not None:
+                self._text.append(data)
+
+        def handle_endtag(self, tag):
+            if tag == "a" and self._open is not None:
+                links.append((self._open, "".join(self._text).strip()))
+                self._open = None
+
+    Anchors(convert_charrefs=True).feed(text)
+    return links
 
 
 def _hash_of(value) -> str | None:
@@ -108,10 +114,8 @@ def _metadata_flag(value) -> str | None:
 
 
 def _from_html(body: bytes, final: str) -> list[IndexFile]:
-    parser = _Anchors()
-    parser.feed(body.decode("utf-8", "replace"))
     out = []
-    for attrs, text in parser.links:
+    for attrs, text in _anchors(body.decode("utf-8", "replace")):
         href = attrs.get("href")
         if not href:
             continue

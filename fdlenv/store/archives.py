@@ -20,7 +20,7 @@ import errno
 import os
 import tempfile
 import urllib.parse
-from dataclasses import dataclass
+from collections import namedtuple
 from pathlib import Path
 
 from ..errors import Fail
@@ -31,11 +31,9 @@ from ..lockfile import Record, mismatch
 CHUNK = 1 << 20
 
 
-@dataclass(frozen=True)
-class Archive:
-    record: Record
-    path: Path           # where the bytes are on this box
-    fetched: bool        # downloaded into archives/ (already verified) vs read in place
+# record: the Record; path: where the bytes are on this box; fetched: downloaded into
+# archives/ (already verified) vs read in place. A namedtuple: no dataclasses import.
+Archive = namedtuple("Archive", "record path fetched")
 
 
 def _ext(filename: str) -> str:

@@ -32,9 +32,12 @@ from ..home import Home
 from ..progress import during, say
 from .archives import Archive, evict_cache_entry, locate, verify
 from . import cudahome, sizes, wheels
-from .install_worker import CondaItem, Request, WorkerProcess
 from .env import MANIFEST, libtorch_root
 from ..lockfile import Record
+
+TYPE_CHECKING = False   # the worker's module (subprocess, signal, typing) only for conda packages
+if TYPE_CHECKING:
+    from .install_worker import Request, WorkerProcess
 
 
 def _cache_in_use(home: Home):
@@ -67,6 +70,7 @@ def build(home: Home, variant: str, key: str, records: list[Record], final: Path
     t0 = time.monotonic()
     say(f"realising {variant} ({len(records)} packages) into {final}")
     if worker is None and any(r.manager == "conda" for r in records):
+        from .install_worker import WorkerProcess
         worker = WorkerProcess()
     stage = home.staging / f"{key}-{os.getpid()}"
     try:
@@ -152,13 +156,17 @@ def _install(home: Home, worker: WorkerProcess | None, archives: list[Archive], 
     """Conda packages through the worker and wheels through `store.wheels`, side by side;
     wheels are linked into the staging prefix once the worker has made it."""
     marker, err = Path(str(stage) + ".ok"), Path(str(stage) + ".err")
-    req = Request(
-        conda=tuple(CondaItem(name=r.name, version=r.version, build=r.build, subdir=r.subdir,
-                              filename=r.filename, channel=r.url.rsplit("/", 2)[0], archive=str(a.path),
-                              sha256=r.sha256, md5=r.md5, dependencies=dict(r.dependencies))
-                    for a in archives for r in (a.record,)),
-        staging=str(stage), final=str(final), cache=str(home.pkgs), memo=str(home.cache / "verified"),
-        marker=str(marker), error=str(err))
+    req = None
+    if worker is not None:
+        from .install_worker import CondaItem, Request
+
+        req = Request(
+            conda=tuple(CondaItem(name=r.name, version=r.version, build=r.build, subdir=r.subdir,
+                                  filename=r.filename, channel=r.url.rsplit("/", 2)[0], archive=str(a.path),
+                                  sha256=r.sha256, md5=r.md5, dependencies=dict(r.dependencies))
+                        for a in archives for r in (a.record,)),
+            staging=str(stage), final=str(final), cache=str(home.pkgs), memo=str(home.cache / "verified"),
+            marker=str(marker), error=str(err))
     entries: dict[str, Path] = {}
     wheel_failures: list[BaseException] = []
     stop = threading.Event()     # set when this thread is interrupted: the downloads stop too
@@ -172,7 +180,8 @@ def _install(home: Home, worker: WorkerProcess | None, archives: list[Archive], 
     failures: list[Fail] = []
     fetcher = threading.Thread(target=fetch_wheels, daemon=True)
     try:
-        returncode = _run_beside(fetcher, wheel_records, archives, home, worker, req, stage, variant, failures)
+        returncode = _run_beside(fetcher, wheel_records, archives, home, worker, req, stage, marker, variant,
+                                 failures)
     except BaseException:    # Ctrl-C: the downloads stop and clean up before the caller's cleanup
         stop.set()
         if fetcher.is_alive():
@@ -223,7 +232,8 @@ def _install(home: Home, worker: WorkerProcess | None, archives: list[Archive], 
 
 
 def _run_beside(fetcher: threading.Thread, wheel_records: list[Record], archives: list[Archive], home: Home,
-                worker: WorkerProcess | None, req: Request, stage: Path, variant: str, failures: list) -> int:
+                worker: WorkerProcess | None, req: Request | None, stage: Path, marker: Path, variant: str,
+                failures: list) -> int:
     """The wheels' fetcher, the install worker and the hashing of local archives, side by side;
     returns the worker's exit code (its marker file, not this, says whether it succeeded).
     Without conda packages there is no worker: the prefix is made here, as the worker would."""
@@ -232,7 +242,7 @@ def _run_beside(fetcher: threading.Thread, wheel_records: list[Record], archives
     if worker is None:
         assert not archives, "conda packages need the install worker"
         (stage / "conda-meta").mkdir(parents=True)
-        atomic.write_text(Path(req.marker), json.dumps({"paths_checked": {}}))
+        atomic.write_text(marker, json.dumps({"paths_checked": {}}))
         if wheel_records:
             fetcher.join()
         return 0
@@ -253,6 +263,7 @@ def _run_beside(fetcher: threading.Thread, wheel_records: list[Record], archives
     poll, size = _installed(stage, archives)
     with during(f"installing {len(archives)} package(s) for {variant}", every=3.0, poll=poll,
                 total=size) if archives else contextlib.nullcontext():
+        assert req is not None
         returncode = worker.run(req)
         hasher.join()
     if wheel_records:

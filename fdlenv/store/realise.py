@@ -56,11 +56,12 @@ def realise(home: Home, variant: str, lock: Path, mirrors: dict[str, str] | None
     with shared(store_lock(home.locks), f"realising {variant}"):
         env = fastpath.lookup(home, digest, variant, platform)
         if env is None:
-            from .install_worker import WorkerProcess
-
-            # Conda packages install through a worker, started now: it imports rattler in a
-            # child while this process reads the lock. A lock of wheels only needs none.
-            worker = WorkerProcess(fork) if b"manager: conda" in lock.read_bytes() else None
+            worker = None
+            if b"manager: conda" in lock.read_bytes():
+                # Conda packages install through a worker, started now: it imports rattler in a
+                # child while this process reads the lock. A lock of wheels only needs none.
+                from .install_worker import WorkerProcess
+                worker = WorkerProcess(fork)
             try:
                 env = _slow_path(home, variant, lock, digest, platform, mirrors or {}, worker)
             finally:

@@ -18,7 +18,6 @@ import os
 import re
 import shutil
 import threading
-import zipfile
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -172,6 +171,8 @@ def place(name: str) -> str | None:
 def extract(home: Home, r: Record, path: Path, pool: ThreadPoolExecutor,
             stop: threading.Event | None = None) -> None:
     """Unpack verified bytes at `path` into the cache entry; `stop` set: give up between members."""
+    import zipfile   # only where a wheel is extracted whole: not on a link-only realise
+
     final = entry_dir(home, r.sha256)
     if final.is_dir():
         return
@@ -204,7 +205,7 @@ def extract(home: Home, r: Record, path: Path, pool: ThreadPoolExecutor,
             f.result()
         check_record(r, tmp, {m.filename: m.file_size for m in members})
         publish(tmp, final)
-    except _BAD_ZIP as e:
+    except _bad_zip() as e:
         raise Fail.permanent(f"wheel {r.filename} is not a valid zip ({type(e).__name__}: {e})") from None
     except OSError as e:
         if e.errno in streamzip.NAME_ERRNOS:
@@ -215,8 +216,11 @@ def extract(home: Home, r: Record, path: Path, pool: ThreadPoolExecutor,
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-# What a crafted zip makes zipfile raise (besides OSError): a permanent "not a valid zip".
-_BAD_ZIP = (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, NotImplementedError, RuntimeError,
+def _bad_zip() -> tuple:
+    """What a crafted zip makes zipfile raise (besides OSError): a permanent "not a valid zip"."""
+    import zipfile
+
+    return (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, NotImplementedError, RuntimeError,
             ValueError, *streamzip.PARSE_ERRORS, *streamzip.INFLATE_ERRORS)
 
 
@@ -231,6 +235,8 @@ def _balance(planned: list, n: int) -> list[list]:
 
 
 def _extract_group(path: Path, group: list, root: Path, stop: threading.Event | None) -> None:
+    import zipfile
+
     with zipfile.ZipFile(path) as zf:
         for m, rel in group:
             if stop is not None and stop.is_set():

@@ -21,15 +21,21 @@ from pathlib import Path
 TRASH = ".trash-"
 
 
-def write_text(path: Path, text: str) -> None:
-    """Replace `path` with `text` atomically (its directory is made when missing)."""
+def write_text(path: Path, text: str, *, durable: bool = True, publish_if=None) -> None:
+    """Replace `path` with `text` atomically (its directory is made when missing; UTF-8, with
+    what os.environ holds undecodable written back as it came). `durable`: fsynced first, so a
+    power loss leaves the old content or the new, never an empty file (a cache can do without).
+    `publish_if(st)`: given the written file's stat, False leaves `path` as it was."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
     try:
-        with open(tmp, "w") as f:
+        with open(tmp, "w", encoding="utf-8", errors="surrogateescape") as f:
             f.write(text)
             f.flush()
-            os.fsync(f.fileno())   # a power loss leaves the old content or the new, never an empty file
+            if durable:
+                os.fsync(f.fileno())
+            if publish_if is not None and not publish_if(os.fstat(f.fileno())):
+                return
         os.replace(tmp, path)
     finally:
         try:

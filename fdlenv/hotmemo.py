@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 
-from . import hotpath
+from . import atomic, hotpath
 from .lockpath import split_path
 from .store import pointers
 from .store.env import MANIFEST
@@ -117,13 +117,9 @@ def _record(plan: Plan, home, act) -> None:
 
 def _write_if_settled(path: str, text: str, deps: dict[str, str]) -> None:
     """Write the memo (temp, rename) unless a dependency is as young as the memo itself."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    try:
-        with open(tmp, "w", encoding="utf-8", errors="surrogateescape") as f:
-            f.write(text)
-            f.flush()
-            now = os.fstat(f.fileno())
+    from pathlib import Path
+
+    def settled(now: os.stat_result) -> bool:
         for p in deps:
             for stat in (os.lstat, os.stat):   # a symlink and what it names
                 try:
@@ -132,10 +128,7 @@ def _write_if_settled(path: str, text: str, deps: dict[str, str]) -> None:
                     continue
                 margin = 0 if st.st_dev == now.st_dev else _OTHER_FS_MARGIN_NS
                 if max(st.st_mtime_ns, st.st_ctime_ns) + margin >= now.st_mtime_ns:
-                    return
-        os.replace(tmp, path)
-    finally:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+                    return False
+        return True
+
+    atomic.write_text(Path(path), text, durable=False, publish_if=settled)

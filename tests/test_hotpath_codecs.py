@@ -42,7 +42,7 @@ def test_a_memo_is_written_only_when_every_dependency_is_older_than_it(tmp_path)
     _past_on_the_file_systems_clock(tmp_path, os.stat(dep).st_ctime_ns)
     hotmemo._write_if_settled(str(memo), "text", {str(dep): hotpath.sig(str(dep))})
     assert memo.read_text() == "text"
-    assert [p.name for p in memo.parent.iterdir()] == ["memo"]
+    assert [p.name for p in memo.parent.iterdir()] == ["memo"]   # no temp file left
 
 
 NAMES = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,8}", fullmatch=True)

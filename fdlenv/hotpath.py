@@ -255,11 +255,11 @@ def read_memo(path: str, key: str) -> dict | None:
 
 def _locked_shared(path: str):
     """The store lock held shared, or None when that would wait (gc holds it: the slow path
-    says whom it waits for)."""
+    says whom it waits for). Read-only: a home baked read-only into an image still replays."""
     import fcntl
 
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
     try:

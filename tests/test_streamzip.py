@@ -83,3 +83,24 @@ def test_a_truncated_zip_never_finishes(tmp_path):
     unzip.feed(data[: len(data) // 2])
     with pytest.raises(Unsupported):
         unzip.finish()
+
+
+def test_a_stream_gives_freed_memory_back_every_so_many_inflated_bytes(tmp_path, monkeypatch):
+    from fdlenv.store import streamzip
+
+    calls = []
+    monkeypatch.setattr(streamzip, "TRIM_EVERY", 1 << 18)
+    monkeypatch.setattr(streamzip, "give_back", lambda: calls.append(1))
+    files = members(3)
+    unzip = stream(write_zip(files, io.BytesIO()), tmp_path / "out", 3)
+    assert unzip.written == sum(len(b) for b in files.values())
+    # once per boundary crossed (a write of one inflated step may cross several at once)
+    assert unzip.written // ((1 << 18) + streamzip.OUT_STEP) <= len(calls) <= unzip.written // (1 << 18)
+    assert len(calls) >= 3
+
+
+def test_giving_memory_back_runs_on_this_c_library():
+    from fdlenv.store.streamzip import give_back
+
+    give_back()
+    give_back()   # found once, called again

@@ -53,9 +53,29 @@ TAIL_LIMIT = 64 << 20     # the central directory (torch's: 1.2 MB for 12,000 me
 OUT_STEP = 1 << 20        # inflated bytes per call: what one member may hold in memory at once
 RATIO = 32                # wheels inflate 2-5x; a whole archive past 32x is a bomb
 SLACK = 16 << 20          # ... beyond a first 16 MiB, which small text-heavy wheels may need
+TRIM_EVERY = 64 << 20    # inflated bytes between two `give_back`s of one stream
 # What broken bytes raise while parsed: reported as Malformed, never as themselves.
 PARSE_ERRORS = (struct.error, UnicodeDecodeError, ValueError, IndexError, OverflowError)
 NAME_ERRNOS = (errno.ENAMETOOLONG, errno.EISDIR, errno.ENOTDIR, errno.EEXIST, errno.EINVAL, errno.ELOOP)
+
+
+_TRIM: list = []   # [malloc_trim, or None where the C library has none], found once
+
+
+def give_back() -> None:
+    """Hand the memory freed in every malloc arena back to the OS (glibc's malloc_trim). A stream
+    allocates and frees about six times its bytes (reads, inflated steps, unconsumed input),
+    in blocks glibc then keeps per thread: four streams held some 20 MiB more at their peak
+    (82 MiB against 60 MiB for a cu128 realise). Elsewhere (musl, macOS) nothing happens."""
+    if not _TRIM:
+        try:
+            import ctypes
+
+            _TRIM.append(ctypes.CDLL(None).malloc_trim)
+        except (OSError, AttributeError):
+            _TRIM.append(None)
+    if _TRIM[0] is not None:
+        _TRIM[0](0)
 
 
 def escapes(name: str) -> bool:
@@ -276,6 +296,8 @@ class StreamUnzip:
             raise Malformed(f"the archive inflates over {RATIO}x its size (a zip bomb?)")
         if out is not None:
             out.write(data)
+        if self.written // TRIM_EVERY != (self.written - len(data)) // TRIM_EVERY:
+            give_back()
 
     def _end_member(self, out) -> None:
         if self.inflate is not None and not self.inflate.eof:

@@ -240,19 +240,14 @@ def _main(argv: list[str]) -> int:
     if args is not None:
         args.tail = tail
         from .hotpath import answer   # run, shell-hook, the re-dial env realize: from a memo
-        try:
-            rc = answer(args)
-        except BrokenPipeError:
-            raise
-        except OSError:
-            rc = None                 # whatever the replay could not read: the slow path says it
+        rc = answer(args)
         if rc is not None:
             return rc
         args = _with_func(args)
     else:
         from .cliparse import build_parser
         args = build_parser(COMMANDS, _command_of(head)).parse_args(head)
-    args.tail = tail
+        args.tail = tail
     if args.debug:
         os.environ[DEBUG_VAR] = "1"   # children (the install worker) print theirs too
     args.owns_process = OWNS_PROCESS   # only then may the store fork its install worker

@@ -11,7 +11,7 @@ import json
 import os
 from pathlib import Path
 
-CONFIG_NAMES = ("fdl.yaml", "fdl.yml", "fdl.json")
+from .hotpath import CONFIG_NAMES   # the names the hot path also looks for
 # A file with any of these top-level keys configures a command, not a project.
 COMMAND_KEYS = ("entry", "compile", "docker", "run", "append")
 

@@ -23,6 +23,8 @@ Writing is best effort: a read-only home simply has no memo.
 from __future__ import annotations
 
 import os
+from collections import namedtuple
+from pathlib import Path
 
 from . import atomic, hotpath
 from .lockpath import split_path
@@ -32,11 +34,8 @@ from .store.env import MANIFEST
 _OTHER_FS_MARGIN_NS = 2_000_000_000
 
 
-class Plan:
-    """What `start` found: the memo's kind, key and path, and the dependencies it signed."""
-
-    def __init__(self, kind: str, key: str, path: str, deps: dict[str, str]):
-        self.kind, self.key, self.path, self.deps = kind, key, path, deps
+# What `start` found: the memo's kind, key and path, and the dependencies it signed (path -> sig).
+Plan = namedtuple("Plan", "kind key path deps")
 
 
 def start(kind: str, args, st) -> Plan | None:
@@ -56,14 +55,9 @@ def start(kind: str, args, st) -> Plan | None:
              os.path.dirname(os.path.abspath(__file__))]
     if args.lock:
         lock = hotpath.absolute(args.lock)
-        for f in (lock, str(split_path(_path(lock), v.name))):
-            paths += [f, str(pointers.root_link(st.home, _path(f), v.name))]
+        for f in (Path(lock), split_path(Path(lock), v.name)):
+            paths += [str(f), str(pointers.root_link(st.home, f, v.name))]
     return Plan(kind, key, hotpath.memo_path(root, kind, key), {p: hotpath.sig(p) for p in paths})
-
-
-def _path(text: str):
-    from pathlib import Path
-    return Path(text)
 
 
 def record(plan: Plan | None, home, act) -> None:
@@ -81,7 +75,7 @@ def _record(plan: Plan, home, act) -> None:
     deps = {p: hotpath.sig(p) for p in plan.deps}
     if deps != plan.deps:
         return                          # the resolver's inputs moved while it ran
-    deps[os.path.join(str(env.path), MANIFEST)] = ""
+    later = [os.path.join(str(env.path), MANIFEST)]   # signed now: the answer names them
     answer = {"variant": env.variant, "key": env.key, "path": str(env.path),
               "libtorch_root": str(env.libtorch_root), "label": act.label,
               "active": pointers.active_label(home) or ""}
@@ -95,29 +89,15 @@ def _record(plan: Plan, home, act) -> None:
         result = activation.environ_for(home, act, template)
         unset = sorted({*activation.activation_diff(home, env)["unset"], *(v for v in template if v not in result)})
         sets = [(k, v) for k, v in result.items() if template.get(k) != v]
-        deps[str(activation.cache_file(home, env))] = ""
+        later.append(str(activation.cache_file(home, env)))
         if act.vendor == "amd":
-            for root in activation.rocm_roots(template):
-                deps.update({os.path.join(str(root), sub): "" for sub in ("lib", "lib64")})
-    for p in deps:
-        deps[p] = deps[p] or hotpath.sig(p)
-    fields = [plan.key, str(len(deps))]
-    for p, s in deps.items():
-        fields += [p, s]
-    fields.append(str(len(answer)))
-    for name, value in answer.items():
-        fields += [name, value]
-    for var in unset:
-        fields += ["u", var, ""]
-    for var, value in sets:
-        fields += ["s", var, value]
-    fields.append(hotpath.END)
-    _write_if_settled(plan.path, "\0".join(fields), deps)
+            later += [os.path.join(str(root), sub) for root in activation.rocm_roots(template) for sub in ("lib", "lib64")]
+    deps.update({p: hotpath.sig(p) for p in later})
+    _write_if_settled(plan.path, hotpath.memo_text(plan.key, deps, answer, unset, sets), deps)
 
 
 def _write_if_settled(path: str, text: str, deps: dict[str, str]) -> None:
     """Write the memo (temp, rename) unless a dependency is as young as the memo itself."""
-    from pathlib import Path
 
     def settled(now: os.stat_result) -> bool:
         for p in deps:

@@ -42,7 +42,7 @@ PATH_LISTS = ("PATH", "LD_LIBRARY_PATH", "LIBRARY_PATH", "CPATH", "PKG_CONFIG_PA
               "CMAKE_PREFIX_PATH", "PYTHONPATH", "MANPATH", "XDG_DATA_DIRS")
 STATE = "_FDLENV_STATE"
 ROCM_VARS = ("ROCM_PATH", "HIP_PATH", "HSA_PATH")   # what the host ROCm lib dir is read from
-CONFIG_NAMES = ("fdl.yaml", "fdl.yml", "fdl.json")   # fdlfile.CONFIG_NAMES, without importing it
+CONFIG_NAMES = ("fdl.yaml", "fdl.yml", "fdl.json")   # a project's config file, as flodl names it (fdlfile)
 NOT_FOUND, NOT_EXECUTABLE = 127, 126
 _KINDS = {"run": "run", "shell-hook": "shell-hook", "env": "realize"}
 
@@ -191,7 +191,8 @@ def absolute(path: str) -> str:
 
 
 def home_root(given: str | None, environ) -> str:
-    """The home `settings.resolve` settles without a project: --home, $FLODL_HOME, ~/.flodl."""
+    """The home: `given` (`--home`, or fdl.yml's `fdlenv: home:` as `settings.resolve` passes
+    it), else `$FLODL_HOME`, else `~/.flodl`; absolute."""
     raw = given or (environ.get("FLODL_HOME") or "").strip()
     if raw:
         return absolute(raw)
@@ -227,6 +228,23 @@ def project_above(cwd: str) -> bool:
         if up == d:
             return False
         d = up
+
+
+def memo_text(key: str, deps: dict[str, str], answer: dict[str, str], unset: list[str],
+              sets: list[tuple[str, str]]) -> str:
+    """A memo as `read_memo` reads it: NUL-separated, the key, the dependencies (path and
+    signature), the answer's fields, the recipe (`u` VAR, `s` VAR value), then END."""
+    fields = [key, str(len(deps))]
+    for p, s in deps.items():
+        fields += [p, s]
+    fields.append(str(len(answer)))
+    for name, value in answer.items():
+        fields += [name, value]
+    for var in unset:
+        fields += ["u", var, ""]
+    for var, value in sets:
+        fields += ["s", var, value]
+    return "\0".join([*fields, END])
 
 
 def read_memo(path: str, key: str) -> dict | None:
@@ -274,7 +292,17 @@ def _locked_shared(path: str):
 
 def answer(args) -> int | None:
     """The command's exit code when its memo answered it (its output printed, or CMD
-    exec'd), else None."""
+    exec'd), else None: also when something the replay reads cannot be read (the slow path
+    then says what)."""
+    try:
+        return _replay(args)
+    except BrokenPipeError:
+        raise
+    except OSError:
+        return None
+
+
+def _replay(args) -> int | None:
     environ = os.environ
     kind = _KINDS.get(args.command if isinstance(args.command, str) else "run")
     if kind is None or environ.get("FDLENV_NO_HOTPATH") == "1":

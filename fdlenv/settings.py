@@ -27,6 +27,7 @@ from pathlib import Path
 from . import mirrors as _mirrors
 from .errors import Fail
 from .home import Home
+from .hotpath import home_root
 from .lockview import LockView
 
 _LOAD = object()   # `project` not given: discover and load fdl.yml from the cwd
@@ -54,11 +55,6 @@ class Settings(namedtuple("Settings", "home mirrors lock_given project frozen", 
         return this_platform()
 
 
-def default_home(environ=None) -> Path:
-    env = os.environ if environ is None else environ
-    return Path(env.get("HOME") or Path.home()) / ".flodl"
-
-
 def resolve(home: str | None = None, mirrors: list[str] | None = None, lock: str | None = None, *,
             project=_LOAD, environ=None, frozen: bool = False) -> Settings:
     """Settle home, mirrors and lock from flags (`--home`, `--mirror`, `--lock`), the environment
@@ -68,7 +64,7 @@ def resolve(home: str | None = None, mirrors: list[str] | None = None, lock: str
         project = load_project_if_any()
     block = project.fdlenv if project is not None else None
     raw = home or (env.get("FLODL_HOME") or "").strip() or (block.home if block else None)
-    root = Path(raw).expanduser() if raw else default_home(env)
+    root = Path(home_root(raw, env))
     if root.exists() and not root.is_dir():
         field = "--home" if home else "$FLODL_HOME" if (env.get("FLODL_HOME") or "").strip() else \
             "fdl.yml's fdlenv.home" if raw else "the default home"

@@ -120,7 +120,7 @@ def cmd_realize(args) -> int:
     after = active_label(st.home)
     if after != before:     # realise activates, as flodl's install does: never silently
         say(f"the active libtorch is now {after} (was {before or 'none'}); `fdlenv env use VARIANT` switches")
-    if after == before and st.view().holder(env.variant, st.platform, near_only=True) is not None:
+    if st.view().holder(env.variant, st.platform, near_only=True) is not None:
         hotmemo.record(plan, st.home, act)   # a re-dial from the near lock: replayed next time
     out = dict(env.to_json(), seconds=round(time.monotonic() - t0, 4), active=after, was_active=before)
     if args.json:

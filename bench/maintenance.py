@@ -7,7 +7,8 @@
 2. `env verify --full` of one env holding B MiB (default 1024) in 16 files
    / one `openssl dgst -sha256` over the same files   (goal <= 0.6: every core hashes)
 
-Medians of --reps runs; the commands run as a user runs them (`python -m fdlenv`).
+Medians of --reps runs; the commands run as a user runs them: a regular install's `fdlenv`
+command (a fresh venv, bench/regular.py).
 
     python bench/maintenance.py [--envs 20] [--files 12000] [--big-mib 1024] [--reps 5]
 """
@@ -25,7 +26,9 @@ from pathlib import Path
 
 # bench/ itself must not be importable: bench/build.py would shadow the `build` package.
 sys.path[0] = str(Path(__file__).resolve().parent.parent / "tests")
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
+from bench.regular import ENV, regular_install  # noqa: E402
 from helpers_conda import Pkg, make_channel, write_env  # noqa: E402
 from helpers_store import base_pkgs, variant_pkg  # noqa: E402
 
@@ -33,9 +36,12 @@ from fdlenv.home import Home  # noqa: E402
 from fdlenv.lock import lock_envs  # noqa: E402
 
 
+EXE = [sys.executable, "-m", "fdlenv"]     # main() puts the regular install's command here
+
+
 def fdlenv(*args: str) -> float:
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "fdlenv", *args, "-q"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([*EXE, *args, "-q"], check=True, stdout=subprocess.DEVNULL, env=ENV)
     return time.perf_counter() - t0
 
 
@@ -103,6 +109,7 @@ def main() -> None:
     ap.add_argument("--only", default="per-env,verify-full")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="fdlenv-bench-maint-") as tmp:
+        EXE[:] = [str(regular_install(Path(tmp)) / "fdlenv")]
         if "per-env" in a.only:
             bench_per_env(Path(tmp), a.envs, a.files, a.reps)
         if "verify-full" in a.only:

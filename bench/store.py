@@ -26,17 +26,15 @@ from pathlib import Path
 
 # bench/ itself must not be importable: bench/build.py would shadow the `build` package.
 sys.path[0] = str(Path(__file__).resolve().parent.parent / "tests")
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
+from bench.regular import ENV, regular_install  # noqa: E402
 from helpers_conda import Pkg, make_channel, write_env  # noqa: E402
 
 from fdlenv.home import Home  # noqa: E402
 from fdlenv.lock import lock_envs  # noqa: E402
 
 PY = sys.executable
-
-
-# Measure as an installed tool runs: with bytecode caching (some sandboxes disable it).
-ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
 def timed(cmd: list[str] | str, env: dict | None = None, **kw) -> float:
@@ -48,16 +46,6 @@ def timed(cmd: list[str] | str, env: dict | None = None, **kw) -> float:
 def realise_cmd(home: Home, lock: Path, exe: list[str] | None = None) -> list[str]:
     return [*(exe or [PY, "-m", "fdlenv"]), "env", "realize", "--libtorch", "cpu", "--lock", str(lock),
             "--home", str(home.root), "--json"]
-
-
-def regular_install(tmp: Path) -> Path:
-    """A venv holding a regular (non-editable) install of this checkout; returns its bin dir.
-    The no-op realise imports none of fdlenv's dependencies, so none are installed."""
-    venv = tmp / "regular-venv"
-    subprocess.run([PY, "-m", "venv", str(venv)], check=True)
-    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--no-deps", str(Path(__file__).resolve().parent.parent)],
-                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
-    return venv / "bin"
 
 
 def lock_for(tmp: Path, home: Home, name: str, deps: list[str]) -> Path:
@@ -86,7 +74,7 @@ def bench_redial(tmp: Path, reps: int) -> str:
     env = {k: v for k, v in ENV.items() if k != "FLODL_TESTING_GPU_JSON"}   # detect: this box's own probe
     for argv in argvs.values():     # realised, its activation captured, the lock's holdings cached
         subprocess.run([PY, "-m", "fdlenv", *argv], check=True, stdout=subprocess.DEVNULL, env=env)
-    venv_bin = regular_install(tmp)
+    venv_bin = regular_install(tmp, deps=False)
     slow = {**env, "FDLENV_NO_HOTPATH": "1"}    # the first call after a change: no memo answers
     modes = {"checkout (python -m fdlenv)": ([PY, "-m", "fdlenv"], PY, env),
              "regular install (bin/fdlenv)": ([str(venv_bin / "fdlenv")], str(venv_bin / "python"), env),

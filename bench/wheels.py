@@ -18,6 +18,7 @@
 4. second:  a second env sharing the wheels (warm package cache: only linking; the env, the fast-path
             cache, roots and libtorch pointers are deleted between reps)
             / `cp -al` of the first env's `lib/python3.12/site-packages`   (goal <= 1.1: no install worker)
+            fdlenv runs here as a regular install's command (a fresh venv, bench/regular.py)
 
 fdlenv verifies every wheel's sha256 against the lock; uv, given bare URLs or files, verifies none,
 so the uv figures are a lower bound for an install with the same guarantees.
@@ -53,6 +54,7 @@ sys.path[0] = str(REPO)
 
 import yaml  # noqa: E402
 
+from bench.regular import ENV, regular_install  # noqa: E402
 from fdlenv import pipindex, simpleapi  # noqa: E402
 
 PY = sys.executable
@@ -63,9 +65,6 @@ SITE = Path("lib") / f"python{PYVER}" / "site-packages"
 UV_TARGET = ["--python-version", PYVER, "--python-platform", "x86_64-manylinux_2_28"]
 GOALS = {"cold": 0.6, "extract": 0.6, "loopback": 0.6, "floor": 1.25, "second": 1.1}
 RSS_GOAL = 1.5     # fdlenv's peak RSS over uv's, in the cold and extract rows
-
-# Measure as an installed tool runs: with bytecode caching (some sandboxes disable it).
-ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
 def find_uv() -> str:
@@ -137,8 +136,8 @@ def resolve(wheels: list[Wheel], index: str) -> None:
         list(ex.map(one, wheels))
 
 
-def realise_cmd(home: Path, lock: Path, mirror: str | None) -> list[str]:
-    cmd = [PY, "-m", "fdlenv", "env", "realize", "--libtorch", VARIANT, "--lock", str(lock),
+def realise_cmd(home: Path, lock: Path, mirror: str | None, exe: list[str] | None = None) -> list[str]:
+    cmd = [*(exe or [PY, "-m", "fdlenv"]), "env", "realize", "--libtorch", VARIANT, "--lock", str(lock),
            "--home", str(home), "--json"]
     return cmd + (["--mirror", f"pypi={mirror}"] if mirror else [])
 
@@ -320,14 +319,17 @@ def bench_loopback(work: Path, lock: Path, wheels: list[Wheel], uv: str, index: 
 
 
 def bench_second(work: Path, lock: Path, mirror: str | None, reps: int) -> dict:
+    """From a regular install's `fdlenv` command (bench/regular.py): a fraction of a second,
+    where an interpreter's own start-up shows."""
+    exe = [str(regular_install(work) / "fdlenv")]
     home = work / "home"
-    timed(realise_cmd(home, lock, mirror))      # setup: fills the package cache (a cold realise)
+    timed(realise_cmd(home, lock, mirror, exe))      # setup: fills the package cache (a cold realise)
     whl = sorted(p.name for p in (home / "pkgs").glob("whl-*"))
     ours, base = [], []
     for i in range(1, reps + 1):
         for d in (home / "envs", home / "cache" / "fast", home / "roots", home / "libtorch"):
             rm(d)
-        ours.append(timed(realise_cmd(home, lock, mirror)))
+        ours.append(timed(realise_cmd(home, lock, mirror, exe)))
         if sorted(p.name for p in (home / "pkgs").glob("whl-*")) != whl:
             sys.exit("wheels.py: second: the package cache changed; the rep was not link-only")
         dest = work / f"cpal{i}"

@@ -1,6 +1,6 @@
 """Nothing a lock's packages hold is written outside the env: symlinks are checked by where they
 resolve, no path is written through one, and activation scripts come only from conda packages
-(store/install_worker.py, store/wheels.link, store/maintain.verify)."""
+(store/install_worker.py, store/linktree.link, store/maintain.verify)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,13 @@
-"""Linking a wheel's cache entry into an env a level at a time, the level's directories side by
-side (store/wheels.py `_link_levels`): the same tree as depth first, nothing written through
-a symlink, and no descriptor left open whatever happens."""
+"""Linking a wheel's cache entry into an env with threads sharing out its directories
+(store/linktree.py `_link_shared`): the same tree as depth first in one thread, nothing
+written through a symlink, and no descriptor left open whatever happens."""
 
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
-
 import pytest
 
-from fdlenv.store import wheels
+from fdlenv.store import linktree
 
 
 def _entry(root, width: int = 12, depth: int = 3):
@@ -34,16 +32,15 @@ def _open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-@pytest.mark.parametrize("budget", [1, 3, 256])
-def test_a_level_wise_link_makes_the_tree_a_depth_first_link_makes(tmp_path, monkeypatch, budget):
+@pytest.mark.parametrize("budget, nthreads", [(0, 2), (1, 3), (3, 2), (256, 4)])
+def test_a_shared_out_link_makes_the_tree_a_depth_first_link_makes(tmp_path, monkeypatch, budget, nthreads):
     entry = _entry(tmp_path)
-    monkeypatch.setattr(wheels, "_LEVEL_BUDGET", budget)
+    monkeypatch.setattr(linktree, "_OPEN_BUDGET", budget)
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    n_seq = wheels.link(entry, tmp_path / "a", "3.11")
+    n_seq = linktree.link(entry, tmp_path / "a", "3.11")
     fds = _open_fds()
-    with ThreadPoolExecutor(2) as pool:
-        n_par = wheels.link(entry, tmp_path / "b", "3.11", pool)
+    n_par = linktree.link(entry, tmp_path / "b", "3.11", nthreads)
     assert n_par == n_seq == 12 * 6
     assert _tree(tmp_path / "a") == _tree(tmp_path / "b")      # the same inodes: hard links of the entry
     assert _open_fds() == fds
@@ -51,16 +48,16 @@ def test_a_level_wise_link_makes_the_tree_a_depth_first_link_makes(tmp_path, mon
 
 def test_a_symlink_an_earlier_wheel_left_is_refused_and_every_descriptor_closed(tmp_path, monkeypatch):
     entry = _entry(tmp_path)
-    monkeypatch.setattr(wheels, "_LEVEL_BUDGET", 4)
+    monkeypatch.setattr(linktree, "_OPEN_BUDGET", 4)
     prefix = tmp_path / "env"
     planted = prefix / "lib" / "python3.11" / "site-packages" / "pkg" / "d7"
     planted.mkdir(parents=True)
     outside = tmp_path / "outside"
     outside.mkdir()
-    # where a later wheel makes a directory, while its siblings on that level hold theirs open
+    # where a later wheel makes a directory, while other directories wait open on the stack
     (planted / "e0").symlink_to(outside)
     fds = _open_fds()
-    with ThreadPoolExecutor(2) as pool, pytest.raises(wheels.LinkRefused, match="d7/e0"):
-        wheels.link(entry, prefix, "3.11", pool)
+    with pytest.raises(linktree.LinkRefused, match="d7/e0"):
+        linktree.link(entry, prefix, "3.11", 2)
     assert list(outside.iterdir()) == []
     assert _open_fds() == fds

@@ -31,7 +31,7 @@ from ..errors import Fail, os_failure
 from ..home import Home
 from ..progress import during, say
 from .archives import Archive, evict_cache_entry, locate, verify
-from . import cudahome, sizes, wheels
+from . import cudahome, linktree, sizes, wheels
 from .env import MANIFEST, libtorch_root
 from ..lockfile import Record
 
@@ -215,16 +215,12 @@ def _install(home: Home, worker: WorkerProcess | None, archives: list[Archive], 
             atomic.write_text(home.cache / "verified" / f"{sha}.paths", json.dumps(layout))
         if wheel_records:
             pyver = _site_python(archives, wheel_records)
-            linked, pool = 0, wheels.linkers()
-            try:
-                for r in wheel_records:   # in the lock's order: a file two wheels ship is the last one's
-                    try:
-                        linked += wheels.link(entries[r.sha256], stage, pyver, pool)
-                    except wheels.LinkRefused as e:
-                        raise Fail.permanent(f"wheel {r.filename} cannot be installed: {e}; refusing it") from None
-            finally:
-                if pool is not None:
-                    pool.shutdown()
+            linked, nthreads = 0, linktree.threads()
+            for r in wheel_records:   # in the lock's order: a file two wheels ship is the last one's
+                try:
+                    linked += linktree.link(entries[r.sha256], stage, pyver, nthreads)
+                except linktree.LinkRefused as e:
+                    raise Fail.permanent(f"wheel {r.filename} cannot be installed: {e}; refusing it") from None
             say(f"linked {linked} files of {len(wheel_records)} wheel(s) into lib/python{pyver}/site-packages")
     finally:
         for p in (marker, err):

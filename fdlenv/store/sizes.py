@@ -82,7 +82,7 @@ def entry_size(home: Home, name: str) -> int:
 
 def measure(home: Home, stage: Path, records: list[Record]) -> dict:
     """The manifest's `size` of a freshly built env (one walk of it, at build time). In an env
-    of wheels only, site-packages holds nothing but hard links into the cache (`wheels.link`
+    of wheels only, site-packages holds nothing but hard links into the cache (`linktree.link`
     links every file, no package writes there): it holds no bytes of its own and is not walked."""
     names = sorted({entry_name(r) for r in records})
     for name in names:

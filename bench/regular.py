@@ -1,0 +1,27 @@
+"""A regular (non-editable) install of this checkout in a fresh venv, as a user has fdlenv:
+the benches time its `fdlenv` command (scripts/fdlenv), not `python -m fdlenv` through the
+checkout's editable finder, which pulls in pathlib and whatever `.pth` files this
+interpreter's own site-packages runs (46 ms before `main` in one sandbox, 5 ms in a venv)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+# Measure as an installed tool runs: with bytecode caching (some sandboxes disable it).
+ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
+def regular_install(where: Path, deps: bool = True) -> Path:
+    """`where/regular-venv` with this checkout installed; returns its bin dir. `deps`: fdlenv's
+    dependencies too, at the versions of constraints.txt (from the index pip is configured with);
+    a bench whose commands import none of them can go without."""
+    venv = where / "regular-venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    how = ["-c", str(REPO / "constraints.txt")] if deps else ["--no-deps"]
+    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", *how, str(REPO)],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
+    return venv / "bin"

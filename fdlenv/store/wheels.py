@@ -231,9 +231,14 @@ def _open_whole(url: str):
 
 
 def _file_chunks(path: Path):
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK):
-            yield chunk
+    """A local file in CHUNK pieces read into one buffer: each piece is a view its consumer is
+    done with before the next read (a fresh object per piece faults its pages in anew, about
+    5 us per 4 KiB page on a VM)."""
+    buf = bytearray(CHUNK)
+    view = memoryview(buf)
+    with open(path, "rb", buffering=0) as f:
+        while n := f.readinto(buf):
+            yield view[:n]
 
 
 def _stream(home: Home, r: Record, chunks, where: str, progress: Bytes, whole: bool = True) -> None:

@@ -1,4 +1,4 @@
-"""`hashing.of_file` reads into one buffer sized to the file: the digest is hashlib's over the
+"""`hashing.of_file` reads a file chunk by chunk: the digest is hashlib's over the
 whole file, whatever the size against the chunk, with progress after each chunk."""
 
 from __future__ import annotations

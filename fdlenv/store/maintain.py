@@ -166,7 +166,7 @@ def _hash_all(hashes: list[tuple[Path, str, str, str, str]]) -> list[Problem]:
         return [p for p in pool.map(one, todo) if p is not None]
 
 
-HASH_CHUNK = 4 << 20    # large reads: the hashing, not the loop, is the per-byte cost
+HASH_CHUNK = 1 << 20    # large reads, but ones malloc hands the same pages again (4 MiB: 4% slower)
 
 
 def _links_outside(env_dir: Path) -> list[Problem]:

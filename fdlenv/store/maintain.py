@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from collections import namedtuple
 from pathlib import Path
 
 from .. import hashing
@@ -23,15 +23,10 @@ from . import pointers, sizes
 from .env import MANIFEST, moved_from, read_manifest
 
 
-@dataclass
-class EnvInfo:
-    variant: str
-    key: str
-    path: Path
-    size: int
-    created: str
-    active: bool
-    rooted: bool
+# Namedtuples and a plain class: dataclasses (and with it inspect and ast) cost every
+# `env list/gc/verify` about 10 ms to import.
+class EnvInfo(namedtuple("EnvInfo", "variant key path size created active rooted")):
+    __slots__ = ()
 
     def to_json(self) -> dict:
         return {"variant": self.variant, "key": self.key, "path": str(self.path), "size": self.size,
@@ -58,27 +53,23 @@ def listing(home: Home) -> list[EnvInfo]:
     return out
 
 
-@dataclass
-class Problem:
-    path: str
-    what: str
-    package: str
+Problem = namedtuple("Problem", "path what package")
 
 
-@dataclass
 class Report:
-    env: Path
-    problems: list[Problem] = field(default_factory=list)
-    moved_from: str | None = None       # where the env was built, when its home moved since
-    # Files whose install wrote the env's path into them (a prefix placeholder): after a move they
-    # still name the old path. Reported, not a failure: libtorch, its loader path and activation
-    # do not depend on them; a fresh realise under the new home rewrites them.
-    stale: list[str] = field(default_factory=list)
+    def __init__(self, env: Path):
+        self.env = env
+        self.problems: list[Problem] = []
+        self.moved_from: str | None = None     # where the env was built, when its home moved since
+        # Files whose install wrote the env's path into them (a prefix placeholder): after a move
+        # they still name the old path. Reported, not a failure: libtorch, its loader path and
+        # activation do not depend on them; a fresh realise under the new home rewrites them.
+        self.stale: list[str] = []
 
     def to_json(self) -> dict:
         return {"path": str(self.env), "ok": not self.problems, "moved_from": self.moved_from,
                 "names_old_path": self.stale,
-                "problems": [p.__dict__ for p in self.problems]}
+                "problems": [p._asdict() for p in self.problems]}
 
 
 def verify(env_dir: Path, full: bool = False) -> Report:

@@ -22,7 +22,6 @@ import shutil
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -245,6 +244,8 @@ def _run_beside(fetcher: threading.Thread, wheel_records: list[Record], archives
     # Hash local archives while the worker extracts them.
 
     def hash_all():
+        from concurrent.futures import ThreadPoolExecutor
+
         with ThreadPoolExecutor(max_workers=2) as pool:
             for a, fut in [(a, pool.submit(verify, home, a)) for a in archives]:
                 try:

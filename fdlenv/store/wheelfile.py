@@ -18,7 +18,6 @@ import os
 import re
 import shutil
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from ..errors import Fail
@@ -27,6 +26,10 @@ from ..home import Home
 from ..lockfile import Record, mismatch
 from . import streamzip
 from .streamzip import escapes
+
+TYPE_CHECKING = False   # concurrent.futures (and logging) only where a wheel is extracted whole
+if TYPE_CHECKING:
+    from concurrent.futures import Future, ThreadPoolExecutor
 
 CHUNK = 1 << 20
 # A download whose size nobody states (PyTorch's HTML pages give none) stops here: the largest

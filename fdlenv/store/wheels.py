@@ -37,7 +37,6 @@ import shutil
 import threading
 import time
 import urllib.parse
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 
 from .. import flocks, hashing, netread, pipindex, simpleapi
@@ -47,6 +46,10 @@ from ..progress import Meter, say
 from . import streamzip, wheelfile
 from .wheelfile import CHUNK, entry_dir
 from ..lockfile import Record
+
+TYPE_CHECKING = False   # concurrent.futures (and logging) only where a wheel is fetched
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
 
 # Wheels fetched side by side, one connection each. Four fill a fast link (the cu128 env from
 # the configured index: 41.5 s with 4, 46.0 s with 16) and hold a third of the memory (peak
@@ -85,6 +88,8 @@ def ensure(home: Home, records: list[Record], mirrors: dict[str, str],
     todo = [r for r in records if not out[r.sha256].is_dir()]
     if not todo:
         return out
+    from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+
     home.ensure(home.pkgs, home.archives)
     sources = where_served(todo, mirrors)
     total = sum(size for _, size in sources.values() if size) if all(s for _, s in sources.values()) else 0
@@ -145,6 +150,8 @@ def where_served(records: list[Record], mirrors: dict[str, str]) -> dict[str, tu
             index = pipindex.parse_entry_url(r.url)[0]
             if index not in bases:
                 bases[index] = pipindex.base_url(index, mirrors)
+    from concurrent.futures import ThreadPoolExecutor
+
     with ThreadPoolExecutor(DOWNLOADS, thread_name_prefix="fdlenv-idx") as pool:
         return {r.sha256: found for r, found in zip(records, pool.map(one, records), strict=True)}
 

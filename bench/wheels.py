@@ -15,6 +15,7 @@
             / uv given the same files' URLs   (goal <= 0.6; peak RSS <= 1.5x uv's)
             and / the floor: every wheel's sha256 plus ISA-L inflate of every member plus writing
             the files, a process per core, largest wheel first   (goal <= 1.25)
+            Reps rotate who goes first (fdlenv, uv, the floor) to spread what a deletion leaves.
 4. second:  a second env sharing the wheels (warm package cache: only linking; the env, the fast-path
             cache, roots and libtorch pointers are deleted between reps)
             / `cp -al` of the first env's `lib/python3.12/site-packages`   (goal <= 1.1: no install worker)
@@ -306,12 +307,23 @@ def bench_loopback(work: Path, lock: Path, wheels: list[Wheel], uv: str, index: 
         rss: tuple[list[float], list[float]] = ([], [])
         for i in range(1, reps + 1):
             home, target, out = work / f"home{i}", work / f"uv{i}", work / f"floor{i}"
-            ours.append(timed(realise_cmd(home, lock, base), rss=rss[0]))
-            rm(home)
-            base_t.append(timed(uv_cmd(uv, target, urls), rss=rss[1]))
-            rm(target)
-            low.append(floor(files, out))
-            rm(out)
+
+            def run_ours(home: Path = home) -> None:
+                ours.append(timed(realise_cmd(home, lock, base), rss=rss[0]))
+                rm(home)
+
+            def run_uv(target: Path = target) -> None:
+                base_t.append(timed(uv_cmd(uv, target, urls), rss=rss[1]))
+                rm(target)
+
+            def run_floor(out: Path = out) -> None:
+                low.append(floor(files, out))
+                rm(out)
+            # Each rep starts with another: what the last one deleted (6 GB, discarded in the
+            # background on some file systems) slows whoever runs next.
+            runs = [run_ours, run_uv, run_floor]
+            for run in runs[(i - 1) % 3:] + runs[:(i - 1) % 3]:
+                run()
         return [summary("loopback", ours, base_t, "uv", rss), summary("floor", ours, low, "floor")]
     finally:
         server.terminate()

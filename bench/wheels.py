@@ -4,7 +4,6 @@
 1. cold:    cold realise, fresh empty home, every wheel downloaded from the index
             / `uv pip install --no-deps --no-cache --target DIR <the 16 absolute wheel URLs>`   (goal <= 0.6;
             peak RSS <= 1.5x uv's)
-            Reps alternate who goes first (fdlenv on odd reps, uv on even) to spread network noise.
 2. extract: the wheels already on local disk (a PEP 503 directory index `<work>/index`,
             downloaded once and checked against the lock's sha256), realised through
             `--mirror pypi=file://...` into a fresh home: hash + extract + link
@@ -15,7 +14,6 @@
             / uv given the same files' URLs   (goal <= 0.6; peak RSS <= 1.5x uv's)
             and / the floor: every wheel's sha256 plus ISA-L inflate of every member plus writing
             the files, a process per core, largest wheel first   (goal <= 1.25)
-            Reps rotate who goes first (fdlenv, uv, the floor) to spread what a deletion leaves.
 4. second:  a second env sharing the wheels (warm package cache: only linking; the env, the fast-path
             cache, roots and libtorch pointers are deleted between reps)
             / `cp -al` of the first env's `lib/python3.12/site-packages`   (goal <= 1.1: no install worker)
@@ -23,6 +21,8 @@
 
 fdlenv verifies every wheel's sha256 against the lock; uv, given bare URLs or files, verifies none,
 so the uv figures are a lower bound for an install with the same guarantees.
+In rows 1-3 each rep starts with another side (`in_turn`): what the one before left (a 6 GB
+deletion discarded in the background, the network's moods) is spread over all of them.
 Every timing runs until the data is on disk (`sync` before, untimed, and after, timed): fdlenv
 fsyncs its manifest before publishing (which, on ext4, waits for the payload too) and uv does not,
 so without it each side's write-back would land in the other's next measurement.
@@ -201,34 +201,44 @@ def fmt(xs: list[float]) -> str:
     return "[" + " ".join(f"{x:.2f}" for x in xs) + "]"
 
 
+def step(times: list[float], run, out: Path):
+    """One side of a rep: `run()` timed into `times`, then its output `out` removed."""
+    def go() -> None:
+        times.append(run())
+        rm(out)
+    return go
+
+
+def in_turn(i: int, steps: list) -> None:
+    """Rep `i` runs `steps` starting with a different one each time, so what the one before
+    left (a 6 GB deletion discarded in the background, the network's moods) is spread."""
+    k = (i - 1) % len(steps)
+    for go in steps[k:] + steps[:k]:
+        go()
+
+
 def bench_cold(work: Path, lock: Path, wheels: list[Wheel], uv: str, mirror: str | None, reps: int) -> dict:
     urls = [w.url for w in wheels]
-    ours, base = [], []
+    ours: list[float] = []
+    base: list[float] = []
     rss: tuple[list[float], list[float]] = ([], [])
     for i in range(1, reps + 1):
         home, target = work / f"home{i}", work / f"uv{i}"
-        def run_ours(home: Path = home) -> None:
-            ours.append(timed(realise_cmd(home, lock, mirror), rss=rss[0]))
-            rm(home)
-        def run_uv(target: Path = target) -> None:
-            base.append(timed(uv_cmd(uv, target, urls), rss=rss[1]))
-            rm(target)
-        for step in ((run_ours, run_uv) if i % 2 else (run_uv, run_ours)):
-            step()
+        in_turn(i, [step(ours, lambda h=home: timed(realise_cmd(h, lock, mirror), rss=rss[0]), home),
+                    step(base, lambda t=target: timed(uv_cmd(uv, t, urls), rss=rss[1]), target)])
     return summary("cold", ours, base, "uv", rss)
 
 
 def bench_extract(work: Path, lock: Path, wheels: list[Wheel], uv: str, index: Path, reps: int) -> dict:
     files = [str(index / pipindex.normalize(w.project) / w.filename) for w in wheels]
     mirror = index.as_uri()
-    ours, base = [], []
+    ours: list[float] = []
+    base: list[float] = []
     rss: tuple[list[float], list[float]] = ([], [])
     for i in range(1, reps + 1):
         home, target = work / f"home{i}", work / f"uv{i}"
-        ours.append(timed(realise_cmd(home, lock, mirror), rss=rss[0]))
-        rm(home)
-        base.append(timed(uv_cmd(uv, target, files), rss=rss[1]))
-        rm(target)
+        in_turn(i, [step(ours, lambda h=home: timed(realise_cmd(h, lock, mirror), rss=rss[0]), home),
+                    step(base, lambda t=target: timed(uv_cmd(uv, t, files), rss=rss[1]), target)])
     return summary("extract", ours, base, "uv", rss)
 
 
@@ -256,27 +266,15 @@ def bench_loopback(work: Path, lock: Path, wheels: list[Wheel], uv: str, index: 
                 time.sleep(0.1)
         urls = [f"{base}/{pipindex.normalize(w.project)}/{w.filename}" for w in wheels]
         files = [str(index / pipindex.normalize(w.project) / w.filename) for w in wheels]
-        ours, base_t, low = [], [], []
+        ours: list[float] = []
+        base_t: list[float] = []
+        low: list[float] = []
         rss: tuple[list[float], list[float]] = ([], [])
         for i in range(1, reps + 1):
             home, target, out = work / f"home{i}", work / f"uv{i}", work / f"floor{i}"
-
-            def run_ours(home: Path = home) -> None:
-                ours.append(timed(realise_cmd(home, lock, base), rss=rss[0]))
-                rm(home)
-
-            def run_uv(target: Path = target) -> None:
-                base_t.append(timed(uv_cmd(uv, target, urls), rss=rss[1]))
-                rm(target)
-
-            def run_floor(out: Path = out) -> None:
-                low.append(floor(files, out))
-                rm(out)
-            # Each rep starts with another: what the last one deleted (6 GB, discarded in the
-            # background on some file systems) slows whoever runs next.
-            runs = [run_ours, run_uv, run_floor]
-            for run in runs[(i - 1) % 3:] + runs[:(i - 1) % 3]:
-                run()
+            in_turn(i, [step(ours, lambda h=home: timed(realise_cmd(h, lock, base), rss=rss[0]), home),
+                        step(base_t, lambda t=target: timed(uv_cmd(uv, t, urls), rss=rss[1]), target),
+                        step(low, lambda o=out: floor(files, o), out)])
         return [summary("loopback", ours, base_t, "uv", rss), summary("floor", ours, low, "floor")]
     finally:
         server.terminate()

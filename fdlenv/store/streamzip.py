@@ -83,10 +83,12 @@ def hold_memory() -> None:
     (glibc's mallopt; a fresh page faults in at about 5 us on a VM: the cu128 env took 485,000
     faults, 92,000 with this). `give_back` still trims every TRIM_EVERY bytes, so the peak RSS
     is unchanged. Elsewhere (musl, macOS) nothing happens."""
-    if not _HELD and (libc := _libc()) is not None:
+    if _HELD:
+        return
+    _HELD.append(True)
+    if (libc := _libc()) is not None:
         libc[1](-3, HOLD_BELOW)    # M_MMAP_THRESHOLD
         libc[1](-1, TRIM_ABOVE)    # M_TRIM_THRESHOLD
-    _HELD.append(True)
 
 
 def give_back() -> None:

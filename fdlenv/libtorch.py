@@ -11,7 +11,13 @@ or None when nothing is settled. In order:
    tree) holds its variant: then that lock decides, so a changed project lock
    moves the box on the next re-dial.
 2. A token: `auto` routes on this box's GPUs (`hw.routing`, its one-line
-   reason becomes a note), else the token names the variant.
+   reason becomes a note), else the token names the variant. Among the
+   variants the box can run (routing's candidates), one already realised in
+   the home wins over routing's first choice when that one is not realised
+   (`auto_route`): a baked image's rocm7.1 is used, not locked past. Realised
+   means fdlenv's pointer for the variant names an env (step 3b's check: a few
+   stat calls, no lock parsed, no index asked), and it is asked only when more
+   than one variant can run. `--frozen` never changes the choice.
 3. The env for the variant, first hit wins:
    a. a near lock holding it: realised from it (the fast path when it exists);
    b. `prefer_realised` (run, shell-hook): the env fdlenv's pointer names for
@@ -29,28 +35,49 @@ from . import variants
 from .errors import Fail
 
 
-def variant_for(token: str, survey=None, notes: list[str] | None = None) -> str:
+def realised_variants(home, names) -> frozenset[str]:
+    """Which of `names` fdlenv's pointers name a realised env for, in `home`."""
+    from .store import pointers
+
+    return frozenset(v for v in names if pointers.pointed_env(home, v) is not None)
+
+
+def auto_route(s, home=None):
+    """`hw.routing.route` of the Survey `s`, with the candidates realised in `home` (a Home, or
+    a callable returning it; None: none looked at), asked only when more than one runs here."""
+    from .hw.routing import route
+
+    r = route(s)
+    if home is None or len(r.candidates) < 2:
+        return r
+    return route(s, realised_variants(home() if callable(home) else home, r.candidates))
+
+
+def variant_for(token: str, survey=None, notes: list[str] | None = None, home=None,
+                routes: list | None = None) -> str:
     """A `--libtorch` token -> canonical variant; `survey`: a callable returning the Survey
-    (default: the real one). `auto` appends its reason to `notes`."""
+    (default: the real one); `home`: where realised variants are looked for (`auto_route`).
+    `auto` appends its one line to `notes` and its Route to `routes`."""
     name = variants.parse_token(token)
     if name != "auto":
         return name
-    from .hw.routing import route
     if survey is None:
         from .hw.survey import survey
-    r = route(survey())
+    r = auto_route(survey(), home)
+    if routes is not None:
+        routes.append(r)
     if r.variant is None:
         raise Fail.permanent(f"--libtorch auto: {r.reason}")
     if notes is not None:
-        notes.append(f"auto: {r.variant}: {r.reason}")
+        notes.append(r.line())
     return r.variant
 
 
 def choose(home, token: str | None, view, mirrors: dict[str, str], *, platform: str,
            frozen: bool = False, prefer_realised: bool = False, project_root=None, survey=None,
-           activate: bool = False, fork: bool = False, notes: list[str]):
+           activate: bool = False, fork: bool = False, notes: list[str], routes: list | None = None):
     """The libtorch to use (a `store.active.Active`), or None when no token is given and
-    nothing is active. See the module's docstring for the order."""
+    nothing is active. See the module's docstring for the order; `auto`'s Route goes to `routes`."""
     from .store import active as _active
 
     if token is None:
@@ -59,7 +86,7 @@ def choose(home, token: str | None, view, mirrors: dict[str, str], *, platform: 
             return act
         variant = act.variant
     else:
-        variant = variant_for(token, survey, notes)
+        variant = variant_for(token, survey, notes, home, routes)
     return _active.of_env(env_for(home, variant, view, mirrors, platform=platform, frozen=frozen,
                                   prefer_realised=prefer_realised, activate=activate, fork=fork,
                                   notes=notes))

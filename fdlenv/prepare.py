@@ -90,7 +90,7 @@ class Prepared:
     A plain class with slots (`prepare` fills it in step by step; no dataclass on the re-dial path)."""
 
     __slots__ = ("variant", "env", "label", "bin", "cwd", "data_path", "args", "run_id", "notes",
-                 "environ", "seconds", "build_key", "built")
+                 "environ", "seconds", "build_key", "built", "auto")
 
     def __init__(self, variant: str | None, env: Env | None, bin: str | None = None,
                  cwd: str | None = None, data_path: str | None = None, args: list[str] | None = None,
@@ -109,6 +109,7 @@ class Prepared:
         self.seconds = {} if seconds is None else seconds
         self.build_key: str | None = None  # the source's build key (None without a source)
         self.built = False                 # the recipe ran in this call
+        self.auto: dict | None = None      # `--libtorch auto`'s choice (hw.routing.Route.as_json)
 
     def to_json(self) -> dict:
         """`fdlenv prepare --json`'s object (its --help lists the keys)."""
@@ -116,7 +117,8 @@ class Prepared:
             "key": self.env.key, "path": str(self.env.path), "libtorch_root": str(self.env.libtorch_root)}
         return {"variant": self.variant, "libtorch": self.label, "env": env, "bin": self.bin, "cwd": self.cwd,
                 "data_path": self.data_path, "args": self.args, "run_id": self.run_id,
-                "notes": list(self.notes), "seconds": {k: round(v, 4) for k, v in self.seconds.items()}}
+                "notes": list(self.notes), "auto": self.auto,
+                "seconds": {k: round(v, 4) for k, v in self.seconds.items()}}
 
 
 # --------------------------------------------------------------------- step 1
@@ -193,11 +195,12 @@ _NONE_SETTLED = ("no libtorch settled (no --libtorch and none active): the binar
 
 
 def environment(home: Home, req: PrepareRequest, survey: Callable[[], Survey],
-                source_root: Path | None, notes: list[str], fork: bool = False):
+                source_root: Path | None, notes: list[str], fork: bool = False, routes: list | None = None):
     """The settled libtorch (a `store.active.Active`; None when there is none) and the complete
     child environment, through the one resolver (`libtorch.choose`): no --libtorch carries the
     box's active libtorch as flodl reads it (flodl's own download or build included) unless a
-    near lock holds its variant; a variant is made flodl's active one."""
+    near lock holds its variant; a variant is made flodl's active one. `auto`'s Route goes to
+    `routes`."""
     from .libtorch import choose
     from .lockview import LockView
     from .platforms import this_platform
@@ -205,7 +208,8 @@ def environment(home: Home, req: PrepareRequest, survey: Callable[[], Survey],
     project_root = Path(req.project_root) if req.project_root else None
     view = LockView(home, req.lock, project_root, source_root)
     act = choose(home, req.libtorch, view, dict(req.mirrors), platform=this_platform(), frozen=req.frozen,
-                 project_root=project_root, survey=survey, activate=True, fork=fork, notes=notes)
+                 project_root=project_root, survey=survey, activate=True, fork=fork, notes=notes,
+                 routes=routes)
     if act is None:
         notes.append(_NONE_SETTLED)
         return None, dict(os.environ)
@@ -281,6 +285,7 @@ def prepare(req: PrepareRequest, home: Home, *, survey: Callable[[], Survey] | N
     `fork`: the caller owns the process (the install worker may fork it)."""
     notes: list[str] = []
     seconds: dict[str, float] = {}
+    routes: list = []   # `auto`'s Route, when the token is auto
     surveyed = functools.cache(survey or _default_survey)   # one survey, only when needed
     start = last = clock()
     step = "gpu"   # the step under way: it names the cause of a failure nothing classified
@@ -310,7 +315,7 @@ def prepare(req: PrepareRequest, home: Home, *, survey: Callable[[], Survey] | N
                        data_path=str(root) if root is not None else None)
         if req.source is None:
             step = "env"
-            act, out.environ = environment(home, req, surveyed, None, notes, fork)
+            act, out.environ = environment(home, req, surveyed, None, notes, fork, routes)
             lap()
         else:
             from .source.fetch import claimed
@@ -322,7 +327,7 @@ def prepare(req: PrepareRequest, home: Home, *, survey: Callable[[], Survey] | N
                 fetched, m, recipe = fetch_source(home, spec, req, notes)
                 lap()
                 step = "env"
-                act, out.environ = environment(home, req, surveyed, fetched.tree, notes, fork)
+                act, out.environ = environment(home, req, surveyed, fetched.tree, notes, fork, routes)
                 lap()
                 step = "build"
                 from .store.active import build_env
@@ -335,6 +340,7 @@ def prepare(req: PrepareRequest, home: Home, *, survey: Callable[[], Survey] | N
                 out.args, out.run_id = list(m.args), m.run
         if act is not None:
             out.env, out.label, out.variant = act.env, act.label, act.variant
+        out.auto = routes[0].as_json() if routes else None
     except Fail as f:
         raise f.with_notes(notes) from f
     except Exception as e:   # OSError by errors.os_failure's rule, anything else by its cause

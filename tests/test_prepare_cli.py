@@ -54,7 +54,8 @@ def test_json_is_prepared_and_a_given_bin_is_made_absolute(world, box, tmp_path)
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
     assert list(out) == ["schema", "variant", "libtorch", "env", "bin", "cwd", "data_path", "args", "run_id", "notes",
-                         "seconds"]
+                         "auto", "seconds"]
+    assert out["auto"] is None                                   # no `--libtorch auto`
     assert out["variant"] == "cpu" and out["bin"] == str(tmp_path / "work" / "train")
     assert set(out["env"]) == {"key", "path", "libtorch_root"} and Path(out["env"]["libtorch_root"], "lib").is_dir()
     assert out["cwd"] is None and out["data_path"] is None and out["args"] is None and out["run_id"] is None

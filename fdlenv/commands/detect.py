@@ -3,6 +3,12 @@
 Exit 0 even when no variant can run (that verdict is data, in `auto`);
 only a malformed FLODL_TESTING_GPU_JSON fails (exit 2). Human text goes to
 stderr, `--json` prints exactly one object on stdout.
+
+`auto` is the choice `join`/`prepare --libtorch auto` make on this box with
+this home: the variants the box can run (`auto.candidates`), and among them
+one already realised in the home (`auto.realised`) wins over routing's first
+choice (`auto.routing`, present only then); the home is read only when more
+than one variant can run (`libtorch.auto_route`), so a GPU-less box reads none.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ if TYPE_CHECKING:
 EPILOG = """examples:
   fdlenv detect
   fdlenv detect --json | jq -r .auto.variant
+  fdlenv detect --home /opt/flodl      # what auto picks with the envs baked into that home
   FLODL_TESTING_GPU_JSON='[{"vendor": "nvidia", "arch": "8.6", "vram_mb": 24576, "name": "RTX 3090"}]' fdlenv detect
   CUDA_VISIBLE_DEVICES=1 fdlenv detect --json
 """
@@ -26,6 +33,8 @@ EPILOG = """examples:
 def add_parser(sub) -> None:
     import argparse
 
+    from ..flags import home_option
+
     p = sub.add_parser(
         "detect", help="list this box's GPUs and the variant `auto` picks",
         description="Survey the GPUs (NVML for NVIDIA, KFD sysfs for AMD), apply the visibility masks "
@@ -33,16 +42,18 @@ def add_parser(sub) -> None:
                     "libtorch variant `auto` chooses, with the reason.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", action="store_true",
-                   help='one object on stdout: {"devices", "findings", "driver", "auto"}')
+                   help='one object on stdout: {"devices", "findings", "driver", "auto": {"variant", '
+                        '"reason", "candidates", "realised", "routing" (when a realised variant won)}}')
+    home_option(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..hw.routing import route
     from ..hw.survey import survey
+    from ..libtorch import auto_route
 
     s = survey()
-    r = route(s)
+    r = auto_route(s, lambda: _home(getattr(args, "home", None)))
     if args.json:
         emit({"devices": [d.as_json() for d in s.devices],
                           "findings": [f.as_json() for f in s.findings],
@@ -51,6 +62,13 @@ def run(args: argparse.Namespace) -> int:
     for line in report(s, r):
         print(line)
     return 0
+
+
+def _home(given: str | None):
+    """The home (`settings.resolve`), settled only when `auto_route` asks for it."""
+    from ..settings import resolve
+
+    return resolve(given).home
 
 
 def report(s, r) -> list[str]:
@@ -66,7 +84,12 @@ def report(s, r) -> list[str]:
     lines += [f"finding [{f.kind}]: {f.message}" for f in s.findings]
     lines.append(f"driver: nvidia {s.nvidia_driver or '-'}, CUDA {s.driver_cuda or '-'}; "
                  f"host ROCm {s.host_rocm or '-'}")
-    lines.append(f"auto: {r.variant or 'none'}: {r.reason}")
+    lines.append(r.line())
+    if r.routed is not None:
+        lines.append(f"  routing: {r.routed.variant}: {r.routed.reason}")
+    if len(r.candidates) > 1:
+        lines.append(f"  runnable here: {', '.join(r.candidates)}; realised in the home: "
+                     f"{', '.join(v for v in r.candidates if v in r.realised) or 'none'}")
     if any(d.vendor == "nvidia" for d in s.devices):
         import os
 
@@ -78,3 +101,4 @@ def report(s, r) -> list[str]:
         if cuda and (note := cmake_toolkit_note(cuda, dict(os.environ))):
             lines.append(f"note: {note}")
     return lines
+

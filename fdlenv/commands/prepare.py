@@ -30,7 +30,8 @@ EPILOG = """examples:
 --json prints one object on stdout:
   {"variant", "libtorch" (flodl's variant id), "env": {"key", "path", "libtorch_root"}, "bin",
    "cwd", "data_path",
-   "args", "run_id", "notes", "seconds"}
+   "args", "run_id", "notes", "auto" (with --libtorch auto: {"variant", "reason", "candidates",
+   "realised", "routing"}, else null), "seconds"}
 exit codes: 0 prepared, 1 transient (retrying may help), 2 permanent.
 """
 

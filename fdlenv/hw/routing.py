@@ -13,6 +13,18 @@ flodl's own routing rules as the floor, in this order:
    (7.1.x -> rocm7.1, else rocm7.0: the host ROCm loads ahead of the bundle
    and the ABI only grows within a major, so 7.0 runs on every 7.x host).
 4. Otherwise cpu, quoting the findings that explain the absence.
+5. What the box has wins: `route(s, realised)` also lists the candidates, the
+   variants this box can run by the rules above, routing's first choice first:
+   the same vendor only (NVIDIA's CUDA variants on an NVIDIA or mixed box,
+   the ROCm bundles on an AMD box), each serving every card the first choice
+   serves, within the driver gate (cu128 needs a CUDA 12.8 driver, cu126 a
+   CUDA 12 one, an unknown driver gates nothing), and a ROCm bundle X.Y only
+   on a host whose ROCm is unknown (the wheels carry their HIP runtime in
+   torch/lib) or 7.Z with Z >= Y. cpu is a candidate only where routing picks
+   it. When the first choice is not in `realised` (the variants realised in
+   the home, gathered by the caller: `libtorch.auto_route`) and another
+   candidate is, that one wins, and the reason says so: `realised; routing
+   would pick rocm7.0: host ROCm unknown`. docs/ROUTING.md has the table.
 """
 
 from __future__ import annotations
@@ -27,13 +39,27 @@ from .model import AMD, NVIDIA, Device, Survey
 CU128_DRIVER = (12, 8)
 
 
-class Route(namedtuple("Route", "variant reason")):
-    """variant: None when no variant can run here until the reason's fix is done."""
+class Route(namedtuple("Route", "variant reason candidates brief routed realised",
+                       defaults=((), "", None, frozenset()))):
+    """variant: None when no variant can run here until the reason's fix is done;
+    candidates: the variants this box can run, routing's first choice first (empty when
+    variant is None); brief: the first choice's reason in a few words; routed: routing's own
+    Route when a realised candidate won over it, else None; realised: the candidates realised."""
 
     __slots__ = ()
 
     def as_json(self) -> dict:
-        return {"variant": self.variant, "reason": self.reason}
+        out = {"variant": self.variant, "reason": self.reason, "candidates": list(self.candidates),
+               "realised": [v for v in self.candidates if v in self.realised]}
+        if self.routed is not None:
+            out["routing"] = {"variant": self.routed.variant, "reason": self.routed.reason}
+        return out
+
+    def line(self) -> str:
+        """The one line `detect`, `prepare` and `join` print."""
+        if self.routed is not None:
+            return f"auto: {self.variant} ({self.reason})"
+        return f"auto: {self.variant or 'none'}: {self.reason}"
 
 
 def _version(text: str | None) -> tuple[int, int] | None:
@@ -80,11 +106,13 @@ def _cuda_usable(d: Device) -> bool:
 def _nvidia(s: Survey, usable: tuple[Device, ...], cards: tuple[Device, ...]) -> Route:
     majors = [_major(d.arch) for d in usable]
     lo, hi = min(majors), max(majors)
+    brief = f"lowest NVIDIA compute capability {lo}.x"
     if lo >= 7:
         want, why = "cu128", f"Lowest NVIDIA compute capability is {lo}.x (>= 7), so cu128."
     elif hi >= 10:
         want, why = "cu126", (f"NVIDIA cards span compute capability {lo}.x to {hi}.x and no prebuilt variant covers "
                               "both; cu126 serves the older ones; for all of them build libtorch from source.")
+        brief = f"NVIDIA cards span compute capability {lo}.x to {hi}.x"
     else:
         want, why = "cu126", f"Lowest NVIDIA compute capability is {lo}.x (< 7), which only cu126 ships."
     driver = _version(s.driver_cuda)
@@ -100,22 +128,26 @@ def _nvidia(s: Survey, usable: tuple[Device, ...], cards: tuple[Device, ...]) ->
             return Route(None, f"{_labels(needy)} {verb} cu128, but the NVIDIA driver supports only CUDA "
                                f"{s.driver_cuda} (< 12.8): update the NVIDIA driver to R570 or newer.")
         want, why = "cu126", why + f" The driver supports CUDA {s.driver_cuda} (< 12.8), so cu126 instead."
+        brief = f"the NVIDIA driver supports CUDA {s.driver_cuda} (< 12.8)"
     missed = [d for d in cards if not variant_covers(want, d)]
-    return Route(want, _sentences(why, f"Not covered by {want}, unusable: {_labels(missed)}." if missed else ""))
+    return Route(want, _sentences(why, f"Not covered by {want}, unusable: {_labels(missed)}." if missed else ""),
+                 brief=brief)
 
 
 def _amd(s: Survey, cards: tuple[Device, ...]) -> Route:
     covered = [d for d in cards if variant_covers("rocm7.0", d)]
     if not covered:
         return Route("cpu", f"No ROCm variant covers {_labels(cards)} (covered targets: "
-                            f"{' '.join(ARCHS['rocm7.0'])}), so cpu.")
+                            f"{' '.join(ARCHS['rocm7.0'])}), so cpu.", brief="no ROCm variant covers the AMD cards")
     want, why = rocm_for_host(s.host_rocm)
     missed = [d for d in cards if d not in covered]
     return Route(want, _sentences(f"A ROCm variant covers {_labels(covered)};", why,
-                                  f"Not covered by {want}, unusable: {_labels(missed)}." if missed else ""))
+                                  f"Not covered by {want}, unusable: {_labels(missed)}." if missed else ""),
+                 brief=f"host ROCm {s.host_rocm}" if s.host_rocm else "host ROCm unknown")
 
 
-def route(s: Survey) -> Route:
+def _routed(s: Survey) -> Route:
+    """Rules 1-4 of the module's docstring: routing's first choice, without candidates."""
     nv, am = s.of(NVIDIA), s.of(AMD)
     usable = tuple(d for d in nv if _cuda_usable(d))
     if usable:
@@ -124,22 +156,65 @@ def route(s: Survey) -> Route:
             other, _ = rocm_for_host(s.host_rocm)
             mixed = (f"Mixed box: one libtorch build serves one vendor and NVIDIA wins; for {_labels(am)} "
                      f"use --libtorch {other}.")
-            r = Route(r.variant, _sentences(r.reason, mixed))
+            r = r._replace(reason=_sentences(r.reason, mixed))
         return r
     nocuda = f"No CUDA variant covers {_labels(nv)}." if nv else ""
     if am:
         r = _amd(s, am)
-        return Route(r.variant, _sentences(nocuda, r.reason))
+        return r._replace(reason=_sentences(nocuda, r.reason))
     if nv:
-        return Route("cpu", _sentences(nocuda, "Nothing else to use, so cpu."))
+        return Route("cpu", _sentences(nocuda, "Nothing else to use, so cpu."), brief="no CUDA variant covers the cards")
     quiet = "FLODL_TESTING_GPU_JSON declares none" if s.spoofed else "no NVIDIA driver, no AMD GPU in the KFD topology"
     why = "; ".join(f.message for f in s.findings) or quiet
-    return Route("cpu", f"No usable GPU ({why}), so cpu.")
+    return Route("cpu", f"No usable GPU ({why}), so cpu.", brief="no usable GPU")
 
 
-def choose(s: Survey) -> str:
+# Each vendor's variants, newest first: the order in which alternatives follow the first choice.
+_FAMILIES = {NVIDIA: ("cu128", "cu126"), AMD: ("rocm7.1", "rocm7.0")}
+_FLOOR = {"cu128": CU128_DRIVER, "cu126": (12, 0)}   # routing's driver gate, per CUDA variant
+
+
+def _runs_here(s: Survey, variant: str) -> bool:
+    """Rule 5's gates: the driver for CUDA, the host ROCm for a ROCm bundle."""
+    if variant in _FLOOR:
+        driver = _version(s.driver_cuda)
+        return driver is None or driver >= _FLOOR[variant]
+    host = _version(s.host_rocm)
+    want = _version(variant.removeprefix("rocm"))
+    return host is None or (want is not None and host[0] == want[0] and host[1] >= want[1])
+
+
+def candidates(s: Survey, first: Route) -> tuple[str, ...]:
+    """Rule 5: the variants this box can run, `first`'s variant first (see the docstring)."""
+    pick = first.variant
+    if pick is None:
+        return ()
+    vendor = next((v for v, family in _FAMILIES.items() if pick in family), None)
+    if vendor is None:
+        return (pick,)
+    served = [d for d in s.of(vendor) if variant_covers(pick, d)]
+    return (pick, *(v for v in _FAMILIES[vendor] if v != pick and _runs_here(s, v)
+                    and all(variant_covers(v, d) for d in served)))
+
+
+def route(s: Survey, realised: frozenset[str] | set[str] = frozenset()) -> Route:
+    """auto's choice on `s`: routing's first choice, unless only another candidate is in
+    `realised` (the variants realised in the home); `.candidates` lists them all."""
+    first = _routed(s)
+    cands = candidates(s, first)
+    first = first._replace(candidates=cands, realised=frozenset(v for v in cands if v in realised))
+    if not cands or cands[0] in realised:
+        return first
+    won = next((v for v in cands[1:] if v in realised), None)
+    if won is None:
+        return first
+    return first._replace(variant=won, reason=f"realised; routing would pick {first.variant}: {first.brief}",
+                          routed=first)
+
+
+def choose(s: Survey, realised: frozenset[str] | set[str] = frozenset()) -> str:
     """The variant `auto` resolves to; Fail.permanent when none can run (prepare's path)."""
-    r = route(s)
+    r = route(s, realised)
     if r.variant is None:
         raise Fail.permanent(f"--libtorch auto: {r.reason}")
     return r.variant

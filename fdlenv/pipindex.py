@@ -65,14 +65,47 @@ def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def base_url(index: str, mirrors: dict[str, str] | None = None) -> str:
-    """The simple-API root URL serving index name `index`."""
-    mirrors = mirrors or {}
+def mapping(index: str, mirrors: dict[str, str] | None) -> str | None:
+    """The `--mirror` pair serving index name `index` (`pytorch/cpu=URL`, or its prefix's
+    `pytorch=URL`), as a user would write it; None when no mirror maps it."""
     parts = index.split("/")
     for n in range(len(parts), 0, -1):
         head = "/".join(parts[:n])
-        if head in mirrors:
-            return "/".join([mirrors[head].rstrip("/"), *parts[n:]])
+        if head in (mirrors or {}):
+            return f"{head}={(mirrors or {})[head]}"
+    return None
+
+
+def served_by(index: str, mirrors: dict[str, str] | None) -> str:
+    """Who serves `index`, for a message: `--mirror pytorch/cpu=URL`, PyTorch's index, or pip's."""
+    pair = mapping(index, mirrors)
+    if pair is not None:
+        return f"--mirror {pair}"
+    return "PyTorch's index" if index.split("/")[0] == "pytorch" else f"the index your pip is configured with ({index})"
+
+
+def ways_out(index: str, mirrors: dict[str, str] | None, variant: str | None = None) -> str:
+    """What a user does when `index` cannot be read from here: appended to the transient error.
+    PyTorch's own index (not a mirror of it) gets the three ways; a mirror gets its mapping named."""
+    pair = mapping(index, mirrors)
+    if pair is not None:
+        return f" (served by --mirror {pair}: is that mirror up and reachable from here?)"
+    if index.split("/")[0] != "pytorch":
+        return ""
+    v = variant or (index.split("/")[1] if "/" in index else "VARIANT")
+    return ("; ways out: a mirror this box reaches, with --mirror pytorch=URL (or `fdlenv: mirrors:` in fdl.yml); "
+            f"or lock where the index is reachable (`fdlenv lock --libtorch {v}`) and ship the lock beside "
+            "fdl.yml; for a fleet, `fdlenv mirror export DIR` where it is reachable, served to the boxes "
+            "(docs/FLEET.md)")
+
+
+def base_url(index: str, mirrors: dict[str, str] | None = None) -> str:
+    """The simple-API root URL serving index name `index`."""
+    parts = index.split("/")
+    pair = mapping(index, mirrors)
+    if pair is not None:
+        head, _, url = pair.partition("=")
+        return "/".join([url.rstrip("/"), *parts[len(head.split("/")):]])
     if index == DEFAULT:
         return configured_pip_index()
     if parts[0] == "pytorch":

@@ -16,8 +16,20 @@ through this module, so every index shape is handled once:
   it is read with HTTP range requests into the wheel's zip directory, as
   pip's lazy wheel does, never by downloading a multi-GB wheel.
 
-Failures: an index that cannot be reached is transient and names the URL it
-tried (a persist box re-dials); a missing project page is permanent.
+Failures, by what can fix them (exit 1 transient: `--persist` re-dials and the
+box heals when the index or its mirror catches up; exit 2 permanent: no sync fixes it):
+- transient, a lag: a project page that is missing (`Missing`), a page with no
+  files at all (a cold pull-through cache answers so while it fetches upstream),
+  a page that lists the project but not the file a lock names, a `.metadata`
+  file its page states that is not there yet;
+- transient, the way there: an index that cannot be reached, times out,
+  refuses, or answers an error (`Unreachable`); the message names the URL it
+  tried, and the caller, which knows the index's name, adds the ways out
+  (`pipindex.ways_out`);
+- permanent, other bytes: what the index serves differs from what it states or
+  the lock holds (a `.metadata` file or a wheel whose sha256 is not the stated
+  one, an index sha256 that is not the lock's), a page that is not a page,
+  a body past its limit: a mirror that syncs serves the same bytes again.
 """
 
 from __future__ import annotations
@@ -36,6 +48,24 @@ JSON_TYPE = "application/vnd.pypi.simple.v1+json"
 # these is a broken or hostile index, refused before it fills memory.
 PAGE_LIMIT = 64 << 20
 META_LIMIT = 16 << 20
+
+
+class Missing(Fail):
+    """A project page the index does not have (yet): transient, a mirror may not have synced it.
+    A resolver walking optional dependencies tells it from other failures by its type."""
+
+
+class Unreachable(Fail):
+    """The index could not be read at all (no route, a refused connection, a timeout, an HTTP
+    error other than 404): transient; the caller names the ways out. `url`: the URL tried."""
+
+    url = ""
+
+    @classmethod
+    def at(cls, url: str, message: str) -> Unreachable:
+        e = cls(message, transient=True)
+        e.url = url
+        return e
 
 
 class IndexFile(NamedTuple):
@@ -158,8 +188,13 @@ def project_files(base: str, project: str) -> list[IndexFile]:
         body, ctype, final = _read_page(page)
     except OSError as e:
         if getattr(e, "code", None) == 404 or isinstance(e, FileNotFoundError):
-            raise Fail.permanent(f"wheel index {base}: no project {project!r} (its page {page} is missing)") from None
-        raise Fail.retry(f"wheel index {base}: cannot read {page}: {getattr(e, 'reason', None) or e}") from None
+            raise Missing.retry(f"wheel index {base}: no project {project!r} (its page {page} is missing; "
+                                "a mirror that has not synced it yet? tried again on the next attempt)") from None
+        raise Unreachable.at(page, f"wheel index {base}: cannot read {page}: {getattr(e, 'reason', None) or e}") from None
+    except Fail as e:
+        if e.transient:     # a page cut or too slow: the way there, as above
+            raise Unreachable.at(page, e.message) from None
+        raise
     files = _from_json(body, final, page) if JSON_TYPE in ctype else _from_html(body, final)
     scheme = urllib.parse.urlparse(final).scheme
     allowed = {"file", "http", "https"} if scheme == "file" else {scheme, "https"} & {"http", "https"}
@@ -170,11 +205,20 @@ def find_file(base: str, project: str, filename: str) -> tuple[str, str | None, 
     """(absolute URL, sha256 the index states or None, size or None) of `filename` on `project`'s
     page; `filename` as the lock records it (unquoted)."""
     wanted = urllib.parse.unquote(filename)
-    for f in project_files(base, project):
+    files = project_files(base, project)
+    for f in files:
         if f.filename == wanted:
             return f.url, f.sha256, f.size
-    raise Fail.permanent(f"wheel index {base}: {project!r} has no file {wanted}; "
-                         "the index does not serve what the lock names (a mirror that lags?)")
+    raise empty_page(base, project) if not files else Fail.retry(
+        f"wheel index {base}: {project!r} lists {len(files)} file(s) but not {wanted}, which the lock names; "
+        "a mirror that has not synced it yet is tried again on the next attempt (if it never comes, the "
+        "index does not serve what the lock names: point --mirror at one that does, or re-lock)")
+
+
+def empty_page(base: str, project: str) -> Fail:
+    """A project page with no files at all: a cold or syncing mirror (transient)."""
+    return Fail.retry(f"wheel index {base}: the page of {project!r} lists no files (a mirror still "
+                      "fetching it from upstream?); tried again on the next attempt")
 
 
 # ---------------------------------------------------------------- core metadata
@@ -204,8 +248,9 @@ def _fetch(url: str) -> bytes:
             return read_all(resp, META_LIMIT, url)
     except OSError as e:
         if getattr(e, "code", None) == 404 or isinstance(e, FileNotFoundError):
-            raise Fail.permanent(f"wheel index: {url} is missing (its page says it exists)") from None
-        raise Fail.retry(f"wheel index: cannot read {url}: {getattr(e, 'reason', None) or e}") from None
+            raise Fail.retry(f"wheel index: {url} is missing though its page says it exists (a mirror "
+                             "syncing it?); tried again on the next attempt") from None
+        raise Unreachable.at(url, f"wheel index: cannot read {url}: {getattr(e, 'reason', None) or e}") from None
 
 
 def _metadata_from_zip(f: IndexFile) -> bytes:

@@ -92,3 +92,70 @@ def parse_token(token: str, *, allow_auto: bool = True) -> str:
 
 def get(name: str) -> Variant:
     return VARIANTS[parse_token(name, allow_auto=False)]
+
+
+# A variant is what it says (checked at lock, `lock.closure`, and at realise, `store.wheels`):
+# what tells a torch build apart, read from its version's local label, its requirements and,
+# when the wheel was read, its member list. PyPI's plain `torch` for Linux x86_64 is the CUDA 12.8
+# build: no label, `nvidia-*-cu12` requirements pinned at 12.8 (the shipped cu128 lock).
+_RUNTIME_PINS = ("nvidia-cuda-runtime-cu12", "nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime", "cuda-toolkit")
+
+
+def _cuda_of(requires: dict[str, str]) -> str | None:
+    """major.minor of the CUDA runtime a torch pins (`==12.8.90`), None when it pins none."""
+    for name in _RUNTIME_PINS:
+        spec = (requires.get(name) or "").strip()
+        if spec.startswith("=="):
+            parts = spec[2:].strip().split(".")
+            if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
+                return f"{parts[0]}.{parts[1]}"
+    return None
+
+
+def build_mismatch(variant: str, version: str, requires: dict[str, str], listing=None) -> str | None:
+    """Why torch `version` (its local label: `2.10.0+cu128`), requiring `requires` (normalised
+    project name -> specifier, as applies on the target) and shipping `listing` (its members, when
+    the wheel was read; None otherwise), is not a `variant` build; None when it is one."""
+    v = VARIANTS.get(variant)
+    if v is None:
+        return None                      # an env file's own variant name: nothing to hold it to
+    label = version.partition("+")[2].lower()
+    cuda_reqs = sorted(n for n in requires if n.startswith("nvidia-") or n == "cuda-toolkit")
+    names = {str(m).rsplit("/", 1)[-1] for m in listing or ()}
+    has_cuda, has_hip = "libtorch_cuda.so" in names, "libtorch_hip.so" in names
+    built = (f"torch {version}" + (f", requiring {', '.join(cuda_reqs[:3])}{', ...' if len(cuda_reqs) > 3 else ''}"
+                                   if cuda_reqs else "") + (", shipping libtorch_cuda.so" if has_cuda else "")
+             + (", shipping libtorch_hip.so" if has_hip else ""))
+    if v.vendor == "cpu":
+        if label.startswith(("cu", "rocm")) or cuda_reqs or has_cuda or has_hip:
+            kind = "ROCm" if label.startswith("rocm") or has_hip else "CUDA"
+            return f"a {kind} build ({built}), not a CPU one"
+        return None
+    if v.vendor == "nvidia":
+        tag = "cu" + (v.cuda or "").replace(".", "")
+        if label:
+            return None if label == tag else f"not the CUDA {v.cuda} build ({built}; its label is not +{tag})"
+        if has_hip:
+            return f"a ROCm build ({built}), not a CUDA one"
+        if not (cuda_reqs or has_cuda):
+            return f"a CPU build ({built}: no CUDA label, no nvidia-* requirements)"
+        pinned = _cuda_of(requires)
+        if pinned is not None and pinned != v.cuda:
+            return f"the CUDA {pinned} build ({built}), not CUDA {v.cuda}"
+        return None
+    tag = f"rocm{v.rocm}"
+    if label == tag and not (cuda_reqs or has_cuda):
+        return None
+    if label.startswith("rocm") and label != tag:
+        return f"the ROCm {label[4:]} build ({built}), not ROCm {v.rocm}"
+    return f"not the ROCm {v.rocm} build ({built}; its label is not +{tag})"
+
+
+def build_refusal(variant: str, why: str, served_by: str, nothing: str) -> Fail:
+    """The one error for a torch that is not its variant's build (exit 2: no retry changes what an
+    index serves); `served_by` names the mapping (`--mirror pytorch/cpu=URL`), `nothing` what
+    was not done."""
+    return Fail.permanent(
+        f"--libtorch {variant}: the torch that {served_by} serves is {why}; a {variant} env holds the "
+        f"{variant} build: point that mapping at an index of {variant} wheels (PyTorch's: "
+        f"https://download.pytorch.org/whl/{variant}); {nothing}")

@@ -26,7 +26,12 @@ locks linux-aarch64 correctly). Order:
    Python extensions (`triton`, `pytorch-triton-rocm`: `cp312-cp312`) are
    walked through but not kept, because a metapackage may carry the runtime
    (torch 2.11 requires `cuda-toolkit[cublas,cudart,...]`, whose extras require
-   the `nvidia-*` wheels). A kept wheel's dependencies are the kept wheels it reaches.
+   the `nvidia-*` wheels). A kept wheel's dependencies are the kept wheels it reaches;
+4. torch must be the variant's build (`variants.build_mismatch`: a `cpu` index that
+   serves a CUDA torch is refused, exit 2, naming the mapping that served it), before
+   anything is written.
+An index that lags is transient (a missing page of a root, an empty page: `simpleapi`); an
+index that cannot be read is transient and names the ways out (`pipindex.ways_out`).
 """
 
 from __future__ import annotations
@@ -136,10 +141,13 @@ class _Index:
         best, best_key, compatible = None, None, False
         try:
             files = self.files(name).result()
-        except Fail as e:
-            if required or e.exit_code != 2:
+        except simpleapi.Missing:
+            if required:
                 raise
-            files = []
+            files = []      # a project this index does not carry: no native code of it here
+        else:
+            if not files:   # an empty page (a cold mirror) would drop a runtime wheel: try again
+                raise simpleapi.empty_page(self.sources.get(name, self.base), name)
         for f in files:
             if f.yanked or not f.filename.endswith(".whl"):
                 continue
@@ -239,8 +247,10 @@ def resolve_versions(requirements, base: str, platform: str, sources: dict | Non
                          + f" that satisfy every requirement of {', '.join(requirements)} together")
 
 
-def resolve(env: EnvFile, platform: str, mirrors: dict[str, str]) -> list[Entry]:
-    """The libtorch closure of `env.requirements` on `platform`, as pip entries."""
+def resolve(env: EnvFile, platform: str, mirrors: dict[str, str], check: bool = True) -> list[Entry]:
+    """The libtorch closure of `env.requirements` on `platform`, as pip entries. `check`: refuse a
+    torch that is not the variant's build (`variants.build_mismatch`); off only in tests that
+    need such a lock to prove the realise refuses it too."""
     from packaging.requirements import Requirement
 
     if not env.requirements:
@@ -249,10 +259,17 @@ def resolve(env: EnvFile, platform: str, mirrors: dict[str, str]) -> list[Entry]
     index_name = env.index_for(platform)
     base = pipindex.base_url(index_name, mirrors)
     sources = {p: pipindex.base_url(i, mirrors) for p, i in env.pip_sources}
-    with during(f"resolving {', '.join(env.requirements)} for {platform} from {base}"
-                + "".join(f" ({p} from {u})" for p, u in sources.items())):
-        found = resolve_versions(env.requirements, base, platform, sources)
+    try:
+        with during(f"resolving {', '.join(env.requirements)} for {platform} from {base}"
+                    + "".join(f" ({p} from {u})" for p, u in sources.items())):
+            found = resolve_versions(env.requirements, base, platform, sources)
+    except simpleapi.Unreachable as e:   # name the way out for the index that could not be read
+        names = {base: index_name, **{pipindex.base_url(i, mirrors): i for _, i in env.pip_sources}}
+        tried = max((u for u in names if e.url.startswith(u)), key=len, default=base)
+        raise Fail.retry(e.message + pipindex.ways_out(names[tried], mirrors, env.variant)) from None
     marker_env = target_environment(platform)
+    if check and "torch" in found:
+        _check_torch(env, platform, found["torch"][1], marker_env, mirrors)
     entries: dict[str, Entry] = {}
     depends: dict[str, dict[str, str]] = {}
     # (project, extras asked of it, nearest kept ancestor): only native wheels are kept, each
@@ -284,3 +301,15 @@ def resolve(env: EnvFile, platform: str, mirrors: dict[str, str]) -> list[Entry]
             todo.append((dep, frozenset(req.extras), holder))
     entries = {n: dataclasses.replace(e, depends=tuple(sorted(depends[n].items()))) for n, e in entries.items()}
     return sorted(entries.values(), key=lambda e: e.key)
+
+
+def _check_torch(env: EnvFile, platform: str, meta: Meta, marker_env: dict, mirrors: dict[str, str]) -> None:
+    """Refuse a torch that is not `env.variant`'s build, naming who served it; nothing is written."""
+    from .. import variants
+
+    requires = {name: str(req.specifier) for name, req in requirements_of(meta, (), marker_env)}
+    why = variants.build_mismatch(env.variant, meta.version, requires)
+    if why:
+        index = env.index_of("torch", platform)
+        raise variants.build_refusal(env.variant, why, pipindex.served_by(index, mirrors),
+                                     f"nothing was locked ({platform})")

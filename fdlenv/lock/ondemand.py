@@ -12,8 +12,11 @@ where every later call on the box finds it (`lockview.LockView`). Order:
 2. the env file must cover this platform (ROCm has no aarch64 build);
 3. under `locks/ondemand-<variant>.lock`, re-check (another process may have
    just written it), resolve, write atomically; nothing is written on failure.
-An index that cannot be reached is transient (exit 1: `--persist` re-dials),
-and the message names the URL it tried.
+An index that cannot be reached, or lags (a missing or empty page), is
+transient (exit 1: `--persist` re-dials and the box heals when it catches up),
+and the message names the URL it tried and, for PyTorch's index, the ways out;
+an index whose torch is not the variant's build is refused (exit 2, naming the
+mirror mapping that served it) and nothing is written.
 
 The file it writes is a plain conda-lock v1 file: copied beside fdl.yml (or
 to the source tree's root) on other boxes, it makes them realise the same env
@@ -57,12 +60,13 @@ def lock_variant(home, variant: str, platform: str, mirrors: dict[str, str], say
     return out
 
 
-def write(home, env, platform: str, mirrors: dict[str, str], out: Path) -> None:
+def write(home, env, platform: str, mirrors: dict[str, str], out: Path, check: bool = True) -> None:
+    """`env` resolved for `platform` into `out`; `check` off only in tests (see `closure.resolve`)."""
     from .closure import resolve
     from .solve import declared_virtual_packages
     from .write import Solved, write_lock
 
-    entries = resolve(env, platform, mirrors)
+    entries = resolve(env, platform, mirrors, check)
     entries += _wheel_entries(env, platform)
     # The lock names its source as `envs/<variant>.yml`, as the shipped lock does: never a path of
     # this machine's install, since the file is meant to be shared.

@@ -12,6 +12,11 @@ A verified local archive is remembered by its stat identity (device, inode,
 size, mtime, ctime) in `cache/verified/<sha256>`, so a warm realise does not
 re-read gigabytes; any write to the file changes its ctime and forces a
 re-hash.
+
+By cause: an archive a mirror lacks (a `--mirror` share without the file, an
+HTTP mirror's 404 or refusal) is transient, since a mirror that syncs fixes it;
+bytes other than the lock's (sha256 or md5) are permanent; a lock's own
+`file://` path that is not there is permanent (only a `--mirror` fixes it).
 """
 
 from __future__ import annotations
@@ -79,6 +84,9 @@ def locate(home: Home, r: Record, mirrors: dict[str, str]) -> Archive:
     if parsed.scheme == "file" or not parsed.scheme:
         path = Path(urllib.parse.unquote(parsed.path))
         if not path.is_file():
+            if url != r.url:   # a mirror's share that lacks it: it may not have synced yet
+                raise Fail.retry(f"archive {r.filename} not found at {path}, where --mirror maps its channel "
+                                 "(a mirror still syncing?); tried again on the next attempt")
             raise Fail.permanent(f"archive {r.filename} not found at {path} "
                                  "(map its channel with --mirror NAME=URL)")
         return Archive(r, path, False)

@@ -172,7 +172,7 @@ def _install(home: Home, worker: WorkerProcess | None, archives: list[Archive], 
 
     def fetch_wheels():
         try:
-            entries.update(wheels.ensure(home, wheel_records, mirrors, stop))
+            entries.update(wheels.ensure(home, wheel_records, mirrors, stop, variant))
         except BaseException as e:  # noqa: BLE001 - re-raised in this thread below
             wheel_failures.append(e)
 

@@ -15,6 +15,11 @@ A locked wheel is content like a conda package. Order, per wheel:
 4. A local wheel is streamed the same way, read once (the whole-file path
    again for what the stream reader cannot handle). Escaping members are
    refused on every path.
+By cause: what a mirror that syncs fixes is transient (an index page or a file
+it lists that is not there yet: `simpleapi`'s rules, and a file:// index's file
+not there yet); other bytes than the lock's are permanent (an index sha256 or
+the streamed bytes' sha256 not the lock's), and so is a torch that is not the
+variant's build (`check_torch`, before anything is fetched and once extracted).
 Steps 3-4 hold `locks/whl-<sha256>.lock`, so two realises that need one wheel
 fetch and extract it once. Downloads run side by side, largest first, so the
 slowest download, not the sum, bounds a cold realise.
@@ -81,12 +86,18 @@ GRACE = 1.5           # seconds the downloads get to stop at their next chunk on
 
 
 def ensure(home: Home, records: list[Record], mirrors: dict[str, str],
-           stop: threading.Event | None = None) -> dict[str, Path]:
+           stop: threading.Event | None = None, variant: str | None = None) -> dict[str, Path]:
     """sha256 -> complete cache entry, for every wheel record (fetching what is missing).
-    `stop`, once set (the caller was interrupted), makes every download give up at its next chunk."""
+    `stop`, once set (the caller was interrupted), makes every download give up at its next chunk.
+    `variant`: its torch must be that variant's build, by its record before anything is fetched
+    and by its files once it is extracted (`check_torch`)."""
     out = {r.sha256: entry_dir(home, r.sha256) for r in records}
+    if variant is not None:
+        check_torch(variant, records, mirrors)
     todo = [r for r in records if not out[r.sha256].is_dir()]
     if not todo:
+        if variant is not None:
+            check_torch(variant, records, mirrors, out)
         return out
     from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
@@ -127,7 +138,32 @@ def ensure(home: Home, records: list[Record], mirrors: dict[str, str],
             for pool in (big, dl, xp):
                 pool.shutdown(wait=False, cancel_futures=True)
     say(f"wheels ready in {time.monotonic() - t0:.1f} s ({progress.done / 1e9:.2f} GB downloaded)")
+    if variant is not None:
+        check_torch(variant, records, mirrors, out)
     return out
+
+
+def check_torch(variant: str, records: list[Record], mirrors: dict[str, str],
+                entries: dict[str, Path] | None = None) -> None:
+    """Refuse a locked torch that is not `variant`'s build (`variants.build_mismatch`): by its
+    version and requirements, and with `entries` (extracted) by its CUDA/HIP libraries too.
+    Nothing is realised: the caller publishes nothing after a failure."""
+    from .. import variants
+
+    for r in records:
+        if r.manager != "pip" or r.name != "torch":
+            continue
+        listing = None
+        if entries is not None:
+            lib = entries[r.sha256] / "site" / "torch" / "lib"
+            listing = [n for n in ("libtorch_cuda.so", "libtorch_hip.so") if (lib / n).exists()]
+        why = variants.build_mismatch(variant, r.version, {pipindex.normalize(k): str(v or "")
+                                                           for k, v in r.dependencies.items()}, listing)
+        if why:
+            served = (pipindex.served_by(pipindex.parse_entry_url(r.url)[0], mirrors) if pipindex.is_entry_url(r.url)
+                      else r.url)
+            raise variants.build_refusal(variant, why, served, "nothing was realised; the lock names this "
+                                         f"torch under {variant}: re-lock it from the right index")
 
 
 def where_served(records: list[Record], mirrors: dict[str, str]) -> dict[str, tuple[str, int | None]]:
@@ -138,7 +174,10 @@ def where_served(records: list[Record], mirrors: dict[str, str]) -> dict[str, tu
         if not pipindex.is_entry_url(r.url):
             return r.url, _local_size(r.url)
         index, project, filename = pipindex.parse_entry_url(r.url)
-        url, stated, size = simpleapi.find_file(bases[index], project, filename)
+        try:
+            url, stated, size = simpleapi.find_file(bases[index], project, filename)
+        except simpleapi.Unreachable as e:
+            raise Fail.retry(e.message + pipindex.ways_out(index, mirrors)) from None
         size = size or _local_size(url)
         if stated and stated.lower() != r.sha256:
             raise Fail.permanent(f"wheel {filename}: the index states sha256 {stated}, the lock {r.sha256}; "
@@ -208,6 +247,9 @@ def _fetch_and_extract_held(home: Home, r: Record, source: str, stated: int | No
     elif parsed.scheme in ("file", ""):
         path = Path(urllib.parse.unquote(parsed.path))
         if not path.is_file():
+            if pipindex.is_entry_url(r.url):   # a file:// index lists it but lacks it: a share still syncing
+                raise Fail.retry(f"wheel {r.filename}: its index lists it at {path}, which is not there "
+                                 "(a mirror still syncing?); tried again on the next attempt")
             raise Fail.permanent(f"wheel {r.filename} not found at {path}")
         try:
             _stream(home, r, _file_chunks(path), str(path), progress)

@@ -106,7 +106,10 @@ def add_parser(sub) -> None:
 
 
 def cmd_realize(args) -> int:
-    from .. import hotmemo
+    import os
+
+    from .. import hotmemo, progress, variants
+    from ..hotpath import restored
     from ..flags import libtorch_of, settings_of
     from ..progress import say
     from ..store.pointers import active_label
@@ -120,6 +123,10 @@ def cmd_realize(args) -> int:
     after = active_label(st.home)
     if after != before:     # realise activates, as flodl's install does: never silently
         say(f"the active libtorch is now {after} (was {before or 'none'}); `fdlenv env use VARIANT` switches")
+    if variants.get(env.variant).cuda:   # a cpu re-dial imports nothing more
+        from ..source.toolkit import note_once
+        if (note := note_once(st.home, env, restored(os.environ))):   # once per env, before the memo
+            progress.note("env realize", note)
     if st.view().holder(env.variant, st.platform, near_only=True) is not None:
         hotmemo.record(plan, st.home, act)   # a re-dial from the near lock: replayed next time
     out = dict(env.to_json(), seconds=round(time.monotonic() - t0, 4), active=after, was_active=before)

@@ -6,7 +6,10 @@ CMD is not found, 126 when it cannot be executed, 130 on Ctrl-C before CMD
 started. `--` is needed only when CMD itself starts with `-`.
 
 Which env: `libtorch.choose` through `flags.libtorch_of`, preferring what is
-realised (no lock needed for a variant that is).
+realised (no lock needed for a variant that is). Then the activation map, a build
+tree per variant (`hotpath.build_tree`: cargo's target dir at the crate's root,
+`target/fdlenv-<variant>`, unless CARGO_TARGET_DIR is set), the host-nvcc note
+once per CUDA env (`source.toolkit.note_once`), the memo, the exec.
 """
 
 from __future__ import annotations
@@ -51,18 +54,23 @@ def cmd_run(args) -> int:
 
 
 def _run(args, argv: list[str]) -> int:
-    from .. import hotmemo
+    import os
+
+    from .. import hotmemo, progress
     from ..flags import libtorch_of, settings_of
-    from ..hotpath import exec_in
+    from ..hotpath import build_tree, exec_in, restored
     from ..progress import say
+    from ..source.toolkit import note_once
     from ..store import leases
     from ..store.activation import environ_for
 
     st = settings_of(args)
     plan = hotmemo.start("run", args, st)
     st, act = libtorch_of(args, say, prefer_realised=True, settings=st)
-    environ = environ_for(st.home, act)
+    environ = build_tree(environ_for(st.home, act), restored(os.environ), act.variant, os.getcwd())
     if act.env is not None:
+        if (note := note_once(st.home, act.env, restored(os.environ))):   # before the memo: said once
+            progress.note("run", note)
         leases.take(act.env.path)   # inherited through exec: env gc leaves the env while CMD runs
     hotmemo.record(plan, st.home, act)
     return exec_in(argv, environ)

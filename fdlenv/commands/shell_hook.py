@@ -7,7 +7,13 @@ activated one, so:
 - the prompt and every other shell-owned variable stay as they are;
 - activating another variant over one first undoes the first (its PATH and
   loader entries and its variables: `activation.restored`);
-- `--deactivate` prints what restores the shell as it was before.
+- `--deactivate` prints what restores the shell as it was before;
+- builds get a tree per variant (`hotpath.build_tree`): CARGO_TARGET_DIR is
+  `<crate root>/target/fdlenv-<variant>` for the crate the hook ran in (none
+  outside a crate, and a CARGO_TARGET_DIR of the user's own is left), and
+  FDLENV_VARIANT names the variant for a CMake build dir.
+A cu126/cu128 env says once, on stderr, when CMake's Torch config would find no
+host nvcc of its CUDA major (`source.toolkit.note_once`).
 `--json` prints pixi's shape, `{"environment_variables": {...}}`, plus what
 fdlenv adds (variant, key, path, label, unset).
 On a home where the variant was never realised, it is realised first (the
@@ -59,7 +65,10 @@ def cmd_shell_hook(args) -> int:
     if args.deactivate:
         target = restored(base)
     else:
+        from .. import progress
         from ..flags import libtorch_of, settings_of
+        from ..hotpath import build_tree
+        from ..source.toolkit import note_once
 
         st = settings_of(args)
         plan = hotmemo.start("shell-hook", args, st)
@@ -68,7 +77,9 @@ def cmd_shell_hook(args) -> int:
             say(f"shell-hook: {act.variant} was not realised on this home, so it was realised now; "
                 f"`fdlenv env realize --libtorch {act.variant}` does this ahead of a shell")
         original = restored(base)
-        target = environ_for(st.home, act, original)
+        target = build_tree(environ_for(st.home, act, original), original, act.variant, os.getcwd())
+        if act.env is not None and (note := note_once(st.home, act.env, original)):   # before the memo
+            progress.note("shell-hook", note)
         target[STATE] = shell_state(original, target)
         about = {"variant": act.variant, "label": act.label, "libtorch": str(act.dir),
                  "key": act.env.key if act.env else None,

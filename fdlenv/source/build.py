@@ -126,6 +126,38 @@ def _variant(env) -> variants.Variant:
     return v if isinstance(v, variants.Variant) else variants.get(v)
 
 
+class _Tail:
+    """The recipe's output streamed to fdlenv's stderr as it comes, its last 64 KiB kept for
+    classing a failure (a thread: the wait stays interruptible by Ctrl-C)."""
+
+    KEEP = 65536
+
+    def __init__(self, pipe):
+        import threading
+
+        self._pipe, self._kept = pipe, bytearray()
+        self._thread = threading.Thread(target=self._pump, daemon=True)
+        self._thread.start()
+
+    def _pump(self) -> None:
+        fd = self._pipe.fileno()
+        while chunk := os.read(fd, 65536):
+            try:
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(2, view):]
+            except OSError:
+                pass   # stderr gone: still keep the tail
+            self._kept += chunk
+            del self._kept[:-self.KEEP]
+
+    def text(self) -> str:
+        """What was kept, once the pipe ended (a daemon the recipe left holding it open: what
+        came within 5 s)."""
+        self._thread.join(5.0)
+        return self._kept.decode(errors="replace")
+
+
 def _run_recipe(recipe: Recipe, project: Path, env, environ: dict, keep_fds: tuple[int, ...] = ()) -> None:
     if recipe.default and not shutil.which("cargo", path=environ.get("PATH")):
         raise Fail.permanent("the default recipe `cargo build --release` needs cargo, which is not on "
@@ -137,9 +169,13 @@ def _run_recipe(recipe: Recipe, project: Path, env, environ: dict, keep_fds: tup
         # group, guarded: the recipe never outlives fdlenv, even a kill -9 of it.
         from ..groupguard import spawn   # subprocess: imported only when a build runs
 
-        proc = spawn(["sh", "-c", recipe.build], cwd=project, env=environ, stdout=2, pass_fds=keep_fds)
+        import subprocess
+
+        proc = spawn(["sh", "-c", recipe.build], cwd=project, env=environ, stdout=subprocess.PIPE,
+                     stderr=subprocess.STDOUT, pass_fds=keep_fds)
     except OSError as e:
         raise Fail.permanent(f"cannot start the build recipe in {project}: {e}") from None
+    tail = _Tail(proc.stdout)
     try:
         rc = proc.wait()
     except BaseException:   # Ctrl-C (the recipe's own session does not see it) and the like
@@ -147,9 +183,13 @@ def _run_recipe(recipe: Recipe, project: Path, env, environ: dict, keep_fds: tup
         raise
     finally:
         proc.guard.release()
+    output = tail.text()   # all of it forwarded before fdlenv says more
     if rc == 0:
         return
-    vendor = _variant(env).vendor
+    variant = _variant(env)
+    if variant.cuda and (gap := toolkit.cmake_cuda_gap(output, variant.cuda, environ)):
+        raise Fail.permanent(f"the build in {project} failed (exit {rc}): {gap}")
+    vendor = variant.vendor
     if vendor in ("nvidia", "amd"):
         root = toolkit.toolkit_root(vendor, environ)
         dirs = [root / "include", Path(env.path) / "include", *Path(env.path).glob("targets/*/include")]

@@ -7,6 +7,14 @@ header counts as present under a toolkit include dir (the host toolkit root,
 or the variant's env), `/usr/include`, `/usr/local/include`, or when the C++
 compiler can preprocess `#include <h>`. Classed at failure time only: fdlenv
 cannot know whether a recipe needed the toolkit.
+
+The host nvcc, in order: `host_nvcc` finds it (`$CUDACXX` alone when set, as CMake
+reads it; else nvcc on PATH; else `/usr/local/cuda/bin/nvcc`), `cmake_toolkit_note`
+says when a CUDA env's CMake/Torch builds will not find one of its CUDA major (no
+CUDA 12 nvcc ships as a wheel), `note_once` shows that note once per env (a marker
+under the home's cache; a read-only home shows it every time), and
+`cmake_cuda_gap` reads a failed build's output for CMake's own words for the same
+gap (Caffe2's and FindCUDA's), which makes the failure permanent.
 """
 
 from __future__ import annotations
@@ -97,10 +105,9 @@ def gap_message(vendor: str, root: Path, missing: dict[str, str]) -> str:
 
 
 def host_nvcc(environ: dict) -> tuple[str, str | None] | None:
-    """The host's nvcc (`$CUDACXX`, else nvcc on PATH, else /usr/local/cuda/bin/nvcc) and the CUDA
-    release it reports ("13.0"), or None when there is none. No CUDA 12 nvcc exists as a wheel, so
-    an env cannot carry one: PyTorch's Torch CMake config (which insists on nvcc for a CUDA
-    libtorch) needs a host toolkit of the env's CUDA major; cargo builds do not."""
+    """The host's nvcc and the CUDA release it reports ("13.0"), or None when there is none:
+    `$CUDACXX` when set (CMake's own choice; an empty dir's path hides every toolkit, as the
+    tests do), else nvcc on PATH, else /usr/local/cuda/bin/nvcc."""
     import re
     import shutil
     import subprocess
@@ -108,12 +115,31 @@ def host_nvcc(environ: dict) -> tuple[str, str | None] | None:
     cand = environ.get("CUDACXX") or shutil.which("nvcc", path=environ.get("PATH")) or "/usr/local/cuda/bin/nvcc"
     if not Path(cand).is_file():
         return None
-    try:
-        out = subprocess.run([cand, "--version"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        return cand, None
-    m = re.search(r"release (\d+\.\d+)", out)
-    return cand, m.group(1) if m else None
+    if cand not in _RELEASES:   # asked once per process (detect's line and its note share it)
+        try:
+            out = subprocess.run([cand, "--version"], capture_output=True, text=True, timeout=30).stdout
+        except (OSError, subprocess.SubprocessError):
+            out = ""
+        m = re.search(r"release (\d+\.\d+)", out)
+        _RELEASES[cand] = m.group(1) if m else None
+    return cand, _RELEASES[cand]
+
+
+_RELEASES: dict[str, str | None] = {}
+
+
+def _has(found: tuple[str, str | None] | None) -> str:
+    return f"found {found[0]} (CUDA {found[1] or 'unknown'})" if found else "none found"
+
+
+def toolkit_advice(cuda: str, found: tuple[str, str | None] | None) -> str:
+    """What a CMake user of a CUDA `cuda` env needs, and what a cargo user gets instead."""
+    major = cuda.split(".")[0]
+    return (f"CMake builds: PyTorch's Torch config needs nvcc for a CUDA libtorch, and PyPI's CUDA {major} "
+            f"wheels ship no nvcc (only ptxas, nvvm and the crt headers), so `find_package(Torch)` in a "
+            f"CUDA {cuda} env needs a host CUDA {major}.x toolkit ({_has(found)}): install the CUDA {major}.x "
+            f"toolkit on the host or in the image and point CUDAToolkit_ROOT (or CUDA_HOME) at it; cargo "
+            f"builds (flodl-sys's `cuda` feature) need no nvcc, only the env's CUDA_HOME (docs/CUDA.md)")
 
 
 def cmake_toolkit_note(cuda: str, environ: dict) -> str | None:
@@ -121,7 +147,64 @@ def cmake_toolkit_note(cuda: str, environ: dict) -> str | None:
     found = host_nvcc(environ)
     if found and found[1] and found[1].split(".")[0] == cuda.split(".")[0]:
         return None
-    have = f"found {found[0]} (CUDA {found[1] or 'unknown'})" if found else "none found"
-    return (f"CMake builds: PyTorch's Torch config needs nvcc for a CUDA libtorch, and no CUDA {cuda} nvcc "
-            f"ships as a wheel, so `find_package(Torch)` for CUDA needs a host CUDA {cuda.split('.')[0]}.x "
-            f"toolkit ({have}); cargo builds (flodl's `cuda` feature) need only the env's CUDA_HOME")
+    return toolkit_advice(cuda, found)
+
+
+def note_once(home, env, environ: dict) -> str | None:
+    """`cmake_toolkit_note` for `env` (key, path, variant) the first time it applies, else None
+    (also for a variant without CUDA). Shown is remembered in `<home>/cache/notes/` (not in the
+    env: its files are verified), keyed by the env's key and path; where that cannot be written
+    the note is given every time."""
+    from .. import variants
+
+    v = env.variant if isinstance(env.variant, variants.Variant) else variants.VARIANTS.get(env.variant)
+    cuda = v.cuda if v is not None else None
+    if not cuda:
+        return None
+    from .. import hashing
+
+    tag = hashing.of_text(str(Path(env.path).absolute()))[:12]
+    marker = Path(home.cache) / "notes" / f"cmake-toolkit-{env.key}-{tag}"
+    if marker.exists():
+        return None
+    note = cmake_toolkit_note(cuda, environ)
+    if note is not None:
+        from .. import atomic
+
+        try:
+            atomic.write_text(marker, note + "\n", durable=False)
+        except OSError:
+            pass   # a read-only home: said again next time
+    return note
+
+
+# CMake's words when a CUDA libtorch's config finds no CUDA toolkit: Caffe2's (TorchConfig ->
+# Caffe2Config -> public/cuda.cmake), FindCUDA's, FindCUDAToolkit's, enable_language(CUDA)'s.
+CMAKE_CUDA_SIGNS = (
+    "Your installed Caffe2 version uses CUDA but I cannot find the CUDA libraries",
+    "Could NOT find CUDA",
+    "CUDA_TOOLKIT_ROOT_DIR not found",
+    "Failed to find nvcc",
+    "CUDA_NVCC_EXECUTABLE-NOTFOUND",
+    "No CMAKE_CUDA_COMPILER could be found",
+)
+
+
+def cmake_cuda_gap(output: str, cuda: str, environ: dict) -> str | None:
+    """The permanent failure's text when a failed build's `output` shows CMake finding no CUDA
+    toolkit for a CUDA `cuda` env (retrying cannot install one), else None."""
+    import re
+
+    hit = next((s for s in CMAKE_CUDA_SIGNS if s in output), None)
+    if hit is None:
+        m = re.search(r"CUDA_NVCC_EXECUTABLE\b[^\n]*NOTFOUND", output)
+        hit = m.group(0) if m else None
+    if hit is None:
+        return None
+    found = host_nvcc(environ)
+    said = f"CMake found no CUDA toolkit (`{hit.strip()[:120]}`)"
+    if found and found[1] and found[1].split(".")[0] == cuda.split(".")[0]:
+        return (f"{said}, though {found[0]} is CUDA {found[1]}: the env's CUDA_HOME holds no nvcc, so "
+                f"point the recipe's CMake at the host toolkit (-DCUDAToolkit_ROOT=..., "
+                f"-DCUDA_TOOLKIT_ROOT_DIR=..., or CUDACXX); " + toolkit_advice(cuda, found))
+    return f"{said}; " + toolkit_advice(cuda, found)

@@ -18,8 +18,11 @@ LIBTORCH_PATH, FDL_GPU_FEATURE, and LD_LIBRARY_PATH = host ROCm lib dir (AMD
 only; libtorch-rocm bundles a ROCm userspace that must not win over the
 host's), then libtorch's lib dir, then (NVIDIA) every `nvidia/<lib>/lib` of
 the env, then what was inherited; for NVIDIA envs CUDA_HOME and CUDA_PATH
-(the env's own `cuda/`, `store.cudahome`); and CMAKE_PREFIX_PATH (libtorch
-first) and Torch_DIR, so `find_package(Torch)` needs nothing passed.
+(the env's own `cuda/`, `store.cudahome`); CMAKE_PREFIX_PATH (libtorch
+first) and Torch_DIR, so `find_package(Torch)` needs nothing passed; and
+FDLENV_VARIANT, the variant's name (`cmake -B build/fdlenv-$FDLENV_VARIANT`).
+Cargo's target dir per variant depends on the cwd, so it is not part of this
+map: `run` and `shell-hook` add it (`hotpath.build_tree`).
 
 Switching and deactivating: a shell activated by `shell-hook` carries
 `_FDLENV_STATE`, each changed variable's value before and after. `restored`
@@ -48,6 +51,7 @@ __all__ = ["PATH_LISTS", "SENTINEL", "STATE", "restored", "shell_state"]   # sha
 SHELL_OWNED = {"SHLVL", "_", "PWD", "OLDPWD", "PS1", "PS2", "PS3", "PS4", "PROMPT_COMMAND",
                "BASH_EXECUTION_STRING", "BASHOPTS", "SHELLOPTS", "IFS", "OPTIND", "COLUMNS", "LINES"}
 _SPLIT = "__fdlenv_snapshot__"
+VARIANT = "FDLENV_VARIANT"   # the variant's name, for a CMake build dir per variant
 
 
 def _environ_of(blob: bytes) -> dict[str, str]:
@@ -203,6 +207,10 @@ def environ_for(home: Home, active, base: Mapping[str, str] | None = None,
     """The child environment for a settled libtorch (`store.active.Active`): an fdlenv env is
     activated whole; a libtorch flodl installed itself gets flodl's variables only."""
     if active.env is not None:
-        return child_environ(home, active.env, base, rocm_root)
-    base = restored(os.environ if base is None else base)
-    return libtorch_environ(base, Path(active.dir), active.vendor, rocm_root)
+        out = child_environ(home, active.env, base, rocm_root)
+    else:
+        base = restored(os.environ if base is None else base)
+        out = libtorch_environ(base, Path(active.dir), active.vendor, rocm_root)
+    if active.variant:   # a build dir per variant for CMake: build/fdlenv-$FDLENV_VARIANT
+        out[VARIANT] = active.variant
+    return out

@@ -45,7 +45,7 @@ def pytest_configure(config):
 # regular installs): every test in them is `slow`, so the fast loop (`-m "not slow"`) runs the
 # unit-level tests only. A test elsewhere marks itself `@pytest.mark.slow`.
 END_TO_END = frozenset({
-    "test_beside_flodl", "test_build_keys", "test_cloud_init_boot", "test_cuda_env",
+    "test_bake_then_auto", "test_beside_flodl", "test_build_keys", "test_cloud_init_boot", "test_cuda_env",
     "test_env_confinement", "test_fuzz_inputs", "test_hardening", "test_harness",
     "test_hostile_mirror", "test_hotpath", "test_join_jump", "test_kill_maintenance", "test_lock_on_demand",
     "test_lock_shipped", "test_mirror_export", "test_no_shell_from_data", "test_output",

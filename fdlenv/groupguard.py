@@ -7,13 +7,15 @@ code, though: without more, the group would keep running, holding GPUs and
 writing into a tree the next run reuses.
 
 `spawn(argv, ...)` starts the command behind a gate and a watcher:
-1. the command's session starts as `sh` blocked on a pipe (the gate);
+1. the command's session starts as a small Python gate blocked on a pipe;
 2. the watcher starts beside it, sets the kernel's parent-death signal on
    itself (Linux; it also looks at its parent every second, which covers the
    instant before that and other systems) and says it is ready;
-3. only then does fdlenv open the gate and `sh` execs the command (same pid,
-   same group). If fdlenv dies before that, the gate reads end-of-file and
-   the command never runs.
+3. only then does fdlenv open the gate and the gate execs the command (same
+   pid, same group). If fdlenv dies before that, the gate reads end-of-file
+   and the command never runs. An exec that fails comes back as its own errno
+   (through a close-on-exec pipe, as subprocess does it): `spawn` raises that
+   OSError, never a shell's 126/127 that would read as the command's exit code.
 When fdlenv dies, the watcher kills the whole group. `Guard.release()`, once
 the group has been waited for, stops the watcher without touching the group.
 """
@@ -21,7 +23,6 @@ the group has been waited for, stops the watcher without touching the group.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -51,8 +52,26 @@ while True:
     time.sleep(1.0)
 """
 
-# Reads one line from the gate pipe; runs the command only on "go" (end-of-file: fdlenv died).
-_GATE = 'IFS= read -r go && [ "$go" = go ] && exec "$@"'
+# Reads "go" from the gate pipe (end-of-file: fdlenv died, the command never runs), then execs
+# the command; a failed exec writes its errno to the report pipe, closed by a successful one.
+# Python's start-up coerces a C locale into LC_CTYPE=C.UTF-8 (PEP 538): the command gets the
+# LC_CTYPE it was given ("-": none), not the gate's.
+_GATE = r"""
+import os, sys
+report, lc = int(sys.argv[1]), sys.argv[2]
+if lc == "-":
+    os.environ.pop("LC_CTYPE", None)
+else:
+    os.environ["LC_CTYPE"] = lc[1:]
+if os.read(0, 3) != b"go\n":
+    os._exit(1)
+os.set_inheritable(report, False)
+try:
+    os.execvp(sys.argv[3], sys.argv[3:])
+except OSError as e:
+    os.write(report, str(e.errno).encode())
+os._exit(127)
+"""
 
 
 class Guard:
@@ -79,19 +98,6 @@ class Guard:
         self._out.close()
 
 
-def _check_runnable(argv: list[str], cwd, env) -> None:
-    """What exec would refuse, as the OSError Popen would raise (the gate's sh hides it)."""
-    prog = argv[0]
-    if "/" in prog:
-        path = prog if os.path.isabs(prog) or cwd is None else os.path.join(cwd, prog)
-        if not os.path.exists(path):
-            raise FileNotFoundError(2, "No such file or directory", prog)
-        if os.path.isdir(path) or not os.access(path, os.X_OK):
-            raise PermissionError(13, "Permission denied", prog)
-    elif shutil.which(prog, path=(env or os.environ).get("PATH")) is None:
-        raise FileNotFoundError(2, "No such file or directory", prog)
-
-
 class Guarded(subprocess.Popen):
     """A child started by `spawn`: `guard` kills its group if fdlenv dies first."""
 
@@ -100,17 +106,33 @@ class Guarded(subprocess.Popen):
 
 def spawn(argv: list[str], *, cwd=None, env=None, **popen) -> Guarded:
     """Start `argv` in a session of its own, guarded; `proc.guard` is its Guard."""
-    _check_runnable(argv, cwd, env)
-    proc = Guarded(["sh", "-c", _GATE, "sh", *argv], cwd=cwd, env=env, stdin=subprocess.PIPE,
-                   start_new_session=True, **popen)
+    given = os.environ if env is None else env
+    lc = "=" + given["LC_CTYPE"] if "LC_CTYPE" in given else "-"
+    report, w = os.pipe()
     try:
-        proc.guard = Guard(proc.pid)
-        gate = proc.stdin
-        assert gate is not None
-        gate.write(b"go\n")
-        gate.close()
+        proc = Guarded([sys.executable, "-I", "-S", "-c", _GATE, str(w), lc, *argv], cwd=cwd, env=env,
+                       stdin=subprocess.PIPE, start_new_session=True,
+                       pass_fds=(*popen.pop("pass_fds", ()), w), **popen)
+    except BaseException:
+        os.close(report)
+        raise
+    finally:
+        os.close(w)
+    try:
+        with os.fdopen(report, "rb") as f:
+            proc.guard = Guard(proc.pid)
+            gate = proc.stdin
+            assert gate is not None
+            gate.write(b"go\n")
+            gate.close()
+            failed = f.read()   # end-of-file: the exec happened
     except BaseException:
         proc.kill()
         proc.wait()
         raise
+    if failed:
+        proc.wait()
+        proc.guard.release()
+        code = int(failed)
+        raise OSError(code, os.strerror(code), argv[0])
     return proc

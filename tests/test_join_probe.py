@@ -58,10 +58,11 @@ def test_a_nonzero_exit_warns_loudly_even_with_a_signature():
     assert notes[-1].startswith("WARNING") and "code 3" in notes[-1]
 
 
-def test_a_binary_that_cannot_run_is_absorbed(tmp_path):
+def test_a_binary_that_cannot_run_carries_its_exec_errno_for_the_attempt_to_stop_on(tmp_path):
     notes = []
     r = P.run_probe(str(tmp_path / "nope"), ["--x"], cwd=None, env={}, say=notes.append)
-    assert r.outcome == P.SPAWN_FAILED and "joining without a signature" in notes[-1]
+    assert r.outcome == P.SPAWN_FAILED and isinstance(r.error, FileNotFoundError)
+    assert not any("joining without a signature" in n for n in notes)
 
 
 def test_timeout_kills_the_whole_group_without_blocking_on_the_pipe(tmp_path):

@@ -33,6 +33,7 @@ from ..output import error_line
 from ..errors import EXIT_PERMANENT, EXIT_TRANSIENT, Fail, classify
 from ..progress import note
 from .probe import ENV_PROBE, Prober
+from .runnable import not_runnable
 from .spec import ENV_AGENT_JSON, AgentSpec
 from ..store import leases
 from .supervise import Interrupted, Stopper, exit_code, spawn_agent, wait_agent
@@ -156,7 +157,10 @@ class Runner:
         lease = leases.take(prepared.env.path) if prepared.env is not None else None
         tunnel = None
         try:
-            sig = self._prober(bin_path, args, cwd=cwd, env=env, on_spawn=self.stopper.watch).sig
+            probed = self._prober(bin_path, args, cwd=cwd, env=env, on_spawn=self.stopper.watch)
+            if probed.error is not None:   # the binary cannot be executed: no tunnel, no re-dial
+                raise not_runnable(bin_path, probed.error, cwd=cwd, path_var=env.get("PATH"))
+            sig = probed.sig
             self.phase = "tunnel"
             if s.ssh is not None:
                 tunnel = self._open_tunnel(s.ssh, s.controller_host, s.controller_port,

@@ -2,8 +2,11 @@
 
 Admission can then refuse a box that builds a different model at the door,
 costing only this box's dial (as flodl's `fdl join` does). It runs before the tunnel,
-because admission starts a window deadline. Every outcome is non-fatal: a
-failed probe joins without a signature, and formation still checks.
+because admission starts a window deadline. Every outcome of a binary that ran is
+non-fatal: a failed probe joins without a signature, and formation still checks.
+A binary that cannot be executed at all is the probe's one fatal fact: its
+OSError (the exec's own errno) rides the result, and the attempt raises it as the
+permanent spawn failure (`runnable.not_runnable`) before a tunnel is opened.
 
 The binary runs with `FLODL_INTERNAL_MODEL_SIG_PROBE=1` (and without the agent
 spec), stdout piped and scanned for `flodl-model-sig: <64 hex>`; the last line
@@ -46,6 +49,7 @@ class ProbeResult:
     code: int | None = None
     tail: tuple[str, ...] = ()       # the last stdout lines, as evidence
     cached: bool = False
+    error: OSError | None = None     # why the exec failed, when outcome == SPAWN_FAILED
 
 
 def is_valid_sig(s: str) -> bool:
@@ -104,10 +108,8 @@ def run_probe(bin_path: str, args: list[str] | tuple[str, ...], *, cwd: str | No
     try:
         proc = subprocess.Popen(argv, cwd=cwd, env=penv, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, start_new_session=True)
-    except OSError as e:
-        say(f"could not run {shlex.join(argv)} for the signature probe: {e}; "
-            "joining without a signature")
-        return ProbeResult(SPAWN_FAILED)
+    except OSError as e:   # the binary cannot be executed: the attempt stops on it (permanent)
+        return ProbeResult(SPAWN_FAILED, error=e)
     if on_spawn:
         on_spawn(proc)
     tail: collections.deque[str] = collections.deque(maxlen=PROBE_TAIL_LINES)
@@ -185,7 +187,7 @@ class Prober:
         key = probe_key(bin_path, args)
         hit = self.cache.get(key)
         if hit is not None:
-            return ProbeResult(hit.outcome, hit.sig, hit.code, hit.tail, cached=True)
+            return ProbeResult(hit.outcome, hit.sig, hit.code, hit.tail, cached=True, error=hit.error)
         self.runs += 1
         res = run_probe(bin_path, args, cwd=cwd, env=env, timeout=self.timeout, say=self.say,
                         on_spawn=on_spawn)

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import Fail
+from .runnable import not_runnable
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -123,8 +123,8 @@ def spawn_agent(argv: list[str], *, cwd: str | None, env: Mapping[str, str],
             proc = start()
             stopper.watch(proc)
         return proc
-    except OSError as e:
-        raise Fail.permanent(f"run {argv[0]}: {e}") from None
+    except OSError as e:   # the exec's own errno (the gate reports it): permanent, named by its cause
+        raise not_runnable(argv[0], e, cwd=cwd, path_var=env.get("PATH")) from None
 
 
 def wait_agent(proc: subprocess.Popen, stopper: Stopper | None = None) -> int:

@@ -30,8 +30,8 @@ def captured(monkeypatch, tmp_path):
     """Run `join` up to the loop; record the settings it would run with."""
     got = {}
 
-    def fake_run_join(settings, prepare):
-        got["settings"], got["prepare"] = settings, prepare
+    def fake_run_join(settings, prepare, settle=None):   # settle: what the first attempt reads
+        got["settings"], got["prepare"] = settle(settings) if settle else settings, prepare
         return 0
     monkeypatch.setattr("fdlenv.join.loop.run_join", fake_run_join)
     monkeypatch.chdir(tmp_path)

@@ -104,7 +104,6 @@ def test_a_bad_token_file_stops_the_real_join_with_exit_2_before_the_agent(box):
 
 
 @pytest.mark.parametrize("content, why", [
-    (None, "cannot read it"),
     (b"", "the file is empty"),
     (b"\n", "the file is empty"),
     (b"two\nlines\n", "control character"),
@@ -134,17 +133,67 @@ def test_one_trailing_newline_is_dropped_and_nothing_else(tmp_path):
         assert read_token_file(str(p), "--token-file") == want
 
 
-def test_cli_join_refuses_an_unreadable_token_file_naming_it(tmp_path, monkeypatch, capsys):
-    called = []
-    monkeypatch.setattr("fdlenv.join.loop.run_join", lambda *a: called.append(a) or 0)
+def test_cli_join_refuses_an_unreadable_token_file_with_exit_2_before_preparing(tmp_path, monkeypatch,
+                                                                                capsys):
+    prepared = []
+    monkeypatch.setattr("fdlenv.commands.join.real_prepare", lambda *a, **k: prepared.append(a))
     monkeypatch.chdir(tmp_path)
-    rc = cli.main(["join", "--bin", "/bin/true", "--token-file", str(tmp_path / "missing")])
+    (tmp_path / "tokdir").mkdir()
+    rc = cli.main(["join", "--bin", "/bin/true", "--persist", "--token-file", str(tmp_path / "tokdir")])
     err = capsys.readouterr().err
-    assert rc == 2 and not called
+    assert rc == 2 and not prepared
     assert [ln for ln in err.splitlines() if ln.startswith("error: ")] == [
-        f"error: --token-file {tmp_path / 'missing'}: cannot read it (No such file or directory); "
+        f"error: --token-file {tmp_path / 'tokdir'}: cannot read it (Is a directory); "
         "accepted: a readable file holding the token on one line of printable characters "
         "(one trailing newline is dropped)"]
+
+
+def test_a_token_file_not_there_yet_is_transient_exit_1_like_a_missing_identity(tmp_path, monkeypatch,
+                                                                                  capsys):
+    prepared = []
+    monkeypatch.setattr("fdlenv.commands.join.real_prepare", lambda *a, **k: prepared.append(a))
+    monkeypatch.chdir(tmp_path)
+    rc = cli.main(["join", "--bin", "/bin/true", "--token-file", str(tmp_path / "missing")])
+    errs = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("error: ")]
+    assert rc == 1 and not prepared and len(errs) == 1
+    assert errs[0].startswith(f"error: --token-file {tmp_path / 'missing'}: not there yet "
+                              "(No such file or directory); a token provisioned after boot is read "
+                              "by the next attempt (--persist re-dials)")
+
+
+def test_under_persist_a_token_file_provisioned_later_heals_the_join(box):
+    """The real CLI under --persist: the first attempt fails (transient) on the missing file;
+    once that failure is seen on stderr the file is written, and the re-dial reads it and
+    hands the agent the token."""
+    tmp_path, env, _ = box
+    token, out = tmp_path / "later" / "token", tmp_path / "agent.json"
+    agent = tmp_path / "agent.py"
+    agent.write_text(AGENT + "print('agent ran', file=sys.stderr, flush=True)\n")
+    proc = subprocess.Popen([sys.executable, "-m", "fdlenv", "join", "127.0.0.1:9", "--bin", sys.executable,
+                             "--no-sig-probe", "--persist", "--token-file", str(token), "--", str(agent),
+                             str(out)], stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path / "work")
+    seen = []
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            seen.append(line)
+            if line.startswith("error: ") and "not there yet" in line:
+                assert not out.exists()
+                token.parent.mkdir()
+                token.write_text(TOKEN + "\n")
+                token.chmod(0o600)
+            if line.startswith("agent ran"):
+                break
+        proc.terminate()          # SIGTERM during the backoff after the agent's clean exit
+        rest = proc.communicate(timeout=30)[1]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = "".join(seen) + rest
+    assert decode(json.loads(out.read_text())["spec"])["salt_hex"] == TOKEN, text
+    assert sum(ln.startswith("error: ") for ln in text.splitlines()) == 1, text   # the missing file, once
+    assert "attempt failed after" in text and "re-dialing in" in text
+    assert proc.returncode == 1 and "Traceback" not in text
 
 
 # ------------------------------------------------------------------ precedence (pure + read_chosen_file)
@@ -182,8 +231,9 @@ def test_resolve_only_names_the_file_and_errors_name_where_it_came_from(tmp_path
     s = resolve(JoinFlags(), project, hostname=lambda: "h", environ={})
     assert (s.token, s.token_file, s.token_file_field) == \
         (None, str(tmp_path / "absent"), "fdlenv.token_file")          # nothing read yet
-    with pytest.raises(Fail, match=r"^fdlenv.token_file .*absent: cannot read it"):
+    with pytest.raises(Fail, match=r"^fdlenv.token_file .*absent: not there yet") as e:
         read_chosen_file(s)
+    assert e.value.transient
     (tmp_path / "c").mkdir()
     (tmp_path / "c" / "fdlenv-token").write_text("")
     s = resolve(JoinFlags(bin="/b"), None, hostname=lambda: "h",

@@ -46,8 +46,8 @@ def captured(monkeypatch, tmp_path):
     """`cli.main` runs join up to the loop; the settings it would dial with are recorded."""
     got = {}
 
-    def fake_run_join(settings, prepare):
-        got["settings"] = settings
+    def fake_run_join(settings, prepare, settle=None):   # settle: what the first attempt reads
+        got["settings"] = settle(settings) if settle else settings
         return 0
     monkeypatch.setattr("fdlenv.join.loop.run_join", fake_run_join)
     monkeypatch.chdir(tmp_path)

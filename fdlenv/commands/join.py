@@ -1,9 +1,9 @@
 """`fdlenv join`: prepare this box, dial the controller, run the agent.
 
 Parse -> load fdl.yml (+ FDL_ENV overlay) -> resolve flags over the `join:`
-block -> check a given binary once -> run the attempt loop. Every authoring
-error exits 2 before anything runs. The flags it shares with `fdlenv prepare`
-(the non-dial subset) live in `fdlenv.flags`.
+block -> check a given binary once -> run the attempt loop (its first attempt
+reads the token file). Every authoring error exits 2 before anything runs. The
+flags it shares with `fdlenv prepare` (the non-dial subset) live in `fdlenv.flags`.
 """
 
 from __future__ import annotations
@@ -77,5 +77,6 @@ def run(args: argparse.Namespace) -> int:
     if settings.controller_defaulted:
         say(f"no controller named: dialing {settings.controller_host}:"
             f"{settings.controller_port} (give CONTROLLER, --ssh, or join.controller)")
-    settings = read_chosen_file(check_given_bin(settings))
-    return run_join(settings, functools.partial(real_prepare, fork=owns_process(args)))
+    # The token file is read by the first attempt (a file not there yet: transient, re-dialed)
+    return run_join(check_given_bin(settings), functools.partial(real_prepare, fork=owns_process(args)),
+                    settle=read_chosen_file)

@@ -140,8 +140,9 @@ class JoinSettings(NamedTuple):
     sig_probe: bool = True
     args: tuple[str, ...] = ()
     project_root: str | None = None
-    # A file still to be read for the token (`config.token.read_chosen_file`, once before the loop) and
+    # A file still to be read for the token (`config.token.read_chosen_file`, by the first attempt) and
     # the field that named it, for its errors; `token` is then the fallback (join.token).
     frozen: bool = False                    # never lock on demand (settings.resolve)
     token_file: str | None = None
     token_file_field: str | None = None
+    devices_field: str = "--devices"        # the field that named `devices`, for prepare's check

@@ -14,9 +14,13 @@ service manager hands over; and the credential beats a token left in fdl.yml, so
 unit can move a box off an inline token without editing the file. The credential is
 used only when that file exists (systemd sets the directory for any credential).
 
-`read_chosen_file` reads the winner once, before the first dial, so a bad file is exit 2
-before anything runs; a re-dial reuses what was read (a rotated token takes a restart,
-as a changed fdl.yml does). The file holds the token on one line; one trailing
+`read_chosen_file` reads the winner once, at the start of the first attempt (join's loop
+calls it before preparing anything), so a bad file is exit 2 before anything runs; a
+re-dial reuses what was read (a rotated token takes a restart, as a changed fdl.yml
+does). A file that is not there yet is transient (exit 1), as a missing `--identity`
+is: a token provisioned after boot (a secret agent, a cloud-init write) arrives by
+itself, and under `--persist` the next attempt reads it. Every other problem (empty,
+unreadable, not one line of text) is permanent: the same bytes fail the same way. The file holds the token on one line; one trailing
 newline (what `echo` and editors leave) is dropped, nothing else is trimmed.
 """
 
@@ -35,12 +39,17 @@ ACCEPTED = ("accepted: a readable file holding the token on one line of printabl
 
 
 def read_token_file(path: str, field: str) -> str:
-    """The token in `path`; any problem is one permanent error naming `field` and the path."""
+    """The token in `path`; any problem is one error naming `field` and the path: transient
+    when the file is not there yet, else permanent."""
     where = f"{field} {path}" if field != CREDENTIAL_FIELD else field
     try:
         with open(path, "rb") as f:
             data = f.read(MAX_BYTES + 1)
             mode = os.fstat(f.fileno()).st_mode
+    except FileNotFoundError as e:
+        raise Fail.retry(f"{where}: not there yet ({e.strerror or e}); a token provisioned after "
+                         "boot is read by the next attempt (--persist re-dials); "
+                         f"{ACCEPTED}") from None
     except OSError as e:
         raise Fail.permanent(f"{where}: cannot read it ({e.strerror or e}); {ACCEPTED}") from None
     if len(data) > MAX_BYTES:

@@ -14,7 +14,8 @@ jitter added so a fleet does not re-dial in lockstep; a permanent failure
 still stops with 2; a stop signal ends the loop with the agent's status. Any
 exception an attempt lets out is a failure too, classified by its cause
 (`errors.classify`, named by the phase: `join (tunnel): ...`), never a traceback.
-Clock, sleep, rng, prepare and the tunnel opener are injectable.
+Clock, sleep, rng, prepare and the tunnel opener are injectable; so is `settle`, what the
+settings still name to be read (the token file), read first by the first attempt that can.
 """
 
 from __future__ import annotations
@@ -109,6 +110,9 @@ class Runner:
     rng: random.Random = field(default_factory=random.Random)
     say: Callable[[str], None] = functools.partial(note, "join")
     stopper: Stopper = field(default_factory=Stopper)
+    # What the settings still name to be read (the token file: config.token.read_chosen_file),
+    # read at the start of the first attempt that can: a file not there yet is a transient failure
+    settle: Callable[[JoinSettings], JoinSettings] | None = None
     attempts: int = 0
     phase: str = "prepare"                             # names the cause of an unclassified failure
 
@@ -123,8 +127,12 @@ class Runner:
     # ------------------------------------------------------------------ attempt
     def attempt(self) -> int:
         """One attempt; returns the agent's raw exit status, raises Fail/Interrupted."""
-        s = self.settings
         self.attempts += 1
+        if self.settle is not None:
+            self.phase = "token"
+            self.settings = self.settle(self.settings)
+            self.settle = None
+        s = self.settings
         self.phase = "prepare"
         try:
             prepared = self.prepare(s)

@@ -11,7 +11,6 @@ once per variant, not on every switch, also from a subdirectory of the crate.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys

@@ -90,15 +90,14 @@ def report(s, r) -> list[str]:
     if len(r.candidates) > 1:
         lines.append(f"  runnable here: {', '.join(r.candidates)}; realised in the home: "
                      f"{', '.join(v for v in r.candidates if v in r.realised) or 'none'}")
-    if any(d.vendor == "nvidia" for d in s.devices):
-        import os
+    import os   # on any box: an image baked here may hold a cu126/cu128 env
 
-        from ..source.toolkit import cmake_toolkit_note, host_nvcc
-        found = host_nvcc(dict(os.environ))
-        lines.append("host CUDA toolkit: " + (f"{found[0]} (CUDA {found[1] or 'unknown'})" if found else "none")
-                     + "; cu126/cu128 envs carry their own CUDA_HOME for cargo builds")
-        cuda = variants.VARIANTS[r.variant].cuda if r.variant in variants.VARIANTS else None
-        if cuda and (note := cmake_toolkit_note(cuda, dict(os.environ))):
-            lines.append(f"note: {note}")
+    from ..source.toolkit import cmake_toolkit_note, host_nvcc
+    found = host_nvcc(dict(os.environ))
+    lines.append("host CUDA toolkit: " + (f"{found[0]} (CUDA {found[1] or 'unknown'})" if found else "none")
+                 + "; cu126/cu128 envs carry their own CUDA_HOME for cargo builds")
+    cuda = variants.VARIANTS[r.variant].cuda if r.variant in variants.VARIANTS else None
+    if (note := cmake_toolkit_note(cuda or "12", dict(os.environ))):
+        lines.append(f"note: {note}")
     return lines
 

@@ -185,26 +185,24 @@ CMAKE_CUDA_SIGNS = (
     "Could NOT find CUDA",
     "CUDA_TOOLKIT_ROOT_DIR not found",
     "Failed to find nvcc",
-    "CUDA_NVCC_EXECUTABLE-NOTFOUND",
     "No CMAKE_CUDA_COMPILER could be found",
 )
 
 
 def cmake_cuda_gap(output: str, cuda: str, environ: dict) -> str | None:
     """The permanent failure's text when a failed build's `output` shows CMake finding no CUDA
-    toolkit for a CUDA `cuda` env (retrying cannot install one), else None."""
-    import re
-
-    hit = next((s for s in CMAKE_CUDA_SIGNS if s in output), None)
-    if hit is None:
-        m = re.search(r"CUDA_NVCC_EXECUTABLE\b[^\n]*NOTFOUND", output)
-        hit = m.group(0) if m else None
+    toolkit for a CUDA `cuda` env (retrying cannot install one), else None. CMake wraps its
+    messages, so whitespace is folded first; `CUDA_NVCC_EXECUTABLE` counts with a NOTFOUND."""
+    flat = " ".join(output.split())
+    hit = next((s for s in CMAKE_CUDA_SIGNS if s in flat), None)
+    if hit is None and "CUDA_NVCC_EXECUTABLE" in flat and "NOTFOUND" in flat:
+        hit = "CUDA_NVCC_EXECUTABLE NOTFOUND"
     if hit is None:
         return None
     found = host_nvcc(environ)
-    said = f"CMake found no CUDA toolkit (`{hit.strip()[:120]}`)"
+    said = f"CMake found no CUDA toolkit (`{hit}`)"
     if found and found[1] and found[1].split(".")[0] == cuda.split(".")[0]:
         return (f"{said}, though {found[0]} is CUDA {found[1]}: the env's CUDA_HOME holds no nvcc, so "
-                f"point the recipe's CMake at the host toolkit (-DCUDAToolkit_ROOT=..., "
-                f"-DCUDA_TOOLKIT_ROOT_DIR=..., or CUDACXX); " + toolkit_advice(cuda, found))
+                "point the recipe's CMake at the host toolkit (-DCUDAToolkit_ROOT=<toolkit>, "
+                "-DCUDA_TOOLKIT_ROOT_DIR=<toolkit>, or CUDACXX=<toolkit>/bin/nvcc; docs/CUDA.md)")
     return f"{said}; " + toolkit_advice(cuda, found)

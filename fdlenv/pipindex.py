@@ -86,16 +86,15 @@ def served_by(index: str, mirrors: dict[str, str] | None) -> str:
 
 def ways_out(index: str, mirrors: dict[str, str] | None, variant: str | None = None) -> str:
     """What a user does when `index` cannot be read from here: appended to the transient error.
-    PyTorch's own index (not a mirror of it) gets the three ways; a mirror gets its mapping named."""
+    The mapping that served it is named; PyTorch's indexes (or a mirror of one) get the three ways."""
     pair = mapping(index, mirrors)
-    if pair is not None:
-        return f" (served by --mirror {pair}: is that mirror up and reachable from here?)"
+    served = f" (served by --mirror {pair})" if pair is not None else ""
     if index.split("/")[0] != "pytorch":
-        return ""
+        return served
     v = variant or (index.split("/")[1] if "/" in index else "VARIANT")
-    return ("; ways out: a mirror this box reaches, with --mirror pytorch=URL (or `fdlenv: mirrors:` in fdl.yml); "
-            f"or lock where the index is reachable (`fdlenv lock --libtorch {v}`) and ship the lock beside "
-            "fdl.yml; for a fleet, `fdlenv mirror export DIR` where it is reachable, served to the boxes "
+    return (f"{served}; ways out: a mirror this box reaches, with --mirror pytorch=URL (or `fdlenv: mirrors:` "
+            f"in fdl.yml); or lock where the index is reachable (`fdlenv lock --libtorch {v}`) and ship the lock "
+            "beside fdl.yml; for a fleet, `fdlenv mirror export DIR` where it is reachable, served to the boxes "
             "(docs/FLEET.md)")
 
 

@@ -223,9 +223,10 @@ def empty_page(base: str, project: str) -> Fail:
 
 # ---------------------------------------------------------------- core metadata
 
-def core_metadata(f: IndexFile) -> bytes:
+def core_metadata(f: IndexFile, listing: list[str] | None = None) -> bytes:
     """The METADATA of wheel `f`: its PEP 658 file when the index has one, else read out of the
-    wheel's zip with range requests (a local file is opened in place)."""
+    wheel's zip with range requests (a local file is opened in place); then the wheel's member
+    names are appended to `listing` when given (what a variant check reads)."""
     if f.metadata is not None:
         url = f.url.partition("#")[0] + ".metadata"
         body = _fetch(url)
@@ -235,7 +236,7 @@ def core_metadata(f: IndexFile) -> bytes:
             if hashlib.sha256(body).hexdigest() != f.metadata:
                 raise Fail.permanent(f"wheel index: {url} does not match the sha256 its page states")
         return body
-    return _metadata_from_zip(f)
+    return _metadata_from_zip(f, listing)
 
 
 def _fetch(url: str) -> bytes:
@@ -253,7 +254,7 @@ def _fetch(url: str) -> bytes:
         raise Unreachable.at(url, f"wheel index: cannot read {url}: {getattr(e, 'reason', None) or e}") from None
 
 
-def _metadata_from_zip(f: IndexFile) -> bytes:
+def _metadata_from_zip(f: IndexFile, listing: list[str] | None = None) -> bytes:
     import zipfile
 
     parsed = urllib.parse.urlparse(f.url)
@@ -264,6 +265,8 @@ def _metadata_from_zip(f: IndexFile) -> bytes:
         else:
             handle = _RangeFile(f.url.partition("#")[0])
         with handle, zipfile.ZipFile(handle) as z:
+            if listing is not None:
+                listing.extend(z.namelist())
             names = [n for n in z.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
             if len(names) != 1:
                 raise Fail.permanent(f"wheel index: {f.filename} has {len(names)} .dist-info/METADATA files")

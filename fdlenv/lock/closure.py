@@ -94,9 +94,9 @@ def is_native(filename: str) -> bool:
 class Meta:
     """What the walk reads of a wheel's core metadata."""
 
-    __slots__ = ("name", "version", "requires_dist", "requires_python")
+    __slots__ = ("name", "version", "requires_dist", "requires_python", "listing")
 
-    def __init__(self, body: bytes, where: str):
+    def __init__(self, body: bytes, where: str, listing: list[str] | None = None):
         from email.parser import BytesParser
         from email.policy import compat32
 
@@ -106,6 +106,7 @@ class Meta:
         self.name, self.version = str(msg["Name"]).strip(), str(msg["Version"]).strip()
         self.requires_dist = [str(r) for r in msg.get_all("Requires-Dist") or []]
         self.requires_python = msg.get("Requires-Python")
+        self.listing = listing or None   # the wheel's members, when it was read (no PEP 658 file)
 
 
 class _Index:
@@ -125,7 +126,10 @@ class _Index:
 
     def meta(self, f: simpleapi.IndexFile) -> Future:
         if f.url not in self.metas:
-            self.metas[f.url] = self.pool.submit(lambda: Meta(simpleapi.core_metadata(f), f.filename))
+            def read(listing: list[str]) -> Meta:
+                return Meta(simpleapi.core_metadata(f, listing), f.filename, listing)
+
+            self.metas[f.url] = self.pool.submit(read, [])
         return self.metas[f.url]
 
     def pick(self, name: str, spec, required: bool = True) -> simpleapi.IndexFile | None:
@@ -308,7 +312,7 @@ def _check_torch(env: EnvFile, platform: str, meta: Meta, marker_env: dict, mirr
     from .. import variants
 
     requires = {name: str(req.specifier) for name, req in requirements_of(meta, (), marker_env)}
-    why = variants.build_mismatch(env.variant, meta.version, requires)
+    why = variants.build_mismatch(env.variant, meta.version, requires, meta.listing)
     if why:
         index = env.index_of("torch", platform)
         raise variants.build_refusal(env.variant, why, pipindex.served_by(index, mirrors),

@@ -174,8 +174,9 @@ def where_served(records: list[Record], mirrors: dict[str, str]) -> dict[str, tu
         if not pipindex.is_entry_url(r.url):
             return r.url, _local_size(r.url)
         index, project, filename = pipindex.parse_entry_url(r.url)
-        try:
-            url, stated, size = simpleapi.find_file(bases[index], project, filename)
+        try:   # a cold cache's empty page is often full a second later: tried again first (netread)
+            url, stated, size = netread.retrying(lambda: simpleapi.find_file(bases[index], project, filename),
+                                                 f"{project}'s page")
         except simpleapi.Unreachable as e:
             raise Fail.retry(e.message + pipindex.ways_out(index, mirrors)) from None
         size = size or _local_size(url)

@@ -34,8 +34,8 @@ from collections.abc import Callable, Mapping
 
 from . import variants
 from .errors import Fail
-from .config.grammar import (check_share, has_strict_host_key_option, local_hostname, parse_controller,
-                      parse_devices, parse_ssh_spec)
+from .config.grammar import (check_distinct, check_share, has_strict_host_key_option, local_hostname,
+                             parse_controller, parse_devices, parse_ssh_spec)
 from .config.model import (DEFAULT_CONTROLLER_HOST, DEFAULT_CONTROLLER_PORT, JoinBlock,
                     JoinFlags, JoinSettings, Project, SourceSpec, SshConfig)
 
@@ -63,6 +63,7 @@ def resolve(flags: JoinFlags, project: Project | None, *,
     ssh = _ssh(flags, block)
     chost, cport, defaulted = _controller(flags, block, ssh) if dial else (None, None, False)
     bin_path, source = _binary_and_source(flags, block, dial)
+    devices_field = "--devices" if flags.devices is not None else "join.devices"
     devices = _devices(flags, block)
     libtorch = _libtorch(flags, block)
     share = _gpu_ram_share(flags, block)
@@ -86,6 +87,7 @@ def resolve(flags: JoinFlags, project: Project | None, *,
         home=str(store.home.root),
         frozen=store.frozen,
         devices=devices,
+        devices_field=devices_field,
         persist=_persist(flags, block, dial),
         data_path=_pick(flags.data_path, block.data_path),
         data_source=_pick(flags.data_source, block.data_source),
@@ -204,8 +206,11 @@ def _binary_and_source(flags: JoinFlags, block: JoinBlock,
 
 
 def _devices(flags: JoinFlags, block: JoinBlock) -> tuple[int, ...] | None:
-    """Step 5: `--devices` (where `all` means None) over `join.devices`."""
-    return parse_devices(flags.devices) if flags.devices is not None else block.devices
+    """Step 5: `--devices` (where `all` means None) over `join.devices`, each id once. Whether
+    each names a GPU found is prepare's, beside its GPU gate (`prepare.check_devices`)."""
+    if flags.devices is not None:
+        return check_distinct(parse_devices(flags.devices), "--devices")
+    return check_distinct(block.devices, "join.devices")
 
 
 def _libtorch(flags: JoinFlags, block: JoinBlock) -> str | None:

@@ -6,7 +6,8 @@ re-dial); `fdlenv prepare` runs it alone, to bake an image. Order is
 flodl's own, cheap first, megabytes before gigabytes:
 
 1. GPU gate: at least one usable device (skipped unless asked: a baking host
-   usually has none);
+   usually has none), then each offered device id (`--devices`, `join.devices`)
+   names one of them (`check_devices`; a box with no GPU fails the gate first);
 2. dataset source root, 3. node-local dirs (`fdlenv.datasets`);
 4. source: parse the spec (a typo fails before anything moves), claim the
    tree, fetch + digest, read the run manifest (and check its published
@@ -68,6 +69,7 @@ class PrepareRequest(NamedTuple):
     bin: str | None = None                 # a given binary (absolute), run as is
     source: SourceSpec | None = None
     devices: tuple[int, ...] | None = None  # offered ids; None = all
+    devices_field: str = "--devices"       # where they were named, for check_devices' error
     data_path: str | None = None
     data_source: str | None = None
     ssh: SshConfig | None = None           # identity and options for rsync:// and sshfs://
@@ -80,7 +82,7 @@ class PrepareRequest(NamedTuple):
 def request_from_settings(settings: JoinSettings, *, gpu_gate: bool = True) -> PrepareRequest:
     return PrepareRequest(
         libtorch=settings.libtorch, lock=settings.lock, mirrors=dict(settings.mirrors),
-        bin=settings.bin, source=settings.source, devices=settings.devices,
+        bin=settings.bin, source=settings.source, devices=settings.devices, devices_field=settings.devices_field,
         data_path=settings.data_path, data_source=settings.data_source, ssh=settings.ssh,
         project_root=settings.project_root, gpu_gate=gpu_gate, frozen=settings.frozen)
 
@@ -133,6 +135,37 @@ def gpu_gate(s: Survey) -> None:
     raise Fail.permanent(f"{head}. This box has no rank to offer; `fdlenv detect` has the full "
                          "picture, and a driver still coming up belongs before `fdlenv join` "
                          "(order the unit after it)")
+
+
+def _offered_vendor(libtorch: str | None, s: Survey) -> str | None:
+    """The vendor whose ordinals the offered ids count: the named variant's, auto's (routing's
+    vendor; a realised candidate never changes it), else None (carried, or cpu: any vendor)."""
+    if libtorch == "auto":
+        from .hw.routing import route
+        libtorch = route(s).variant
+    vendor = variants.VARIANTS[libtorch].vendor if libtorch in variants.VARIANTS else None
+    return vendor if vendor != "cpu" and s.of(vendor) else None
+
+
+def check_devices(req: PrepareRequest, s: Survey) -> None:
+    """Each offered id names a GPU found: of the vendor the libtorch uses (a device's index is
+    its per-vendor ordinal), or of any vendor when that is not known yet. Ids are distinct
+    already (`config.grammar.check_distinct`)."""
+    if not req.devices:
+        return
+    vendor = _offered_vendor(req.libtorch, s)
+    pool = s.of(vendor) if vendor else s.devices
+    ids = sorted({d.index for d in pool})
+    if all(i in ids for i in req.devices):
+        return
+    from .config.grammar import devices_shown
+
+    n = len(pool)
+    kind = f"{vendor} GPU" if vendor and len(pool) < len(s.devices) else "GPU"
+    found = ", ".join(f"{d.vendor} {d.index}: {d.name}" for d in pool)
+    accepted = f"0..{ids[-1]}" if ids == list(range(len(ids))) else ", ".join(map(str, ids))
+    raise Fail.permanent(f"{devices_shown(req.devices_field, req.devices)}: this box has {n} {kind}"
+                         f"{'' if n == 1 else 's'} ({found}); accepted: all, or distinct indices {accepted}")
 
 
 # --------------------------------------------------------------------- step 4
@@ -299,6 +332,7 @@ def prepare(req: PrepareRequest, home: Home, *, survey: Callable[[], Survey] | N
     try:
         if req.gpu_gate:
             gpu_gate(surveyed())
+            check_devices(req, surveyed())
             lap()
         step = "data"
         root = None

@@ -331,4 +331,4 @@ def test_prepared_json_is_exactly_the_documented_shape(tmp_path):
     p.label = "precompiled/cpu"
     assert p.to_json() == {"variant": "cpu", "libtorch": "precompiled/cpu", "env": {"key": "k", "path": "/e", "libtorch_root": "/e/libtorch"},
                            "bin": "/b", "cwd": None, "data_path": None, "args": None, "run_id": None,
-                           "notes": ["n"], "seconds": {"env": 0.1235}}
+                           "notes": ["n"], "auto": None, "seconds": {"env": 0.1235}}

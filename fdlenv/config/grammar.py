@@ -127,6 +127,21 @@ def parse_devices(s: str) -> tuple[int, ...] | None:
     return tuple(out)
 
 
+def devices_shown(field: str, ids: tuple[int, ...]) -> str:
+    """How `field` wrote `ids`, for a message: `--devices 0,7`, `join.devices [0, 7]`."""
+    return f"{field} {','.join(map(str, ids))}" if field.startswith("--") else f"{field} {list(ids)}"
+
+
+def check_distinct(ids: tuple[int, ...] | None, field: str) -> tuple[int, ...] | None:
+    """Device ids named once each (wrong on every box, so refused before any survey)."""
+    twice = sorted({i for i in ids or () if ids.count(i) > 1})
+    if twice:
+        which = ", ".join(map(str, twice))
+        raise Fail.permanent(f"{devices_shown(field, ids)}: device {which} named twice; accepted: all, or "
+                             "distinct indices (e.g. 0,1)")
+    return ids
+
+
 def has_strict_host_key_option(options: tuple[str, ...] | list[str]) -> bool:
     return any(o.lstrip().lower().startswith("stricthostkeychecking") for o in options)
 

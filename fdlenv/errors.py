@@ -10,7 +10,11 @@ becomes a `Fail` through `os_failure`, one rule everywhere: a full disk or
 quota (ENOSPC, EDQUOT) is transient and names the place and its free space;
 what no retry fixes (permission, read-only filesystem, a path that is not
 what it should be) is permanent; anything else (I/O errors, too many open
-files, a vanished file) is transient.
+files, a vanished file) is transient. A permission or read-only failure on a
+path inside the home names its way out: the home, where it came from (`--home`,
+`$FLODL_HOME`, fdl.yml's `fdlenv: home:`, the default), its owner, and how to
+choose another; `settings.resolve` records the home it settled (`record_home`)
+before any command touches it.
 
 Any other exception that escapes a command, or a step of join or prepare,
 becomes a `Fail` through `classify`, by its cause: text that is not UTF-8 or
@@ -79,6 +83,47 @@ def _free_mib(path: str) -> str:
         return "free space unknown"
 
 
+_DENIED = (errno.EACCES, errno.EPERM, errno.EROFS)
+_HOME: tuple[str, str] | None = None   # (the home's absolute path, where it came from)
+
+
+def record_home(path: str, origin: str) -> None:
+    """The home this process settled and where it came from (`settings.resolve` calls it)."""
+    global _HOME
+    _HOME = (os.path.abspath(path), origin)
+
+
+def _user(uid: int) -> str:
+    import pwd
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+def home_way_out(e: OSError) -> str | None:
+    """For a permission or read-only failure on a path inside the recorded home: which home,
+    from where, whose, and how to choose another. None for any other path."""
+    if _HOME is None or not e.filename or e.errno not in _DENIED:
+        return None
+    root, origin = _HOME
+    path = os.path.abspath(os.fsdecode(e.filename))
+    if path != root and not path.startswith(root.rstrip(os.sep) + os.sep):
+        return None
+    probe = root
+    while probe and not os.path.exists(probe) and os.path.dirname(probe) != probe:
+        probe = os.path.dirname(probe)
+    try:
+        owner = _user(os.stat(probe).st_uid)
+    except OSError:
+        owner = "an unknown user"
+    what = ("is on a read-only filesystem" if e.errno == errno.EROFS
+            else f"is not writable by this user ({_user(os.geteuid())})")
+    where = root if probe == root else f"{root} (its nearest existing directory {probe})"
+    return (f"the home {where}, from {origin}, is owned by {owner} and {what}; choose another "
+            "with --home DIR or FLODL_HOME=DIR, or run as its owner")
+
+
 def os_failure(e: OSError, where: str | None = None) -> Fail:
     """The one classification of an OSError; `where` names the place (the home) for a full disk."""
     place = where or e.filename or "the working directory"
@@ -87,7 +132,8 @@ def os_failure(e: OSError, where: str | None = None) -> Fail:
                           "nothing half-written was kept; free space there and retry")
     text = f"{e.strerror or e}" + (f": {e.filename}" if e.filename else "")
     if e.errno in _PERMANENT:
-        return Fail.permanent(text)
+        way_out = home_way_out(e)
+        return Fail.permanent(f"{text}; {way_out}" if way_out else text)
     return Fail.retry(text)
 
 

@@ -4,7 +4,9 @@ Every command that touches the store (env, run, shell-hook, build, lock,
 pack, walkthrough, prepare, join) asks this module, so a setting means the
 same everywhere. For each: flags > environment > fdl.yml's `fdlenv:` block >
 defaults.
-- home: `--home` > `$FLODL_HOME` > `fdlenv: home:` (relative to fdl.yml) > `~/.flodl`;
+- home: `--home` > `$FLODL_HOME` > `fdlenv: home:` (relative to fdl.yml) > `~/.flodl`; where
+  it came from is kept (`home_origin`) and recorded for the errors (`errors.record_home`), so a
+  permission failure inside the home names it, its origin, its owner and the way out;
 - mirrors: `fdlenv: mirrors:`, then each `--mirror NAME=URL` over it;
 - locks: one view, a variant from the first that holds it: `--lock` >
   `fdlenv: lock:` > `conda-lock.yml` beside fdl.yml > at the fetched source
@@ -25,7 +27,7 @@ from collections import namedtuple
 from pathlib import Path
 
 from . import mirrors as _mirrors
-from .errors import Fail
+from .errors import Fail, record_home
 from .home import Home
 from .hotpath import home_root
 from .lockview import LockView
@@ -33,11 +35,13 @@ from .lockview import LockView
 _LOAD = object()   # `project` not given: discover and load fdl.yml from the cwd
 
 
-class Settings(namedtuple("Settings", "home mirrors lock_given project frozen", defaults=(False,))):
+class Settings(namedtuple("Settings", "home mirrors lock_given project frozen home_origin",
+                          defaults=(False, "the default home (~/.flodl)"))):
     """What `resolve` settled: the Home, the mirrors (NAME -> URL), `lock_given` (--lock, else
     `fdlenv: lock:` anchored at fdl.yml; None: discover), `project` (the loaded fdl.yml, a
-    `config.model.Project`, or None) and `frozen` (never lock on demand). A namedtuple: it is
-    on the re-dial path."""
+    `config.model.Project`, or None), `frozen` (never lock on demand) and `home_origin` (where
+    the home came from, for the errors that name it: `errors.record_home`). A namedtuple: it
+    is on the re-dial path."""
 
     __slots__ = ()
 
@@ -65,17 +69,21 @@ def resolve(home: str | None = None, mirrors: list[str] | None = None, lock: str
     block = project.fdlenv if project is not None else None
     raw = home or (env.get("FLODL_HOME") or "").strip() or (block.home if block else None)
     root = Path(home_root(raw, env))
+    field = "--home" if home else "$FLODL_HOME" if (env.get("FLODL_HOME") or "").strip() else \
+        "fdl.yml's fdlenv.home" if raw else "the default home"
     if root.exists() and not root.is_dir():
-        field = "--home" if home else "$FLODL_HOME" if (env.get("FLODL_HOME") or "").strip() else \
-            "fdl.yml's fdlenv.home" if raw else "the default home"
         raise Fail.permanent(f"{field}: {root} is not a directory; accepted: a directory fdlenv may write "
                              "(made when missing)")
+    origin = (f"fdl.yml's `fdlenv: home:` ({project.path})" if field == "fdl.yml's fdlenv.home"
+              else "the default home (~/.flodl)" if field == "the default home" else field)
+    record_home(str(root.absolute()), origin)
     return Settings(
         home=Home(root.absolute()),
         mirrors=_mirrors.parse(mirrors, dict(block.mirrors) if block else {}),
         lock_given=lock or (block.lock if block else None),
         project=project,
         frozen=bool(frozen) or _env_true(env.get("FDLENV_FROZEN")) or bool(block and block.frozen),
+        home_origin=origin,
     )
 
 

@@ -179,7 +179,8 @@ def add_join_flags(p: argparse.ArgumentParser) -> None:
     add_source_flags(p)
     p.add_argument("--bin", metavar="PATH", help="training binary on this box, run as given")
     p.add_argument("--host", metavar="NAME", help="logical host name (default: hostname)")
-    p.add_argument("--devices", metavar="0,1|all", help="device ids to offer (default: all)")
+    p.add_argument("--devices", metavar="0,1|all", help="device ids to offer, each once and each a GPU "
+                   "found (checked with the GPU gate; docs/ROUTING.md) (default: all)")
     p.add_argument("--data-path", metavar="P", help="dataset root (with --data-source: mountpoint)")
     p.add_argument("--data-source", metavar="S", help="sshfs://... mounted when not already")
 

@@ -143,7 +143,7 @@ def _offered_vendor(libtorch: str | None, s: Survey) -> str | None:
     if libtorch == "auto":
         from .hw.routing import route
         libtorch = route(s).variant
-    vendor = variants.VARIANTS[libtorch].vendor if libtorch in variants.VARIANTS else None
+    vendor = variants.VARIANTS[libtorch].vendor if libtorch in variants.VARIANTS else "cpu"
     return vendor if vendor != "cpu" and s.of(vendor) else None
 
 

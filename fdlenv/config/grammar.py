@@ -134,7 +134,9 @@ def devices_shown(field: str, ids: tuple[int, ...]) -> str:
 
 def check_distinct(ids: tuple[int, ...] | None, field: str) -> tuple[int, ...] | None:
     """Device ids named once each (wrong on every box, so refused before any survey)."""
-    twice = sorted({i for i in ids or () if ids.count(i) > 1})
+    if not ids:
+        return ids
+    twice = sorted({i for i in ids if ids.count(i) > 1})
     if twice:
         which = ", ".join(map(str, twice))
         raise Fail.permanent(f"{devices_shown(field, ids)}: device {which} named twice; accepted: all, or "

@@ -11,6 +11,7 @@ once per variant, not on every switch, also from a subdirectory of the crate.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -46,12 +47,17 @@ def world(tmp_path_factory):
             res = fdlenv_cli(tmp, "env", "realize", "--libtorch", v, "--mirror", f"pytorch={idx.url}",
                              "--mirror", f"pypi={idx.simple}", "--home", str(home), "--json")
             assert res.returncode == 0, res.stderr
-    crate = tmp / "crate"
+    return {"home": home, "path": f"{Path(found).parent}:{os.environ['PATH']}"}
+
+
+@pytest.fixture
+def crate(tmp_path):
+    crate = tmp_path / "crate"
     (crate / "src").mkdir(parents=True)
     (crate / "Cargo.toml").write_text(CARGO_TOML)
     (crate / "build.rs").write_text(BUILD_RS)
     (crate / "src" / "main.rs").write_text('fn main() { println!("shim"); }\n')
-    return {"home": home, "crate": crate, "path": f"{Path(found).parent}:{os.environ['PATH']}"}
+    return crate
 
 
 def fdlenv_cli(cwd, *args, env=None):
@@ -59,10 +65,9 @@ def fdlenv_cli(cwd, *args, env=None):
                           env={**os.environ, **(env or {})})
 
 
-def build_in(world, variant, runs, cwd=None, env=None):
+def build_in(world, variant, runs, cwd, env=None):
     env = {"PATH": world["path"], "RUNS_FILE": str(runs), **(env or {})}
-    env = {k: v for k, v in env.items() if v is not None}
-    res = fdlenv_cli(cwd or world["crate"], "run", "--libtorch", variant, "--home", str(world["home"]),
+    res = fdlenv_cli(cwd, "run", "--libtorch", variant, "--home", str(world["home"]),
                      "cargo", "build", "--offline", env=env)
     assert res.returncode == 0, res.stderr
     return res
@@ -73,10 +78,82 @@ def runs_of(runs: Path) -> list[str]:
 
 
 @needs_cargo
-def test_switching_cu126_cpu_cu126_cpu_under_run_cargo_build_runs_the_build_script_once_per_variant(world, tmp_path):
+def test_switching_cu126_cpu_cu126_cpu_under_run_cargo_build_runs_the_build_script_once_per_variant(world, crate, tmp_path):
     runs = tmp_path / "runs.txt"
     for variant in ("cu126", "cpu", "cu126", "cpu"):
-        build_in(world, variant, runs)
+        build_in(world, variant, runs, crate)
     print(f"build script runs over cu126 -> cpu -> cu126 -> cpu: {len(runs_of(runs))}")
     assert len(runs_of(runs)) == 2, runs_of(runs)
     assert len(set(runs_of(runs))) == 2   # one per variant's LIBTORCH_PATH
+    assert (crate / "target/fdlenv-cu126/debug/shim").is_file() and (crate / "target/fdlenv-cpu/debug/shim").is_file()
+
+
+@needs_cargo
+def test_a_build_from_a_subdirectory_of_the_crate_uses_the_same_tree_at_the_crates_root(world, crate, tmp_path):
+    runs = tmp_path / "runs.txt"
+    build_in(world, "cpu", runs, crate)
+    build_in(world, "cpu", runs, crate / "src")
+    assert len(runs_of(runs)) == 1 and not (crate / "src" / "target").exists()
+
+
+@needs_cargo
+def test_a_member_crate_of_a_workspace_builds_in_the_workspaces_tree(world, crate, tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "Cargo.toml").write_text('[workspace]\nmembers = ["crate"]\nresolver = "2"\n')
+    crate.rename(ws / "crate")
+    build_in(world, "cu126", tmp_path / "runs.txt", ws / "crate" / "src")
+    assert (ws / "target/fdlenv-cu126/debug/shim").is_file() and not (ws / "crate" / "target").exists()
+
+
+def printed(world, cwd, *args, env=None):
+    res = fdlenv_cli(cwd, args[0], "--home", str(world["home"]), *args[1:], env=env)
+    assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
+@needs_cargo
+def test_a_cargo_target_dir_of_the_users_own_is_left_as_it_is(world, crate):
+    for _ in range(3):   # the slow path, then the memo's replay
+        out = printed(world, crate, "run", "--libtorch", "cpu", "sh", "-c", 'echo "$CARGO_TARGET_DIR"',
+                      env={"CARGO_TARGET_DIR": "/srv/mine"})
+        assert out == "/srv/mine\n"
+        hook = json.loads(printed(world, crate, "shell-hook", "--libtorch", "cpu", "--json",
+                                  env={"CARGO_TARGET_DIR": "/srv/mine"}))
+        assert "CARGO_TARGET_DIR" not in hook["environment_variables"]
+
+
+@needs_cargo
+def test_outside_any_crate_no_target_dir_is_set_and_the_variant_is_named(world, tmp_path):
+    (tmp_path / "elsewhere").mkdir()
+    out = printed(world, tmp_path / "elsewhere", "run", "--libtorch", "cu126", "sh", "-c",
+                  'echo "${CARGO_TARGET_DIR-unset} $FDLENV_VARIANT"')
+    assert out == "unset cu126\n"
+
+
+@needs_cargo
+def test_the_memos_replay_derives_the_tree_from_each_calls_own_crate(world, tmp_path):
+    crates = []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "Cargo.toml").write_text(CARGO_TOML.replace("shim", name))
+        crates.append(tmp_path / name)
+    probe = ("run", "--libtorch", "cpu", "sh", "-c", 'echo "$CARGO_TARGET_DIR"')
+    for _ in range(3):
+        assert printed(world, crates[0], *probe) == f"{crates[0]}/target/fdlenv-cpu\n"
+    assert list((world["home"] / "cache" / "hot").glob("run-*"))   # the memo answers from here on
+    assert printed(world, crates[1], *probe) == f"{crates[1]}/target/fdlenv-cpu\n"
+
+
+@needs_cargo
+def test_shell_hook_switches_the_tree_with_the_variant_and_deactivate_restores_the_users_value(world, crate):
+    hook = f"{sys.executable} -m fdlenv shell-hook --home {world['home']}"
+    script = (f'unset CARGO_TARGET_DIR; for v in cu126 cpu cu126; do eval "$({hook} --libtorch $v)"; echo "$CARGO_TARGET_DIR $FDLENV_VARIANT"; done; '
+              f'eval "$({hook} --deactivate)"; echo "${{CARGO_TARGET_DIR-unset}} ${{FDLENV_VARIANT-unset}}"; '
+              f'export CARGO_TARGET_DIR=/srv/before; eval "$({hook} --libtorch cpu)"; echo "$CARGO_TARGET_DIR"; '
+              f'eval "$({hook} --deactivate)"; echo "$CARGO_TARGET_DIR"')
+    res = subprocess.run(["sh", "-c", script], capture_output=True, text=True, cwd=crate / "src")
+    assert res.returncode == 0, res.stderr
+    tree = crate / "target"
+    assert res.stdout.splitlines() == [f"{tree}/fdlenv-cu126 cu126", f"{tree}/fdlenv-cpu cpu",
+                                       f"{tree}/fdlenv-cu126 cu126", "unset unset", "/srv/before", "/srv/before"]

@@ -135,10 +135,11 @@ def _has(found: tuple[str, str | None] | None) -> str:
 def toolkit_advice(cuda: str, found: tuple[str, str | None] | None) -> str:
     """What a CMake user of a CUDA `cuda` env needs, and what a cargo user gets instead."""
     major = cuda.split(".")[0]
+    pkg = f" (NVIDIA's package cuda-toolkit-{cuda.replace('.', '-')})" if "." in cuda else ""
     return (f"CMake builds: PyTorch's Torch config needs nvcc for a CUDA libtorch, and PyPI's CUDA {major} "
             f"wheels ship no nvcc (only ptxas, nvvm and the crt headers), so `find_package(Torch)` in a "
             f"CUDA {cuda} env needs a host CUDA {major}.x toolkit ({_has(found)}): install the CUDA {major}.x "
-            f"toolkit on the host or in the image and point CUDAToolkit_ROOT (or CUDA_HOME) at it; cargo "
+            f"toolkit{pkg} on the host or in the image and point CUDAToolkit_ROOT (or CUDA_HOME) at it; cargo "
             f"builds (flodl-sys's `cuda` feature) need no nvcc, only the env's CUDA_HOME (docs/CUDA.md)")
 
 

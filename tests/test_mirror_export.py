@@ -9,6 +9,7 @@ export, and never by a box.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -239,3 +240,56 @@ def test_three_fresh_homes_at_once_through_a_cold_devpi_exit_0_or_1_then_0_never
             res = subprocess.run(box(n), capture_output=True, text=True)
         assert res.returncode == 0, res.stderr
         assert json.loads(res.stdout)["key"] == key
+
+
+def fleet_devpi_blocks() -> tuple[str, str]:
+    """docs/FLEET.md's devpi steps (the sh block) and the boxes' mirrors (the yaml block after it)."""
+    import re
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "FLEET.md").read_text()
+    part = doc.split("## Pull-through cache: devpi-server", 1)[1].split("\n## ", 1)[0]
+    sh, yml = re.findall(r"```sh\n(.*?)```", part, re.S)[0], re.findall(r"```yaml\n(.*?)```", part, re.S)[0]
+    return sh, yml
+
+
+def test_fleets_devpi_steps_run_as_written_wait_for_the_server_and_serve_the_boxes(tmp_path, upstream):
+    import shutil
+    import signal
+    import socket
+
+    if not (shutil.which("devpi-server") and shutil.which("devpi")):
+        pytest.skip("needs devpi-server and devpi-client (the test extra installs them)")
+    sh, yml = fleet_devpi_blocks()
+    assert "+api" in sh                                       # the steps wait for the server
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+
+    def placed(text: str) -> str:                             # the doc's placeholders, for this test
+        for a, b in (("cache.internal:3141", f"127.0.0.1:{port}"), ("--port 3141", f"--port {port}"),
+                     ("0.0.0.0", "127.0.0.1"), ("/srv/devpi", str(tmp_path / "devpi")),
+                     ("<your PyPI or its mirror>/simple/", f"{upstream.simple}/"),
+                     ("https://download.pytorch.org/whl", upstream.url)):
+            text = text.replace(a, b)
+        return text
+
+    steps = "set -e\n" + "".join(line + "\n" for line in placed(sh).splitlines() if not line.startswith("pip install"))
+    log = (tmp_path / "devpi.log").open("w")
+    proc = subprocess.Popen(["bash", "-c", steps], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        assert proc.wait(timeout=300) == 0, (tmp_path / "devpi.log").read_text()
+        project = tmp_path / "project"
+        project.mkdir()
+        (project / "fdl.yml").write_text(placed(yml))
+        for variant in ("cu126", "rocm7.1"):
+            made = fdlenv("env", "realize", "--libtorch", variant, *upstream_flags(upstream), "--home",
+                          str(tmp_path / "h0"), "--json", check=True)
+            res = fdlenv("env", "realize", "--libtorch", variant, "--lock",
+                         str(tmp_path / f"h0/lockfiles/{variant}.conda-lock.yml"), "--frozen", "--home",
+                         str(tmp_path / "box"), "--json", cwd=project)
+            assert res.returncode == 0, res.stderr
+            assert json.loads(res.stdout)["key"] == json.loads(made.stdout)["key"]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)               # the server the steps left running
+        log.close()

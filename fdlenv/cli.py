@@ -23,6 +23,10 @@ OWNS_PROCESS = False
 # A closed stdout (`fdlenv env list | head`): quiet, with a SIGPIPE death's status (128 + 13).
 EXIT_BROKEN_PIPE = 141
 EXIT_INTERRUPTED = 130      # 128 + SIGINT, as a shell reports a command ended by Ctrl-C
+# SIGTERM (a service manager's stop, `kill`) ends a command as Ctrl-C does: the same unwinding
+# (nothing left in staging), one `error:` line, the JSON object under --json, and the same 130:
+# neither permanent (2) nor a failure of the work, so a unit or a script re-runs it as after Ctrl-C.
+_STOPPED_BY: list[int] = []
 
 # One module per command under fdlenv/commands; each defines add_parser(sub).
 COMMANDS = ("env", "run", "shell_hook", "detect", "lock", "pack", "mirror", "walkthrough", "join", "recipe", "build",
@@ -219,11 +223,13 @@ def fail(message: str, code: int) -> int:
 
 
 def _first_interrupt(signum, frame) -> None:
-    """Ctrl-C: stop what runs (KeyboardInterrupt unwinds it, its cleanup included); a second
-    press while it cleans up changes nothing. main() then leaves at once with 130."""
+    """Ctrl-C or SIGTERM: stop what runs (KeyboardInterrupt unwinds it, its cleanup included); a
+    second signal while it cleans up changes nothing. main() then leaves at once with 130."""
     import _signal
 
     _signal.signal(_signal.SIGINT, _signal.SIG_IGN)
+    _signal.signal(_signal.SIGTERM, _signal.SIG_IGN)
+    _STOPPED_BY.append(signum)
     raise KeyboardInterrupt
 
 
@@ -265,12 +271,17 @@ def _main(argv: list[str]) -> int:
         import _signal
 
         _signal.signal(_signal.SIGINT, _first_interrupt)
+        _signal.signal(_signal.SIGTERM, _first_interrupt)
     try:
         return int(args.func(args) or 0)
     except Fail as f:
         return fail(f.message, f.exit_code)
     except KeyboardInterrupt:
-        return fail("interrupted", EXIT_INTERRUPTED)
+        import _signal
+
+        term = _STOPPED_BY[:1] == [_signal.SIGTERM]
+        return fail("stopped by SIGTERM; nothing half-written was kept" if term else "interrupted",
+                    EXIT_INTERRUPTED)
     except BrokenPipeError:
         raise           # main() makes it quiet
     except OSError as e:

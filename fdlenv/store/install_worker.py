@@ -270,6 +270,7 @@ def _serve(read_fd: int) -> None:
     """The worker's body: one request from the pipe, then the marker (or the error file)."""
     try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the parent's to handle: it kills us
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the parent's handler (the CLI's, forked)
         _die_with_parent()
         try:
             import rattler  # noqa: F401 - imported while the parent still prepares the request

@@ -183,6 +183,11 @@ def project_files(base: str, project: str) -> list[IndexFile]:
     """Every file `base` lists for `project` (a PEP 503-normalised name). A remote index's links
     are followed only on its own scheme (or https): a `file:///...` href or JSON url is dropped,
     since an index names files it serves, never files of the machine reading it."""
+    return _listing(base, project)[0]
+
+
+def _listing(base: str, project: str) -> tuple[list[IndexFile], int]:
+    """(the files `project_files` keeps, how many links it dropped)."""
     page = f"{base.rstrip('/')}/{project}/"
     try:
         body, ctype, final = _read_page(page)
@@ -198,17 +203,21 @@ def project_files(base: str, project: str) -> list[IndexFile]:
     files = _from_json(body, final, page) if JSON_TYPE in ctype else _from_html(body, final)
     scheme = urllib.parse.urlparse(final).scheme
     allowed = {"file", "http", "https"} if scheme == "file" else {scheme, "https"} & {"http", "https"}
-    return [f for f in files if urllib.parse.urlparse(f.url).scheme in allowed]
+    kept = [f for f in files if urllib.parse.urlparse(f.url).scheme in allowed]
+    return kept, len(files) - len(kept)
 
 
 def find_file(base: str, project: str, filename: str) -> tuple[str, str | None, int | None]:
     """(absolute URL, sha256 the index states or None, size or None) of `filename` on `project`'s
     page; `filename` as the lock records it (unquoted)."""
     wanted = urllib.parse.unquote(filename)
-    files = project_files(base, project)
+    files, dropped = _listing(base, project)
     for f in files:
         if f.filename == wanted:
             return f.url, f.sha256, f.size
+    if dropped and not files:   # not a lag: the index points at places no client of it may follow
+        raise Fail.permanent(f"wheel index {base}: the page of {project!r} links its files only where fdlenv "
+                             "does not follow (file:// from a remote index); the index is broken or hostile")
     raise empty_page(base, project) if not files else Fail.retry(
         f"wheel index {base}: {project!r} lists {len(files)} file(s) but not {wanted}, which the lock names; "
         "a mirror that has not synced it yet is tried again on the next attempt (if it never comes, the "

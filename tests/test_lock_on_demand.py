@@ -206,7 +206,7 @@ def test_a_project_lock_naming_only_rocm71_does_not_hide_the_shipped_cu128(box, 
 def test_lock_for_linux_aarch64_from_x86_64_evaluates_markers_for_the_target(box, index):
     envs = box / "envs"
     envs.mkdir()
-    (envs / "cu126.yml").write_text("platforms: [linux-aarch64]\npip-index: pytorch/cpu\n"
+    (envs / "cpu.yml").write_text("platforms: [linux-aarch64]\npip-index: pytorch/cpu\n"
                                     "dependencies:\n  - pip:\n      - torch ==2.10.0\n")
     out = box / "l.yml"
     res = plain(box, "lock", "--envs", str(envs), "--out", str(out), "--mirror", f"pytorch={index.url}",

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 from conda_lock.lockfile import parse_conda_lock_file
-from helpers_wheels import CLOSURE, make_index, make_wheels, sha256, write_wheel_env
+from helpers_conda import make_wheel
+from helpers_wheels import CLOSURE, TORCH_TAG, make_index, make_wheels, sha256, torch_files, write_wheel_env
 
 from fdlenv import cli
 from fdlenv.errors import Fail
@@ -74,7 +75,8 @@ def test_check_is_offline_and_names_a_moved_pin_and_another_index(tmp_path, inde
 
 def test_a_second_variant_goes_to_its_own_file_and_leaves_the_first_as_it_was(tmp_path, index):
     url, _ = index
-    other = make_index(tmp_path / "other", make_wheels(tmp_path / "cpu-built", "2.10.0+cpu", "cpu"))
+    other = make_index(tmp_path / "other", [make_wheel(tmp_path / "cpu-built", "torch", "2.10.0+cpu", torch_files("cpu"),
+                                                       tag=TORCH_TAG)])   # a CPU torch: no nvidia-* requirement
     envs = tmp_path / "envs"
     write_wheel_env(envs, "cu128")
     write_wheel_env(envs, "cpu", index="pytorch/cpu")

@@ -104,6 +104,7 @@ def test_a_bad_token_file_stops_the_real_join_with_exit_2_before_the_agent(box):
 
 
 @pytest.mark.parametrize("content, why", [
+    (None, "cannot read it"),          # not join's read: a file that may not arrive (--embed-token)
     (b"", "the file is empty"),
     (b"\n", "the file is empty"),
     (b"two\nlines\n", "control character"),

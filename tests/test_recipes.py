@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fdlenv.recipes.systemd import present_groups
+from fdlenv.recipes.systemd import present_groups, start_command, systemd_unit
 
 ANALYZE = shutil.which("systemd-analyze")
 needs_analyze = pytest.mark.skipif(ANALYZE is None, reason="systemd-analyze is not installed")
@@ -151,15 +151,48 @@ def test_a_home_named_by_the_join_or_fdl_yml_is_writable_too(tmp_path):
     assert str(tmp_path / "rel") in rw and str(tmp_path / "state" / "home") not in rw
 
 
-def test_the_unit_starts_fdlenv_from_path_unless_exec_pins_one(tmp_path):
-    d = directives(ok("systemd", "--user", "nobody-here", "--workdir", str(tmp_path)))
-    assert d["ExecStart"] == ["/usr/bin/env fdlenv join --persist"]
+def test_the_unit_starts_the_generating_fdlenv_by_absolute_path_when_its_path_has_none(tmp_path):
+    res = recipe("systemd", "--user", "nobody-here", "--workdir", str(tmp_path))   # python -m fdlenv
+    assert res.returncode == 0, res.stderr
+    d = directives(res.stdout)
+    assert d["ExecStart"] == [f"{sys.executable} -m fdlenv join --persist"]
     path = next(v for v in d["Environment"] if v.startswith("PATH="))
     assert path.startswith("PATH=/home/nobody-here/.local/bin:") and ":/usr/bin:" in path
-    assert sys.prefix not in "\n".join(d["ExecStart"])            # not the generating venv
+    lines = res.stdout.splitlines()
+    why = lines[lines.index(f"ExecStart={sys.executable} -m fdlenv join --persist") - 1]
+    assert why.startswith(f"# the fdlenv generating this unit ({sys.executable} -m fdlenv) is not the "
+                          "`fdlenv` on the unit's PATH (there is none there)")
+    assert f"note: {why[2:]}" in res.stderr
     d = directives(ok("systemd", "--workdir", str(tmp_path), "--exec", "/opt/fx/bin/fdlenv",
                       "--", "--libtorch", "auto"))
     assert d["ExecStart"] == ["/opt/fx/bin/fdlenv join --persist --libtorch auto"]
+
+
+def test_the_generating_console_script_is_named_when_the_unit_path_finds_another(tmp_path):
+    script = console_script()
+    res = subprocess.run([script, "recipe", "systemd", "--user", "nobody-here", "--workdir", str(tmp_path)],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert directives(res.stdout)["ExecStart"] == [f"{script} join --persist"]
+    assert "note: the fdlenv generating this unit" in res.stderr
+    other = tmp_path / "u" / ".local" / "bin" / "fdlenv"        # another install on the unit's PATH
+    other.parent.mkdir(parents=True)
+    other.write_text("#!/usr/bin/python3\n")
+    other.chmod(0o755)
+    command, why = start_command(str(tmp_path / "u"), argv0=script)
+    assert command == [script] and f"(the one there is {other})" in why
+
+
+def test_the_unit_keeps_env_fdlenv_when_the_one_on_its_path_is_this_one(tmp_path):
+    mine = tmp_path / "u" / ".local" / "bin" / "fdlenv"         # a console script running this python
+    mine.parent.mkdir(parents=True)
+    mine.write_text(f"#!{sys.executable}\nfrom fdlenv.cli import main\nmain()\n")
+    mine.chmod(0o755)
+    assert start_command(str(tmp_path / "u"), argv0="/x/fdlenv/__main__.py") == (["/usr/bin/env", "fdlenv"], None)
+    assert start_command(str(tmp_path / "u"), argv0=str(mine)) == (["/usr/bin/env", "fdlenv"], None)
+    unit = systemd_unit(workdir=str(tmp_path), uhome=str(tmp_path / "u"), command=["/usr/bin/env", "fdlenv"])
+    assert "ExecStart=/usr/bin/env fdlenv join --persist" in unit.splitlines()
+    assert "not the `fdlenv` on the unit's PATH" not in unit
 
 
 def test_an_sshfs_data_source_opens_exactly_what_fuse_needs(tmp_path):
@@ -216,6 +249,7 @@ def test_a_token_given_to_the_unit_still_works_but_warns(tmp_path):
     res = recipe("systemd", "--workdir", str(tmp_path), "--", "--token", TOKEN)
     assert res.returncode == 0 and d_exec(res.stdout).endswith(f"--token {TOKEN}")
     assert "warning: --token in ExecStart is readable by every user" in res.stderr
+    assert "the token is visible in the unit itself" in res.stderr
     assert "--token-file" in res.stderr
     (tmp_path / "fdl.yml").write_text(f"join:\n  token: {TOKEN}\n")
     res = recipe("systemd", "--workdir", str(tmp_path))
@@ -413,3 +447,13 @@ def test_cloud_init_ships_the_lock_fdl_yml_names_and_refuses_one_that_is_not_the
     shipped = {f["path"]: f for f in doc["write_files"]}
     lock = shipped["/home/ubuntu/training/locks/fleet.conda-lock.yml"]
     assert lock["content"] == "version: 1\npackage: []\n" and lock["owner"] == "ubuntu:ubuntu"
+
+
+def test_cloud_init_with_a_token_in_the_tail_warns_that_the_unit_shows_it(tmp_path):
+    res = recipe("cloud-init", "--install", "fdlenv==0.1", "--", "--token", TOKEN)
+    assert res.returncode == 0, res.stderr
+    assert f"--token {TOKEN}" in res.stdout                   # it works, as asked
+    warn = [ln for ln in res.stderr.splitlines() if "--token in ExecStart" in ln]
+    assert len(warn) == 1 and "the token is visible in the unit itself" in warn[0]
+    assert "cloud-init user-data" in warn[0] and "--token-file FILE" in warn[0]
+    assert TOKEN not in res.stderr

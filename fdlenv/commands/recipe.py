@@ -15,7 +15,8 @@ EPILOG = """examples:
       --token-file /etc/fdlenv/token > /etc/systemd/system/fdlenv-join.service
   # extra join flags go after `--` (the unit always adds --persist):
   fdlenv recipe systemd --workdir /srv/flodl -- --libtorch auto
-  # pin the fdlenv the unit starts (default: fdlenv on PATH, ~/.local/bin first):
+  # pin the fdlenv the unit starts (default: fdlenv on the unit's PATH, ~/.local/bin
+  # first, when that is this fdlenv; else this one by absolute path, with a note):
   fdlenv recipe systemd --exec /opt/fdlenv/bin/fdlenv --user flodl
   # user-data for a stock Ubuntu image; the token file is provisioned apart:
   fdlenv recipe cloud-init --fdl-yml worker.yml --token-file /etc/fdlenv/token > user-data.yml
@@ -48,7 +49,8 @@ def add_parser(sub) -> None:
     s.add_argument("--user", metavar="U", help="run as this user (default: root)")
     _common(s, "the cwd", "$FLODL_HOME when set here")
     s.add_argument("--exec", metavar="PATH", dest="exec_path",
-                   help="the fdlenv console script to start (default: fdlenv on the unit's PATH)")
+                   help="the fdlenv console script to start (default: fdlenv on the unit's PATH "
+                        "when that is this one, else this one by absolute path)")
     s.add_argument("--gpu-groups", metavar="auto|none|G,G", default="auto",
                    help="SupplementaryGroups for AMD's /dev/kfd and /dev/dri (default auto: "
                         "those of render, video this box has)")
@@ -70,7 +72,7 @@ def add_parser(sub) -> None:
 def run_systemd(args: argparse.Namespace) -> int:
     from ..progress import say
     from ..recipes import plan
-    from ..recipes.systemd import check_name, check_path, systemd_unit
+    from ..recipes.systemd import check_name, check_path, start_command, systemd_unit, user_home
 
     tail = list(getattr(args, "tail", None) or [])
     user = check_name(args.user, "--user") if args.user else None
@@ -78,14 +80,18 @@ def run_systemd(args: argparse.Namespace) -> int:
     raw_home = args.home or (os.environ.get("FLODL_HOME") or "").strip() or None
     home = check_path(os.path.abspath(os.path.expanduser(raw_home)), "--home") if raw_home else None
     token_file = check_path(args.token_file, "--token-file") if args.token_file else None
-    command = plan.exec_command(args.exec_path)
+    command, why = plan.exec_command(args.exec_path), None
+    if command is None:   # /usr/bin/env fdlenv, unless the unit's PATH finds another fdlenv there
+        command, why = start_command(user_home(user))
     groups = plan.gpu_groups(args.gpu_groups)
     facts = plan.facts(tail, plan.project_at(workdir), workdir)
     fdl_env = (os.environ.get("FDL_ENV") or "").strip() or None
     text = systemd_unit(user=user, workdir=workdir, join_args=tail, command=command, home=home,
                         rw_home=facts.home or home, token_file=token_file,
                         sshfs=args.sshfs or facts.sshfs, groups=groups, fdl_env=fdl_env,
-                        mountpoint=facts.mountpoint)
+                        mountpoint=facts.mountpoint, command_why=why)
+    if why:
+        say(f"note: {why}")
     for w in plan.warnings(facts, token_file):
         say(w)
     sys.stdout.write(text)

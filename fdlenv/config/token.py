@@ -38,15 +38,17 @@ ACCEPTED = ("accepted: a readable file holding the token on one line of printabl
             "(one trailing newline is dropped)")
 
 
-def read_token_file(path: str, field: str) -> str:
-    """The token in `path`; any problem is one error naming `field` and the path: transient
-    when the file is not there yet, else permanent."""
+def read_token_file(path: str, field: str, *, may_arrive: bool = False) -> str:
+    """The token in `path`; any problem is one permanent error naming `field` and the path, but
+    for a file not there yet when it `may_arrive` (join's: provisioned after boot): transient."""
     where = f"{field} {path}" if field != CREDENTIAL_FIELD else field
     try:
         with open(path, "rb") as f:
             data = f.read(MAX_BYTES + 1)
             mode = os.fstat(f.fileno()).st_mode
     except FileNotFoundError as e:
+        if not may_arrive:
+            raise Fail.permanent(f"{where}: cannot read it ({e.strerror or e}); {ACCEPTED}") from None
         raise Fail.retry(f"{where}: not there yet ({e.strerror or e}); a token provisioned after "
                          "boot is read by the next attempt (--persist re-dials); "
                          f"{ACCEPTED}") from None
@@ -87,5 +89,5 @@ def read_chosen_file(settings: JoinSettings) -> JoinSettings:
         return settings
     if field == CREDENTIAL_FIELD and not os.path.lexists(path):
         return settings._replace(token_file=None, token_file_field=None)
-    return settings._replace(token=read_token_file(path, field or "--token-file"),
+    return settings._replace(token=read_token_file(path, field or "--token-file", may_arrive=True),
                              token_file=None, token_file_field=None)

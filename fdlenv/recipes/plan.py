@@ -203,8 +203,10 @@ def warnings(f: JoinFacts, token_file: str | None) -> list[str]:
     """What the operator should hear about the token (stderr; the recipe still prints)."""
     out = []
     if f.token_in_clear == "--token":
-        out.append("warning: --token in ExecStart is readable by every user through `ps`; put it "
-                   "in a root-only file (0600) and give the recipe --token-file FILE instead")
+        out.append("warning: --token in ExecStart is readable by every user through `ps`, and the "
+                   "token is visible in the unit itself (its file, `systemctl cat`, and a cloud-init "
+                   "user-data holding it); put it in a root-only file (0600) and give the recipe "
+                   "--token-file FILE instead")
     elif f.token_in_clear == "join.token" and token_file is None:   # systemd: fdl.yml stays where it is
         out.append("warning: fdl.yml's join.token is readable by whoever reads fdl.yml; move it to "
                    "a root-only file (0600) and give the recipe --token-file FILE")

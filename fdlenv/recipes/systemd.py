@@ -24,7 +24,12 @@ An sshfs:// data source needs the setuid fusermount3 and CAP_SYS_ADMIN in the bo
 set: the unit then relaxes exactly those two, with a comment saying how to avoid it.
 
 ExecStart is `/usr/bin/env fdlenv` with a PATH that puts the user's ~/.local/bin (pipx,
-pip --user) first, never the interpreter that generated the unit: `--exec PATH` pins one.
+pip --user) first, when the `fdlenv` found on that PATH is the one generating the unit (the
+same console script, or one running this interpreter for `python -m fdlenv`). When it is
+not (none there, or another install), ExecStart names the generating one by absolute path
+(its console script, else `<python> -m fdlenv`) and a comment and a note say why: a unit
+that silently starts another fdlenv, or none, fails on the box and not here. `--exec PATH`
+pins one.
 The token never goes in the unit: `--token-file` becomes `LoadCredential=` (config.token).
 """
 
@@ -32,6 +37,8 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import sys
 
 from ..config.token import CREDENTIAL
 from ..errors import Fail
@@ -166,17 +173,65 @@ def writable(uhome: str, home: str | None, workdir: str) -> tuple[list[str], lis
     return make, rw
 
 
+def unit_path(uhome: str) -> str:
+    """The unit's PATH: the user's ~/.local/bin (pipx, pip --user) and ~/.cargo/bin first."""
+    return ":".join([os.path.join(uhome, ".local/bin"), os.path.join(uhome, ".cargo/bin"), DEFAULT_PATH])
+
+
+def running_fdlenv(argv0: str | None = None, executable: str | None = None) -> list[str]:
+    """The command that starts this very fdlenv: its console script (argv[0]), else
+    `<this python> -m fdlenv` (run as `python -m fdlenv`, or from an unknown launcher)."""
+    argv0 = sys.argv[0] if argv0 is None else argv0
+    if os.path.basename(argv0) == "fdlenv" and os.path.isfile(argv0):
+        return [os.path.abspath(argv0)]
+    return [os.path.abspath(executable or sys.executable), "-m", "fdlenv"]
+
+
+def _same(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _interpreter(script: str) -> str | None:
+    """The interpreter a console script's `#!` line names (pip writes an absolute one)."""
+    try:
+        with open(script, "rb") as f:
+            line = f.readline(4096)
+    except OSError:
+        return None
+    words = line[2:].split() if line.startswith(b"#!") else []
+    return os.fsdecode(words[0]) if words else None
+
+
+def start_command(uhome: str, argv0: str | None = None,
+                  executable: str | None = None) -> tuple[list[str], str | None]:
+    """(ExecStart's command, why it is not `/usr/bin/env fdlenv`): the env lookup when the
+    fdlenv on the unit's PATH is this one, else this one by absolute path and the reason."""
+    running = running_fdlenv(argv0, executable)
+    found = shutil.which("fdlenv", path=unit_path(uhome))
+    if found is not None and (_same(found, running[0]) if len(running) == 1
+                              else _same(_interpreter(found) or "", running[0])):
+        return list(ENV_COMMAND), None
+    there = f"the one there is {found}" if found else "there is none there"
+    return running, (f"the fdlenv generating this unit ({' '.join(running)}) is not the `fdlenv` on "
+                     f"the unit's PATH ({there}): ExecStart names it by absolute path; `fdlenv recipe "
+                     "systemd --exec PATH` names another")
+
+
 def systemd_unit(*, user: str | None = None, workdir: str | None = None,
                  join_args: list[str] | None = None, command: list[str] | None = None,
                  home: str | None = None, uhome: str | None = None,
                  token_file: str | None = None, sshfs: bool = False,
                  groups: tuple[str, ...] = (), fdl_env: str | None = None,
                  rw_home: str | None = None, mountpoint: str | None = "/flodl/data",
-                 origin: str = "systemd") -> str:
+                 origin: str = "systemd", command_why: str | None = None) -> str:
     """The unit text. `workdir`: where fdl.yml discovery starts (default: the cwd); `home`: the
     FLODL_HOME carried into the unit; `rw_home`: the fdlenv home join will settle (default
     `home`); `uhome`: the user's home (default: `user_home(user)`); `mountpoint`: where an
-    sshfs:// source mounts (writable when `sshfs`); `origin`: the recipe named in the header."""
+    sshfs:// source mounts (writable when `sshfs`); `origin`: the recipe named in the header;
+    `command_why`: why ExecStart names `command` (a comment above it)."""
     user = user or "root"
     uhome = uhome or user_home(user)
     workdir = os.path.abspath(workdir or os.getcwd())
@@ -184,8 +239,7 @@ def systemd_unit(*, user: str | None = None, workdir: str | None = None,
     make, rw = writable(uhome, rw_home or home, workdir)
     if sshfs and mountpoint:
         rw = _dedupe([*rw, "-" + mountpoint])
-    path = ":".join([os.path.join(uhome, ".local/bin"), os.path.join(uhome, ".cargo/bin"),
-                     DEFAULT_PATH])
+    path = unit_path(uhome)
     lines = [f"# fdlenv join as a dial-in worker (generated by `fdlenv recipe {origin}`)."]
     if origin == "systemd":
         lines += ["# Install: save as /etc/systemd/system/fdlenv-join.service, then",
@@ -231,6 +285,7 @@ def systemd_unit(*, user: str | None = None, workdir: str | None = None,
         f"ExecStartPre=-+/bin/sh -c {systemd_quote(NVIDIA_NODES)}",
         "# The writable dirs must exist before the sandbox is built: made (0700) when missing.",
         "ExecStartPre=+/bin/sh -c " + " ".join(systemd_quote(a) for a in (MAKE_DIRS, user, *make)),
+        *([f"# {''.join(c if c.isprintable() else '?' for c in command_why)}"] if command_why else []),
         f"ExecStart={' '.join(systemd_quote(a) for a in argv)}",
         "Restart=always",
         "RestartSec=5",

@@ -76,16 +76,16 @@ def test_a_wheel_env_is_libtorch_in_one_site_packages_with_flodl_facts(world):
 def test_a_second_env_with_the_same_wheels_only_links(world, tmp_path):
     home, lock, url, envs = world
     assert realise(home, lock, url).returncode == 0
-    write_wheel_env(envs, "cpu")                     # same index, same wheels, another variant
-    lock_envs(envs, lock, variants=["cpu"], mirrors={"pypi": url}, home=home)
-    assert not split_path(lock, "cpu").exists()      # the same wheels share the file (category main)
+    write_wheel_env(envs, "cu126")                   # same index, same wheels, another (CUDA) variant
+    lock_envs(envs, lock, variants=["cu126"], mirrors={"pypi": url}, home=home)
+    assert not split_path(lock, "cu126").exists()    # the same wheels share the file (category main)
     gone = tmp_path / "simple-away"
     os.rename(tmp_path / "simple", gone)             # nothing may be fetched now
-    res = realise(home, lock, url, "cpu")
+    res = realise(home, lock, url, "cu126")
     assert res.returncode == 0, res.stderr
-    cpu = Path(json.loads(res.stdout)["libtorch_root"])
+    cu126 = Path(json.loads(res.stdout)["libtorch_root"])
     cu128 = next(home.envs.glob("cu128-*")) / "lib/python3.12/site-packages/torch"
-    assert cpu != cu128 and (cpu / "lib/libtorch.so").stat().st_ino == (cu128 / "lib/libtorch.so").stat().st_ino
+    assert cu126 != cu128 and (cu126 / "lib/libtorch.so").stat().st_ino == (cu128 / "lib/libtorch.so").stat().st_ino
 
 
 def test_a_wheel_the_index_serves_with_other_bytes_is_refused_and_nothing_is_kept(world, tmp_path):

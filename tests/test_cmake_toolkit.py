@@ -97,6 +97,8 @@ def test_a_host_nvcc_of_the_envs_cuda_major_that_cmake_missed_is_named_and_the_f
     "CMake Error at TorchConfig.cmake:5 (message):\n  Your installed Caffe2 version uses CUDA but I cannot find the CUDA\n  libraries.",
     "-- Could NOT find CUDA (missing: CUDA_TOOLKIT_ROOT_DIR CUDA_NVCC_EXECUTABLE)",
     "CUDA_TOOLKIT_ROOT_DIR not found or specified",
+    "CMake Error at /usr/share/cmake-3.25/Modules/FindCUDA.cmake:861 (message):\n  Specify CUDA_TOOLKIT_ROOT_DIR",
+    "PyTorch: CUDA was explicitly requested (USE_CUDA=1) but cannot be found.",
     "CMake Error at cuda.cmake:12 (message):\n  Failed to find nvcc",
     "CUDA_NVCC_EXECUTABLE:FILEPATH=CUDA_NVCC_EXECUTABLE-NOTFOUND",
     "set to NOTFOUND.\nPlease set them ...:\nCUDA_NVCC_EXECUTABLE\n",
@@ -184,3 +186,17 @@ def test_detect_reports_the_host_toolkit_and_the_cmake_note_on_any_box(tmp_path,
     assert "host CUDA toolkit: none" in res.stdout and NOTE in res.stdout
     ok = detect(tmp_path, gpus, **fake_nvcc(tmp_path, "12.8"))
     assert f"host CUDA toolkit: {tmp_path}/nvcc-12.8/bin/nvcc (CUDA 12.8)" in ok.stdout and NOTE not in ok.stdout
+
+
+@needs_cmake
+@pytest.mark.slow
+@pytest.mark.parametrize("variant, code", [("cu126", 2), ("cpu", 1)])
+def test_prepare_with_a_cmake_recipe_that_finds_no_cuda_exits_2_in_a_cuda_env_and_1_in_cpu(tmp_path, index, variant, code):
+    src = write_tree(tmp_path / "src", {"CMakeLists.txt": "cmake_minimum_required(VERSION 3.18)\nproject(t CXX)\n"
+                                        "find_package(Torch REQUIRED)\nfind_package(CUDA REQUIRED)\n"})
+    res = cli(tmp_path, index, "prepare", "--libtorch", variant, "--home", str(tmp_path / "h"),
+              "--source", f"file://{src}", "--source-build", RECIPE, "--source-bin", "build/app")
+    errors = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
+    assert res.returncode == code and len(errors) == 1, res.stderr
+    assert ("CUDA 12.x toolkit (none found)" in errors[0]) == (code == 2)
+    assert ("next dial" in errors[0]) == (code == 1)

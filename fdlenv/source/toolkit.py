@@ -185,6 +185,8 @@ CMAKE_CUDA_SIGNS = (
     "Your installed Caffe2 version uses CUDA but I cannot find the CUDA libraries",
     "Could NOT find CUDA",
     "CUDA_TOOLKIT_ROOT_DIR not found",
+    "Specify CUDA_TOOLKIT_ROOT_DIR",   # FindCUDA under REQUIRED
+    "PyTorch: CUDA was explicitly requested",
     "Failed to find nvcc",
     "No CMAKE_CUDA_COMPILER could be found",
 )

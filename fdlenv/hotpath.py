@@ -26,15 +26,17 @@ its signature; `hotmemo.record`). `FDLENV_NO_HOTPATH=1` turns the replay off.
 
 What the slow path shares with the replay lives here, so both apply an activation the
 same way: `join` (a path list, de-duplicated), `apply` (unsets and sets over a base
-environment), the `_FDLENV_STATE` codec (`shell_state`, `restored`), `build_tree`
-(cargo's target dir per variant, from the cwd: never in a memo, derived on every
-call) and `exec_in` (run's exec, with a shell's 126 and 127).
+environment), the `_FDLENV_STATE` codec (`shell_state`, `restored`) and `exec_in` (run's exec,
+with a shell's 126 and 127). Cargo's tree per variant (`buildtree`) depends on the
+cwd, so it is never in a memo: the replay derives it on every call, as the slow path does.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+
+from .buildtree import build_tree
 
 FORMAT = "fdlenv-hot-1"
 END = "end"   # a memo's last field: a torn write is no memo
@@ -143,39 +145,6 @@ def restored(environ) -> dict[str, str]:
             added = set(now.split(":")) - set((was or "").split(":"))
             out[var] = ":".join(p for p in cur.split(":") if p not in added)
     return out
-
-
-TARGET_DIR = "CARGO_TARGET_DIR"
-
-
-def cargo_root(cwd: str) -> str | None:
-    """The root of the cargo workspace `cwd` is in, as cargo finds it: the nearest Cargo.toml
-    up from `cwd`, or an enclosing one with a `[workspace]` table; None outside any crate."""
-    d, package = cwd, None
-    while True:
-        manifest = os.path.join(d, "Cargo.toml")
-        if os.path.isfile(manifest):
-            package = package or d
-            try:
-                with open(manifest, encoding="utf-8", errors="replace") as f:
-                    if any(line.strip().startswith(("[workspace]", "[workspace.")) for line in f):
-                        return d
-            except OSError:
-                pass
-        up = os.path.dirname(d)
-        if up == d:
-            return package
-        d = up
-
-
-def build_tree(environ: dict, base, variant: str | None, cwd: str) -> dict:
-    """`environ` with a build tree per variant, as `fdlenv build` keeps: CARGO_TARGET_DIR =
-    `<workspace root>/target/fdlenv-<variant>` for the crate `cwd` is in, unless `base` (the
-    caller's environment, a shell activation undone) names one, `cwd` is in no crate, or the
-    variant is not one fdlenv knows (a libtorch of flodl's own, by an unknown label)."""
-    if variant and TARGET_DIR not in base and (root := cargo_root(cwd)) is not None:
-        environ[TARGET_DIR] = os.path.join(root, "target", f"fdlenv-{variant}")
-    return environ
 
 
 def command_of(args) -> list[str]:

@@ -7,7 +7,7 @@ started. `--` is needed only when CMD itself starts with `-`.
 
 Which env: `libtorch.choose` through `flags.libtorch_of`, preferring what is
 realised (no lock needed for a variant that is). Then the activation map, a build
-tree per variant (`hotpath.build_tree`: cargo's target dir at the crate's root,
+tree per variant (`buildtree`: cargo's target dir at the crate's root,
 `target/fdlenv-<variant>`, unless CARGO_TARGET_DIR is set), the host-nvcc note
 once per CUDA env (`source.toolkit.note_once`), the memo, the exec.
 """
@@ -58,7 +58,8 @@ def _run(args, argv: list[str]) -> int:
 
     from .. import hotmemo, progress
     from ..flags import libtorch_of, settings_of
-    from ..hotpath import build_tree, exec_in, restored
+    from ..buildtree import build_tree
+    from ..hotpath import exec_in, restored
     from ..progress import say
     from ..source.toolkit import note_once
     from ..store import leases

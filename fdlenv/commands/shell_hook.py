@@ -8,7 +8,7 @@ activated one, so:
 - activating another variant over one first undoes the first (its PATH and
   loader entries and its variables: `activation.restored`);
 - `--deactivate` prints what restores the shell as it was before;
-- builds get a tree per variant (`hotpath.build_tree`): CARGO_TARGET_DIR is
+- builds get a tree per variant (`buildtree`): CARGO_TARGET_DIR is
   `<crate root>/target/fdlenv-<variant>` for the crate the hook ran in (none
   outside a crate, and a CARGO_TARGET_DIR of the user's own is left), and
   FDLENV_VARIANT names the variant for a CMake build dir.
@@ -67,7 +67,7 @@ def cmd_shell_hook(args) -> int:
     else:
         from .. import progress
         from ..flags import libtorch_of, settings_of
-        from ..hotpath import build_tree
+        from ..buildtree import build_tree
         from ..source.toolkit import note_once
 
         st = settings_of(args)

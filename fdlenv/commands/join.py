@@ -28,7 +28,9 @@ EPILOG = """examples:
   fdlenv join ctrl.lan:1337 --token-file ~/.config/flodl/token --bin ./train
 
 exit codes: the agent's own code (one-shot; killed by a signal -> 1),
-            1 transient (retrying may help), 2 permanent (config, bad input).
+            1 transient (retrying may help: a controller, mirror or token file not there yet),
+            2 permanent (config, bad input, no GPU, an agent that cannot be executed);
+            every class: docs/FAILURES.md.
 """
 
 

@@ -232,7 +232,8 @@ def test_three_fresh_homes_at_once_through_a_cold_devpi_exit_0_or_1_then_0_never
                 "--frozen", *devpi, "--home", str(tmp_path / f"box{n}"), "--json"]
 
     first = realise_together([box(n) for n in range(3)])
-    print("first attempt exits:", [r.returncode for r in first],
+    print("first attempt exits:", [r.returncode for r in first], "pages tried again:",
+          [r.stderr.count("page: ") for r in first],
           *[r.stderr.strip().splitlines()[-1] for r in first if r.returncode])
     for n, res in enumerate(first):
         assert res.returncode in (0, 1), res.stderr          # never 2: a cold cache is not a person's job

@@ -147,3 +147,18 @@ def test_a_locked_box_whose_pytorch_index_is_unreachable_names_the_ways_out_too(
     assert res.returncode == 1, res.stderr
     error = json.loads(res.stdout)["error"]
     assert f"{base}/cpu/torch/" in error and "`fdlenv mirror export DIR`" in error
+
+
+@pytest.mark.parametrize("how", ["page", "empty"])
+def test_locking_on_demand_through_a_mirror_without_torchs_page_yet_is_1_and_locks_once_it_syncs(tmp_path, mirror, how):
+    idx, _, page = mirror
+    saved = lag(page, how)
+    cmd = ("env", "realize", "--libtorch", "cpu", "--mirror", f"pytorch={idx.url}", "--home", str(tmp_path / "fresh"),
+           "--json")
+    first = fdlenv(*cmd)
+    assert first.returncode == 1, first.stderr
+    assert "torch" in json.loads(first.stdout)["error"] and not (tmp_path / "fresh" / "lockfiles").exists()
+    sync(page, saved)
+    again = fdlenv(*cmd)
+    assert again.returncode == 0, again.stderr
+    assert (tmp_path / "fresh" / "lockfiles" / "cpu.conda-lock.yml").is_file()

@@ -200,3 +200,24 @@ def test_prepare_with_a_cmake_recipe_that_finds_no_cuda_exits_2_in_a_cuda_env_an
     assert res.returncode == code and len(errors) == 1, res.stderr
     assert ("CUDA 12.x toolkit (none found)" in errors[0]) == (code == 2)
     assert ("next dial" in errors[0]) == (code == 1)
+
+
+def test_a_recipe_on_a_terminal_keeps_cargos_colours_and_progress_through_the_pipe(tmp_path):
+    import pty
+
+    env = fake_env(tmp_path, "cpu")
+    tree = write_tree(tmp_path / "tree", {"x": ""})
+    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+            "from pathlib import Path\nfrom fdlenv.home import Home\nfrom fdlenv.source import build\n"
+            "from helpers_source import FakeEnv, environ_for\n"
+            f"env = FakeEnv('cpu', 'e' * 64, Path({str(env.path)!r}), Path({str(env.libtorch_root)!r}))\n"
+            "recipe = build.Recipe('mkdir -p out && echo \"tty=$CARGO_TERM_COLOR/$CARGO_TERM_PROGRESS_WHEN\" | "
+            "tee out/app', '', 'out/app', False)\n"
+            f"build.build(Home(Path({str(tmp_path / 'home')!r})), Path({str(tree)!r}), 'd' * 64, env, environ_for(env), recipe)\n")
+    leader, follower = pty.openpty()
+    res = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=follower, text=True)
+    os.close(follower)
+    seen = os.read(leader, 65536).decode(errors="replace")
+    os.close(leader)
+    assert res.returncode == 0, seen
+    assert "tty=always/always" in seen and "tty=always/always" in (tree / "out/app").read_text()

@@ -163,6 +163,9 @@ def _run_recipe(recipe: Recipe, project: Path, env, environ: dict, keep_fds: tup
         raise Fail.permanent("the default recipe `cargo build --release` needs cargo, which is not on "
                              "PATH; install Rust with rustup (https://rustup.rs) or name a recipe")
     say(f"source: building in {project} — {recipe.build}")
+    if os.isatty(2):   # the pipe to _Tail hides the terminal from cargo: keep its colours and progress bar
+        environ = {"CARGO_TERM_COLOR": "always", "CARGO_TERM_PROGRESS_WHEN": "always",
+                   "CARGO_TERM_PROGRESS_WIDTH": str(shutil.get_terminal_size().columns), **environ}
     try:
         # stdout joins stderr: the compiler's output streams to the terminal or
         # journal, and fdlenv's own stdout stays clean for --json. Its own process

@@ -162,3 +162,23 @@ def test_locking_on_demand_through_a_mirror_without_torchs_page_yet_is_1_and_loc
     again = fdlenv(*cmd)
     assert again.returncode == 0, again.stderr
     assert (tmp_path / "fresh" / "lockfiles" / "cpu.conda-lock.yml").is_file()
+
+
+def test_a_channel_mirror_share_without_a_locked_archive_yet_is_1_and_heals_when_it_is_copied(tmp_path):
+    from helpers_store import make_world
+
+    w = make_world(tmp_path / "world", variants=("cpu",))
+    share = tmp_path / "share"
+    shutil.copytree(w.home.channel, share)                      # a file:// mirror of the channel ...
+    missing = {a: a.read_bytes() for a in share.rglob("libtorch-cpu-*.conda")}
+    for archive in missing:                                     # ... that has not synced the variant yet
+        archive.unlink()
+    cmd = ("env", "realize", "--libtorch", "cpu", "--lock", str(w.lock), "--mirror", f"flodl={share.as_uri()}",
+           "--home", str(tmp_path / "box"), "--json")
+    first = fdlenv(*cmd)
+    assert first.returncode == 1, first.stderr
+    assert "where --mirror maps its channel" in json.loads(first.stdout)["error"]
+    for archive, data in missing.items():                       # the sync
+        archive.write_bytes(data)
+    again = fdlenv(*cmd)
+    assert again.returncode == 0, again.stderr

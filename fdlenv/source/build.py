@@ -11,7 +11,10 @@ comes before any lock. Otherwise, under
 published meanwhile), the recipe runs in the source tree itself with a build
 tree per variant (`target/fdlenv-<variant>` as CARGO_TARGET_DIR,
 `FDLENV_BUILD_DIR` for CMake), so switching variants stays incremental, and
-the artifact is copied out.
+the artifact is copied out. The recipe's output streams to stderr through a pipe
+that keeps its last 64 KiB (`_Tail`) to class a failure: in a CUDA env, CMake's
+words for a missing toolkit (`toolkit.cmake_cuda_gap`) are permanent, then missing
+GPU toolkit headers are; any other failed build is transient.
 
 The caller passes the env (anything with key, path, variant) and the complete
 child environment, so this module never imports the store.

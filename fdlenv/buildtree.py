@@ -4,7 +4,8 @@ Why: flodl-sys's build script reruns when LIBTORCH_PATH changes, so one cargo
 target dir shared by two variants rebuilds its C++ on every switch. In order:
 `cargo_root` finds the workspace the cwd is in (as cargo does), `build_tree` sets
 CARGO_TARGET_DIR to `<root>/target/fdlenv-<variant>` there (the dir `fdlenv build`
-uses) unless the caller set one. It depends on the cwd, so it is never part of a
+uses) unless the user chose one (`users_target_dir`: the environment, or
+`target-dir` in a cargo config file). It depends on the cwd, so it is never part of a
 memo: the slow path and `hotpath`'s replay both call it (only `os` is imported).
 """
 
@@ -13,30 +14,55 @@ from __future__ import annotations
 import os
 
 TARGET_DIR = "CARGO_TARGET_DIR"
+_CONFIGS = ("config.toml", "config")   # cargo's config files in a `.cargo` dir
+
+
+def _has_line(path: str, prefixes: tuple[str, ...]) -> bool:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return any(ln.strip().startswith(prefixes) for ln in f)
+    except OSError:
+        return False
+
+
+def _ancestors(cwd: str):
+    d = cwd
+    while True:
+        yield d
+        if (up := os.path.dirname(d)) == d:
+            return
+        d = up
 
 
 def cargo_root(cwd: str) -> str | None:
     """The root of the cargo workspace `cwd` is in, as cargo finds it: the nearest Cargo.toml
     up from `cwd`, or an enclosing one with a `[workspace]` table; None outside any crate."""
-    d, package = cwd, None
-    while True:
+    package = None
+    for d in _ancestors(cwd):
         if os.path.isfile(manifest := os.path.join(d, "Cargo.toml")):
             package = package or d
-            try:
-                with open(manifest, encoding="utf-8", errors="replace") as f:
-                    if any(ln.strip().startswith(("[workspace]", "[workspace.")) for ln in f):
-                        return d
-            except OSError:
-                pass
-        if (up := os.path.dirname(d)) == d:
-            return package
-        d = up
+            if _has_line(manifest, ("[workspace]", "[workspace.")):
+                return d
+    return package
+
+
+def users_target_dir(base, cwd: str) -> bool:
+    """Whether the user chose cargo's target dir: CARGO_TARGET_DIR or CARGO_BUILD_TARGET_DIR in
+    `base`, or `target-dir` in a cargo config file cargo reads from `cwd` (`.cargo/config.toml`
+    in it or above, and in `$CARGO_HOME`, default `~/.cargo`)."""
+    if TARGET_DIR in base or "CARGO_BUILD_TARGET_DIR" in base:
+        return True
+    home = base.get("CARGO_HOME") or os.path.join(base.get("HOME") or os.path.expanduser("~"), ".cargo")
+    dirs = [os.path.join(d, ".cargo") for d in _ancestors(cwd)] + [home]
+    return any(_has_line(os.path.join(d, name), ("target-dir", "build.target-dir"))
+               for d in dirs for name in _CONFIGS)
 
 
 def build_tree(environ: dict, base, variant: str | None, cwd: str) -> dict:
     """`environ` with cargo's tree per variant, as `fdlenv build` keeps: CARGO_TARGET_DIR =
-    `<cargo_root>/target/fdlenv-<variant>`, unless `base` (the caller's environment, a shell
-    activation undone) names one, `cwd` is in no crate, or the variant is not fdlenv's."""
-    if variant and TARGET_DIR not in base and (root := cargo_root(cwd)) is not None:
+    `<cargo_root>/target/fdlenv-<variant>`, unless the user chose a target dir
+    (`users_target_dir`; `base` is the caller's environment, a shell activation undone), `cwd`
+    is in no crate, or the variant is not fdlenv's."""
+    if variant and (root := cargo_root(cwd)) is not None and not users_target_dir(base, cwd):
         environ[TARGET_DIR] = os.path.join(root, "target", f"fdlenv-{variant}")
     return environ

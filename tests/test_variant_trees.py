@@ -124,6 +124,19 @@ def test_a_cargo_target_dir_of_the_users_own_is_left_as_it_is(world, crate):
 
 
 @needs_cargo
+@pytest.mark.parametrize("where", ["crate", "cargo home"])
+def test_a_target_dir_in_cargos_config_is_the_users_choice_too(world, crate, tmp_path, where):
+    conf = crate / ".cargo" / "config.toml" if where == "crate" else tmp_path / "cargo-home" / "config.toml"
+    conf.parent.mkdir(parents=True)
+    conf.write_text('[build]\ntarget-dir = "/srv/shared-target"\n')
+    env = {"CARGO_HOME": str(tmp_path / "cargo-home")} if where == "cargo home" else None
+    for _ in range(3):   # the slow path, then the memo's replay
+        out = printed(world, crate / "src", "run", "--libtorch", "cpu", "sh", "-c", 'echo "${CARGO_TARGET_DIR-unset}"',
+                      env=env)
+        assert out == "unset\n"
+
+
+@needs_cargo
 def test_outside_any_crate_no_target_dir_is_set_and_the_variant_is_named(world, tmp_path):
     (tmp_path / "elsewhere").mkdir()
     out = printed(world, tmp_path / "elsewhere", "run", "--libtorch", "cu126", "sh", "-c",

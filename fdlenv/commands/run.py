@@ -8,7 +8,7 @@ started. `--` is needed only when CMD itself starts with `-`.
 Which env: `libtorch.choose` through `flags.libtorch_of`, preferring what is
 realised (no lock needed for a variant that is). Then the activation map, a build
 tree per variant (`buildtree`: cargo's target dir at the crate's root,
-`target/fdlenv-<variant>`, unless CARGO_TARGET_DIR is set), the host-nvcc note
+`target/fdlenv-<variant>`, unless the user chose one), the host-nvcc note
 once per CUDA env (`source.toolkit.note_once`), the memo, the exec.
 """
 
@@ -68,9 +68,10 @@ def _run(args, argv: list[str]) -> int:
     st = settings_of(args)
     plan = hotmemo.start("run", args, st)
     st, act = libtorch_of(args, say, prefer_realised=True, settings=st)
-    environ = build_tree(environ_for(st.home, act), restored(os.environ), act.variant, os.getcwd())
+    own = restored(os.environ)   # the caller's environment, a shell activation undone
+    environ = build_tree(environ_for(st.home, act), own, act.variant, os.getcwd())
     if act.env is not None:
-        if (note := note_once(st.home, act.env, restored(os.environ))):   # before the memo: said once
+        if (note := note_once(st.home, act.env, own)):   # before the memo: said once
             progress.note("run", note)
         leases.take(act.env.path)   # inherited through exec: env gc leaves the env while CMD runs
     hotmemo.record(plan, st.home, act)

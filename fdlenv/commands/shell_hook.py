@@ -10,7 +10,7 @@ activated one, so:
 - `--deactivate` prints what restores the shell as it was before;
 - builds get a tree per variant (`buildtree`): CARGO_TARGET_DIR is
   `<crate root>/target/fdlenv-<variant>` for the crate the hook ran in (none
-  outside a crate, and a CARGO_TARGET_DIR of the user's own is left), and
+  outside a crate, and a target dir of the user's own is left), and
   FDLENV_VARIANT names the variant for a CMake build dir.
 A cu126/cu128 env says once, on stderr, when CMake's Torch config would find no
 host nvcc of its CUDA major (`source.toolkit.note_once`).

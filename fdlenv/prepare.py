@@ -250,10 +250,9 @@ def environment(home: Home, req: PrepareRequest, survey: Callable[[], Survey],
         notes.append(f"libtorch: {act.label} at {act.dir} (flodl's own, active)")
     elif req.libtorch is not None or act.env.created:   # the active env carried as it is: no note
         notes.append(f"libtorch: {act.label} at {act.env.libtorch_root}" + (" (realised)" if act.env.created else ""))
-    cuda = variants.VARIANTS[act.variant].cuda if act.variant in variants.VARIANTS else None
-    if cuda and act.env is not None and act.env.created:   # said once, when the env is new
-        from .source.toolkit import cmake_toolkit_note
-        if (note := cmake_toolkit_note(cuda, dict(os.environ))):
+    if act.env is not None:   # said once per env, whichever command met it first
+        from .source.toolkit import note_once
+        if (note := note_once(home, act.env, dict(os.environ))):
             notes.append(note)
     arch_gate(act, survey, req.devices)
     from .store.activation import environ_for

@@ -149,7 +149,7 @@ def test_a_locked_box_whose_pytorch_index_is_unreachable_names_the_ways_out_too(
     assert f"{base}/cpu/torch/" in error and "`fdlenv mirror export DIR`" in error
 
 
-@pytest.mark.parametrize("how", ["page", "empty"])
+@pytest.mark.parametrize("how", ["page", "empty", "file"])
 def test_locking_on_demand_through_a_mirror_without_torchs_page_yet_is_1_and_locks_once_it_syncs(tmp_path, mirror, how):
     idx, _, page = mirror
     saved = lag(page, how)

@@ -91,6 +91,12 @@ def is_native(filename: str) -> bool:
     return any(t.abi == "none" and t.platform != "any" for t in tags)
 
 
+class NoWheel(Fail):
+    """The index lists a project but no wheel of it that satisfies the requirement: permanent for
+    an env file of the user's (`fdlenv lock`: the file or the index is wrong); lock on demand,
+    whose env files are fdlenv's own, reads it as an index that lacks the release (transient)."""
+
+
 class Meta:
     """What the walk reads of a wheel's core metadata."""
 
@@ -173,8 +179,8 @@ class _Index:
         if best is None and not required and not compatible:
             return None
         if best is None:
-            raise Fail.permanent(f"wheel index {self.sources.get(name, self.base)}: no wheel of {name}{spec or ' (any version)'} "
-                                 f"for CPython {PYTHON} on {self.platform}")
+            raise NoWheel(f"wheel index {self.sources.get(name, self.base)}: no wheel of {name}{spec or ' (any version)'} "
+                          f"for CPython {PYTHON} on {self.platform}")
         return best
 
 

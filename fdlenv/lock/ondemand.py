@@ -12,7 +12,8 @@ where every later call on the box finds it (`lockview.LockView`). Order:
 2. the env file must cover this platform (ROCm has no aarch64 build);
 3. under `locks/ondemand-<variant>.lock`, re-check (another process may have
    just written it), resolve, write atomically; nothing is written on failure.
-An index that cannot be reached, or lags (a missing or empty page), is
+An index that cannot be reached, or lags (a missing or empty page, or a page
+without the release fdlenv's own env file pins), is
 transient (exit 1: `--persist` re-dials and the box heals when it catches up),
 and the message names the URL it tried and, for PyTorch's index, the ways out;
 an index whose torch is not the variant's build is refused (exit 2, naming the
@@ -62,11 +63,15 @@ def lock_variant(home, variant: str, platform: str, mirrors: dict[str, str], say
 
 def write(home, env, platform: str, mirrors: dict[str, str], out: Path, check: bool = True) -> None:
     """`env` resolved for `platform` into `out`; `check` off only in tests (see `closure.resolve`)."""
-    from .closure import resolve
+    from .closure import NoWheel, resolve
     from .solve import declared_virtual_packages
     from .write import Solved, write_lock
 
-    entries = resolve(env, platform, mirrors, check)
+    try:
+        entries = resolve(env, platform, mirrors, check)
+    except NoWheel as e:   # fdlenv's own pin, missing from the index: a release not synced yet
+        raise Fail.retry(f"{e.message}, which fdlenv's own {env.variant} env file pins: an index or mirror "
+                         "that has not synced this release yet? (exit 1: a re-dial tries again)") from None
     entries += _wheel_entries(env, platform)
     # The lock names its source as `envs/<variant>.yml`, as the shipped lock does: never a path of
     # this machine's install, since the file is meant to be shared.

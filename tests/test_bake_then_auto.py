@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from helpers_pytorch_index import serve
+from sshd import free_port
 
 STANDIN = str(Path(__file__).resolve().parent / "join_standin.py")
 MI300X = json.dumps([{"vendor": "amd", "arch": "gfx942", "vram_mb": 196000, "name": "MI300X"}])
@@ -30,14 +30,6 @@ def index(tmp_path_factory):
         yield idx
 
 
-def _closed_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 @pytest.fixture
 def baked(tmp_path, index):
     """A home with rocm7.1 baked in by the README's bake, and the environment of the AMD box
@@ -47,7 +39,7 @@ def baked(tmp_path, index):
     bake = fdlenv(tmp_path, {"FLODL_TESTING_GPU_JSON": "[]"}, "prepare", "--libtorch", "rocm7.1",
                   "--mirror", f"pytorch={index.url}", "--home", str(home))
     assert bake.returncode == 0, bake.stderr
-    proxy = f"http://127.0.0.1:{_closed_port()}"
+    proxy = f"http://127.0.0.1:{free_port()}"
     box = {"FLODL_TESTING_GPU_JSON": MI300X, "FLODL_HOME": str(home), "https_proxy": proxy,
            "HTTPS_PROXY": proxy, "http_proxy": proxy, "HTTP_PROXY": proxy, "no_proxy": "", "NO_PROXY": ""}
     return tmp_path, home, box, len(index.requests)

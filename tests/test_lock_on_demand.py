@@ -12,13 +12,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from helpers_pytorch_index import serve
+from sshd import free_port
 
 from fdlenv.home import Home
 from fdlenv.lockpath import shipped_lock
@@ -174,16 +174,8 @@ def test_frozen_refuses_to_lock_by_flag_by_environment_and_by_fdl_yml(box, index
     assert not (box / "h" / "lockfiles").exists()
 
 
-def _closed_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def test_with_no_mirror_pytorchs_own_index_is_asked_and_unreachable_is_transient_naming_it(box):
-    proxy = f"http://127.0.0.1:{_closed_port()}"   # this box reaches nothing: a proxy that refuses
+    proxy = f"http://127.0.0.1:{free_port()}"   # this box reaches nothing: a proxy that refuses
     res = plain(box, "env", "realize", "--libtorch", "cu126", "--home", str(box / "h"),
                 env={"https_proxy": proxy, "HTTPS_PROXY": proxy, "no_proxy": "", "NO_PROXY": ""})
     assert res.returncode == 1 and res.stderr.count("error:") == 1, res.stderr

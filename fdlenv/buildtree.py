@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 
 TARGET_DIR = "CARGO_TARGET_DIR"
+BUILD_DIR = "FDLENV_BUILD_DIR"   # a CMake build dir per variant
 _CONFIGS = ("config.toml", "config")   # cargo's config files in a `.cargo` dir
 
 
@@ -58,11 +59,24 @@ def users_target_dir(base, cwd: str) -> bool:
                for d in dirs for name in _CONFIGS)
 
 
+def tree_dirs(root: str, variant: str) -> tuple[str, str]:
+    """(cargo's target dir, the CMake build dir) of `variant` under a project's `root`: the one
+    naming `fdlenv build`, `run` and `shell-hook` share."""
+    return os.path.join(root, "target", f"fdlenv-{variant}"), os.path.join(root, "build", f"fdlenv-{variant}")
+
+
 def build_tree(environ: dict, base, variant: str | None, cwd: str) -> dict:
-    """`environ` with cargo's tree per variant, as `fdlenv build` keeps: CARGO_TARGET_DIR =
+    """`environ` with a tree per variant, as `fdlenv build` keeps: CARGO_TARGET_DIR =
     `<cargo_root>/target/fdlenv-<variant>`, unless the user chose a target dir
     (`users_target_dir`; `base` is the caller's environment, a shell activation undone), `cwd`
-    is in no crate, or the variant is not fdlenv's."""
-    if variant and (root := cargo_root(cwd)) is not None and not users_target_dir(base, cwd):
-        environ[TARGET_DIR] = os.path.join(root, "target", f"fdlenv-{variant}")
+    is in no crate, or the variant is not fdlenv's; and BUILD_DIR (`cmake -B
+    "$FDLENV_BUILD_DIR"`) = `<cargo_root or cwd>/build/fdlenv-<variant>` unless `base` sets it."""
+    if not variant:
+        return environ
+    root = cargo_root(cwd)
+    target, build = tree_dirs(root or cwd, variant)
+    if BUILD_DIR not in base:
+        environ[BUILD_DIR] = build
+    if root is not None and not users_target_dir(base, cwd):
+        environ[TARGET_DIR] = target
     return environ

@@ -137,11 +137,11 @@ def test_a_target_dir_in_cargos_config_is_the_users_choice_too(world, crate, tmp
 
 
 @needs_cargo
-def test_outside_any_crate_no_target_dir_is_set_and_the_variant_is_named(world, tmp_path):
+def test_outside_any_crate_no_target_dir_is_set_and_the_variant_and_a_cmake_build_dir_are_named(world, tmp_path):
     (tmp_path / "elsewhere").mkdir()
     out = printed(world, tmp_path / "elsewhere", "run", "--libtorch", "cu126", "sh", "-c",
-                  'echo "${CARGO_TARGET_DIR-unset} $FDLENV_VARIANT"')
-    assert out == "unset cu126\n"
+                  'echo "${CARGO_TARGET_DIR-unset} $FDLENV_VARIANT $FDLENV_BUILD_DIR"')
+    assert out == f"unset cu126 {tmp_path / 'elsewhere' / 'build' / 'fdlenv-cu126'}\n"
 
 
 @needs_cargo
@@ -162,11 +162,11 @@ def test_the_memos_replay_derives_the_tree_from_each_calls_own_crate(world, tmp_
 def test_shell_hook_switches_the_tree_with_the_variant_and_deactivate_restores_the_users_value(world, crate):
     hook = f"{sys.executable} -m fdlenv shell-hook --home {world['home']}"
     script = (f'unset CARGO_TARGET_DIR; for v in cu126 cpu cu126; do eval "$({hook} --libtorch $v)"; echo "$CARGO_TARGET_DIR $FDLENV_VARIANT"; done; '
-              f'eval "$({hook} --deactivate)"; echo "${{CARGO_TARGET_DIR-unset}} ${{FDLENV_VARIANT-unset}}"; '
+              f'eval "$({hook} --deactivate)"; echo "${{CARGO_TARGET_DIR-unset}} ${{FDLENV_VARIANT-unset}} ${{FDLENV_BUILD_DIR-unset}}"; '
               f'export CARGO_TARGET_DIR=/srv/before; eval "$({hook} --libtorch cpu)"; echo "$CARGO_TARGET_DIR"; '
               f'eval "$({hook} --deactivate)"; echo "$CARGO_TARGET_DIR"')
     res = subprocess.run(["sh", "-c", script], capture_output=True, text=True, cwd=crate / "src")
     assert res.returncode == 0, res.stderr
     tree = crate / "target"
     assert res.stdout.splitlines() == [f"{tree}/fdlenv-cu126 cu126", f"{tree}/fdlenv-cpu cpu",
-                                       f"{tree}/fdlenv-cu126 cu126", "unset unset", "/srv/before", "/srv/before"]
+                                       f"{tree}/fdlenv-cu126 cu126", "unset unset unset", "/srv/before", "/srv/before"]

@@ -214,14 +214,15 @@ def variant_trees(project: Path, env, environ: dict) -> tuple[dict, Path | None]
     `CARGO_TARGET_DIR=<project>/target/fdlenv-<variant>` (a `target/...` artifact is looked up
     there), and `FDLENV_BUILD_DIR=<project>/build/fdlenv-<variant>` for CMake recipes
     (`cmake -S . -B "$FDLENV_BUILD_DIR"`)."""
-    name = _variant(env).name
+    from ..buildtree import BUILD_DIR, TARGET_DIR, tree_dirs
+
+    target, build = tree_dirs(str(project), _variant(env).name)
     out = dict(environ)
-    out.setdefault("FDLENV_BUILD_DIR", str(project / "build" / f"fdlenv-{name}"))
-    if "CARGO_TARGET_DIR" in environ:
+    out.setdefault(BUILD_DIR, build)
+    if TARGET_DIR in environ:
         return out, None
-    target = project / "target" / f"fdlenv-{name}"
-    out["CARGO_TARGET_DIR"] = str(target)
-    return out, target
+    out[TARGET_DIR] = target
+    return out, Path(target)
 
 
 def _artifact(project: Path, recipe: Recipe, target: Path | None) -> Path:

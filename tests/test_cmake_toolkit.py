@@ -122,6 +122,24 @@ def test_the_note_weighs_a_host_nvcc_by_the_envs_cuda_major(tmp_path, release, s
         assert f"CUDA {release}" in note and "CUDA 12.x toolkit" in note
 
 
+def test_the_host_toolkits_release_is_read_from_its_cuda_h_without_running_nvcc(tmp_path):
+    env = fake_nvcc(tmp_path, "13.0")
+    nvcc = Path(env["CUDACXX"])
+    ran = tmp_path / "ran"
+    nvcc.write_text(f"#!/bin/sh\ntouch {ran}\necho 'Cuda compilation tools, release 13.0, V13.0.1'\n")
+    (nvcc.parent.parent / "include").mkdir()
+    (nvcc.parent.parent / "include" / "cuda.h").write_text("/* cuda.h */\n#define CUDA_VERSION 12080\n")
+    assert toolkit.host_nvcc(env) == (str(nvcc), "12.8")
+    assert not ran.exists()
+    assert toolkit.cmake_toolkit_note("12.8", env) is None
+    wrapper = tmp_path / "wrapper" / "nvcc"   # as an image's /usr/local/bin/nvcc wraps the real one
+    wrapper.parent.mkdir()
+    wrapper.write_text(f'#!/bin/sh\ntouch {ran}\nexec {nvcc} "$@"\n')
+    wrapper.chmod(0o755)
+    assert toolkit.host_nvcc({"PATH": str(wrapper.parent)}) == (str(wrapper), "12.8")
+    assert not ran.exists()
+
+
 # ------------------------------------------------------------------ the note, once per env
 
 @pytest.fixture(scope="module")

@@ -108,21 +108,71 @@ def host_nvcc(environ: dict) -> tuple[str, str | None] | None:
     """The host's nvcc and the CUDA release it reports ("13.0"), or None when there is none:
     `$CUDACXX` when set (CMake's own choice; an empty dir's path hides every toolkit, as the
     tests do), else nvcc on PATH, else /usr/local/cuda/bin/nvcc."""
-    import re
-    import shutil
-    import subprocess
+    import os
 
-    cand = environ.get("CUDACXX") or shutil.which("nvcc", path=environ.get("PATH")) or "/usr/local/cuda/bin/nvcc"
-    if not Path(cand).is_file():
+    cand = environ.get("CUDACXX") or _on_path("nvcc", environ.get("PATH")) or "/usr/local/cuda/bin/nvcc"
+    if not os.path.isfile(cand):
         return None
     if cand not in _RELEASES:   # asked once per process (detect's line and its note share it)
-        try:
-            out = subprocess.run([cand, "--version"], capture_output=True, text=True, timeout=30).stdout
-        except (OSError, subprocess.SubprocessError):
-            out = ""
-        m = re.search(r"release (\d+\.\d+)", out)
-        _RELEASES[cand] = m.group(1) if m else None
+        release = _header_release(_wrapped(cand))
+        if release is None:     # no cuda.h beside it: ask nvcc itself (10-30 ms)
+            import re
+            import subprocess
+
+            try:
+                out = subprocess.run([cand, "--version"], capture_output=True, text=True, timeout=30).stdout
+            except (OSError, subprocess.SubprocessError):
+                out = ""
+            m = re.search(r"release (\d+\.\d+)", out)
+            release = m.group(1) if m else None
+        _RELEASES[cand] = release
     return cand, _RELEASES[cand]
+
+
+def _on_path(name: str, path: str | None) -> str | None:
+    """shutil.which for an executable `name` on `path` (os.defpath when None), without its import."""
+    import os
+
+    for d in (os.defpath if path is None else path).split(os.pathsep):
+        f = os.path.join(d or ".", name)
+        if os.path.isfile(f) and os.access(f, os.X_OK):
+            return f
+    return None
+
+
+def _wrapped(nvcc: str) -> str:
+    """The nvcc a small wrapper script execs (`exec /usr/local/cuda-13.0/bin/nvcc "$@"`, as
+    alternatives and images install it), else `nvcc` itself."""
+    try:
+        with open(nvcc, "rb") as f:
+            head = f.read(4097)
+    except OSError:
+        return nvcc
+    if not head.startswith(b"#!") or len(head) > 4096:
+        return nvcc
+    for word in head.replace(b'"', b" ").replace(b"'", b" ").split():
+        if word.startswith(b"/") and word.endswith(b"/bin/nvcc"):
+            return word.decode("utf-8", "replace")
+    return nvcc
+
+
+def _header_release(nvcc: str) -> str | None:
+    """The release of the toolkit `nvcc` belongs to, from its `include/cuda.h`'s CUDA_VERSION
+    (13000 -> "13.0"), read instead of running nvcc; None when there is no such header."""
+    import os
+
+    header = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))), "include", "cuda.h")
+    try:
+        with open(header, "rb") as f:
+            head = f.read(1 << 16)
+    except OSError:
+        return None
+    for line in head.splitlines():
+        words = line.split()
+        if words[:2] == [b"#define", b"CUDA_VERSION"] and len(words) > 2 and words[2].isdigit():
+            n = int(words[2])
+            return f"{n // 1000}.{n % 1000 // 10}"
+    return None
 
 
 _RELEASES: dict[str, str | None] = {}

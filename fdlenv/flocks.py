@@ -18,6 +18,10 @@ Four ways to hold a lock:
   a child (exec keeps it, fork shares it): held until the last process that
   has it exits, however it exits.
 
+Every wait has a deadline, FDLENV_LOCK_TIMEOUT (`deadlines`, default an hour):
+past it the waiter gives up with one transient failure naming the lock and its
+holder (exit 1: a persist box re-dials later), never waits for ever.
+
 Each is a plain `fcntl.flock`: released by the kernel when its holder dies,
 even by kill -9, and free to import. The `filelock` package does the same on
 Linux but pulls in asyncio (~80 ms) on the path that starts an install, so
@@ -33,6 +37,7 @@ import os
 import time
 from pathlib import Path
 
+from .errors import Fail
 from .progress import Ticker, say
 
 
@@ -47,16 +52,23 @@ def holder(path: Path) -> str:
 
 
 def _wait(f, mode: int, path: Path, what: str, every: float, poll: float) -> None:
-    """Take `mode` on the open file `f`, naming the holder while waiting."""
-    ticker = None
+    """Take `mode` on the open file `f`, naming the holder while waiting, for FDLENV_LOCK_TIMEOUT
+    seconds at most (then a transient `Fail`)."""
+    ticker, end, limit = None, 0.0, 0.0
     while True:
         try:
             fcntl.flock(f, mode | fcntl.LOCK_NB)
             return
         except BlockingIOError:
             if ticker is None:
+                from .deadlines import LOCK_VAR, lock_timeout
+                limit = lock_timeout()
+                end = time.monotonic() + limit
                 say(f"{what}: waiting for {holder(path)}")
                 ticker = Ticker(lambda: f"{what}: waiting for {holder(path)}", every=every)
+            elif time.monotonic() >= end:
+                raise Fail.retry(f"{what}: {path} is still held by {holder(path)} after {limit:g} s "
+                                 f"({LOCK_VAR}); retry later") from None
             ticker.tick()
             time.sleep(poll)
 
@@ -119,7 +131,7 @@ def lease(path: Path, inheritable: bool = True) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH)
+        _wait(fd, fcntl.LOCK_SH, path, f"leasing {path.name}", 3.0, 0.1)
     except BaseException:
         os.close(fd)
         raise

@@ -4,12 +4,19 @@ Why one module: an index page, a metadata file, a wheel and a conda archive are
 all read from servers fdlenv does not control (a mirror may be hostile, broken or
 slow), and each read must end. The rules, in one place:
 - a socket operation waits at most TIMEOUT seconds;
+- a request (`open_url`) has one total deadline, FDLENV_REQUEST_TIMEOUT
+  (`deadlines`): a watch armed before the connect shuts the request's sockets
+  when it passes, so a server that trickles one header line every 20 s (each
+  socket operation well within TIMEOUT) is cut there, redirects included; the
+  request is then `Overdue`, transient (exit 1), and not tried again here (the
+  server had its whole deadline; the locks held are let go as the command ends);
 - a page or metadata file (`read_all`) is read in pieces as they arrive, capped
-  at its limit and finished within PAGE_DEADLINE seconds, so one byte every 20 s
+  at its limit and finished within the same deadline, so one byte every 20 s
   cannot hold a lock for ever;
 - a download (`chunks`) is capped at the size the lock or the index states (or
   at its caller's limit) and is stalled when less than STALL_BYTES arrived in the
-  last STALL_WINDOW seconds;
+  last STALL_WINDOW seconds (its watch is stood down once its headers came: a
+  wheel's time grows with its size);
 - a body that ends short of its Content-Length or its stated size was cut;
 - by cause: more bytes than stated is permanent (the server serves other bytes);
   a cut, a reset, a timeout or a stall is transient (`Fail.retry`); what the
@@ -21,12 +28,12 @@ slow), and each read must end. The rules, in one place:
 
 from __future__ import annotations
 
+import threading
 import time
 
 from .errors import Fail
 
 TIMEOUT = 60                 # seconds one socket operation may block
-PAGE_DEADLINE = 120          # seconds a whole page or metadata file may take
 STALL_WINDOW = 60            # a download is stalled when, over this many seconds,
 STALL_BYTES = 64 << 10       # ... fewer bytes than this arrived
 PIECE = 1 << 20
@@ -35,11 +42,135 @@ TRIES = 3                    # attempts of one download before its transient fai
 PAUSE = 1.0                  # seconds before the second attempt, doubled for each later one
 
 
+class Overdue(Fail):
+    """A request that did not finish within its total deadline: transient, never tried again
+    by `retrying` (the server had the whole deadline)."""
+
+
+class _Watch:
+    """The deadline of one request: shuts the sockets it opened when `seconds` pass."""
+
+    def __init__(self, url: str, seconds: float):
+        self.url, self.seconds, self.fired, self.done = url, seconds, False, False
+        self.socks: list = []
+        self.guard = threading.Lock()
+        self.timer = threading.Timer(seconds, self._fire)
+        self.timer.daemon = True
+        self.timer.start()
+
+    def add(self, sock) -> None:
+        with self.guard:
+            self.socks.append(sock)
+            if not self.fired:
+                return
+        self._shut(sock)
+
+    @staticmethod
+    def _shut(sock) -> None:
+        import socket
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def _fire(self) -> None:
+        with self.guard:
+            if self.done:
+                return
+            self.fired = True
+            socks = list(self.socks)
+        for sock in socks:
+            self._shut(sock)
+
+    def cancel(self) -> bool:
+        """Cancel the deadline; whether it had already passed."""
+        with self.guard:
+            self.done = True
+            fired = self.fired
+        self.timer.cancel()
+        return fired
+
+    def stand_down(self) -> None:
+        """Cancel the deadline; `Overdue` if it had already passed."""
+        if self.cancel():
+            raise self.overdue()
+
+    def overdue(self, came: int | None = None) -> Overdue:
+        from .deadlines import REQUEST_VAR
+        what = "did not answer" if came is None else f"did not finish ({came} bytes came)"
+        return Overdue(f"{self.url} {what} within {self.seconds:g} s ({REQUEST_VAR}); the server is "
+                       "stalled or too slow, retry later", transient=True)
+
+
+_local = threading.local()
+_OPENER = None
+
+
+def _watched(conn_class):
+    """`conn_class`, each connection's socket added to this thread's watch once connected."""
+    def make(host, **kw):
+        conn = conn_class(host, **kw)
+        watch, connect = getattr(_local, "watch", None), conn.connect
+
+        def connect_watched():
+            connect()
+            if watch is not None:
+                watch.add(conn.sock)
+        conn.connect = connect_watched
+        return conn
+    return make
+
+
+def _opener():
+    global _OPENER
+    if _OPENER is None:
+        import urllib.request
+
+        class Watched:
+            def do_open(self, http_class, req, **kw):
+                return super().do_open(_watched(http_class), req, **kw)   # type: ignore[misc]
+
+        class HTTP(Watched, urllib.request.HTTPHandler):
+            pass
+
+        class HTTPS(Watched, urllib.request.HTTPSHandler):
+            pass
+
+        _OPENER = urllib.request.build_opener(HTTP, HTTPS)
+    return _OPENER
+
+
 def open_url(url: str, headers: dict[str, str] | None = None):
-    """urlopen with fdlenv's timeout; OSError (URLError, HTTPError) on failure."""
+    """urlopen under one total deadline (FDLENV_REQUEST_TIMEOUT: connect, redirects, headers and,
+    read by `read_all`, the body); OSError (URLError, HTTPError) on failure, `Overdue` past it."""
+    import http.client
     import urllib.request
 
-    return urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=TIMEOUT)
+    from .deadlines import request_timeout
+
+    seconds = request_timeout()
+    watch = _Watch(url, seconds)
+    _local.watch = watch
+    try:
+        resp = _opener().open(urllib.request.Request(url, headers=headers or {}), timeout=min(TIMEOUT, seconds))
+    except (OSError, http.client.HTTPException):
+        if watch.cancel():
+            raise watch.overdue() from None
+        raise
+    finally:
+        _local.watch = None
+    if watch.fired:       # headers cut short by the watch parse as a (shorter) answer: not one
+        resp.close()
+        raise watch.overdue()
+    resp.fdlenv_watch = watch
+    return resp
+
+
+def _stand_down(f) -> None:
+    """A download's body is held to the stall rule, not to the request's deadline."""
+    watch = getattr(f, "fdlenv_watch", None)
+    if watch is not None:
+        watch.stand_down()
 
 
 def _piece(f, n: int) -> bytes:
@@ -77,14 +208,21 @@ def _cut(url: str, e: BaseException) -> Fail:
     return Fail.retry(f"reading {url} was cut ({type(e).__name__}: {e}); retry")
 
 
-def read_all(f, limit: int, url: str, deadline: float = PAGE_DEADLINE) -> bytes:
-    """The whole body of `f`, at most `limit` bytes (more: permanent), within `deadline` s (transient)."""
+def read_all(f, limit: int, url: str, deadline: float | None = None) -> bytes:
+    """The whole body of `f`, at most `limit` bytes (more: permanent), within `deadline` s
+    (default: what is left of the request's deadline; past it: `Overdue`, transient)."""
     import http.client
 
-    end, parts, n = time.monotonic() + deadline, [], 0
+    from .deadlines import request_timeout
+
+    watch = getattr(f, "fdlenv_watch", None)
+    seconds = deadline if deadline is not None else watch.seconds if watch is not None else request_timeout()
+    end, parts, n = time.monotonic() + seconds, [], 0
     try:
         while True:
             chunk = _piece(f, min(PIECE, limit + 1 - n))
+            if watch is not None and watch.fired:
+                raise watch.overdue(n)
             if not chunk:
                 _ended_short(f, url, n)
                 break
@@ -94,10 +232,15 @@ def read_all(f, limit: int, url: str, deadline: float = PAGE_DEADLINE) -> bytes:
                 raise Fail.permanent(f"{url} sent over {limit >> 20} MiB; an index page or metadata file "
                                      "is far smaller (a broken or hostile index?)")
             if time.monotonic() > end:
-                raise Fail.retry(f"{url} did not finish within {deadline:g} s ({n} bytes came); "
+                raise Fail.retry(f"{url} did not finish within {seconds:g} s ({n} bytes came); "
                                  "the server is too slow, retry")
     except (OSError, http.client.HTTPException) as e:
+        if watch is not None and watch.fired:
+            raise watch.overdue(n) from None
         raise _cut(url, e) from None
+    finally:
+        if watch is not None:
+            watch.cancel()
     return b"".join(parts)
 
 
@@ -107,6 +250,7 @@ def chunks(f, url: str, limit: int, stated: int | None = None, size: int = PIECE
     a cut is a transient `Fail`."""
     import http.client
 
+    _stand_down(f)
     cap = stated if stated is not None else limit
     n, window_start, window_bytes = 0, time.monotonic(), 0
     while True:
@@ -141,7 +285,7 @@ def retrying(fetch, what: str, stop=None):
         try:
             return fetch()
         except Fail as f:
-            if not f.transient or attempt == TRIES or (stop is not None and stop()):
+            if not f.transient or isinstance(f, Overdue) or attempt == TRIES or (stop is not None and stop()):
                 raise
             say(f"{what}: {f.message}; trying again ({attempt + 1}/{TRIES})")
             time.sleep(PAUSE * 2 ** (attempt - 1))

@@ -44,6 +44,21 @@ def write_text(path: Path, text: str, *, durable: bool = True, publish_if=None) 
             pass
 
 
+def cache_text(path: Path, text: str) -> bool:
+    """`write_text` for a cache (what is recomputed when missing: the fast path's entries, an
+    activation, a size): False, nothing written, where the home cannot be written (a baked
+    image, a read-only mount), so a command whose answer is settled still gives it."""
+    import errno
+
+    try:
+        write_text(path, text, durable=False)
+        return True
+    except OSError as e:
+        if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+            return False
+        raise
+
+
 def symlink(link: Path, target) -> None:
     """Point `link` at `target` atomically (a rename over the old link)."""
     link.parent.mkdir(parents=True, exist_ok=True)

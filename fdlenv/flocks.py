@@ -14,9 +14,9 @@ Four ways to hold a lock:
   be had exclusively without waiting (cleanup that must see nobody else), then
   the hold becomes shared;
 - `held(path)`: whether anybody holds it now (gc leaves what is in use);
-- `lease(path)`: a shared hold as a bare file descriptor the caller may pass to
-  a child (exec keeps it, fork shares it): held until the last process that
-  has it exits, however it exits.
+- a lease (`hotpath.take_lease`, through `store.leases.take`): a shared hold as a
+  bare file descriptor the caller may pass to a child (exec keeps it, fork
+  shares it): held until the last process that has it exits, however it exits.
 
 Every wait has a deadline, FDLENV_LOCK_TIMEOUT (`deadlines`, default an hour):
 past it the waiter gives up with one transient failure naming the lock and its
@@ -74,8 +74,18 @@ def _wait(f, mode: int, path: Path, what: str, every: float, poll: float) -> Non
 
 
 def _open(path: Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return open(path, "a")
+    """The lock file, made when missing; read-only when it exists in a home this process may not
+    write (a baked image, a read-only mount): flock needs no write, so a command that changes
+    nothing still takes the lock there."""
+    import errno
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return open(path, "a")
+    except OSError as e:
+        if e.errno not in (errno.EROFS, errno.EACCES, errno.EPERM) or not path.is_file():
+            raise
+        return open(path)
 
 
 @contextlib.contextmanager
@@ -116,24 +126,10 @@ def held(path: Path) -> bool:
     """Whether some process holds `path` now, shared or exclusively."""
     if not path.exists():
         return False
-    with open(path, "a") as f:
+    with open(path) as f:     # read-only: a read-only home is asked too
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return True
         fcntl.flock(f, fcntl.LOCK_UN)
         return False
-
-
-def lease(path: Path, inheritable: bool = True) -> int:
-    """A shared hold on `path` as an open descriptor (close it to let go; a child given it
-    keeps the hold alive after this process is gone)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        _wait(fd, fcntl.LOCK_SH, path, f"leasing {path.name}", 3.0, 0.1)
-    except BaseException:
-        os.close(fd)
-        raise
-    os.set_inheritable(fd, inheritable)
-    return fd

@@ -140,7 +140,7 @@ def activation_diff(home: Home, env: Env) -> dict:
     except (OSError, ValueError):
         pass
     diff = _capture(env, os.environ)
-    atomic.write_text(cached, json.dumps(diff, sort_keys=True))
+    atomic.cache_text(cached, json.dumps(diff, sort_keys=True))
     return diff
 
 

@@ -46,7 +46,7 @@ def lookup(home: Home, digest: str, variant: str, platform: str) -> Env | None:
 
 def remember(home: Home, digest: str, variant: str, platform: str, env: Env) -> None:
     p = _entry(home, digest, variant, platform)
-    atomic.write_text(p, json.dumps({"key": env.key, "dir": env.path.name, "libtorch_root": str(env.libtorch_root)}))
+    atomic.cache_text(p, json.dumps({"key": env.key, "dir": env.path.name, "libtorch_root": str(env.libtorch_root)}))
 
 
 def _holds_entry(home: Home, digest: str, variant: str, platform: str) -> Path:

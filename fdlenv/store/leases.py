@@ -12,7 +12,12 @@ Two file locks in `locks/` (see fdlenv.flocks) say so:
   inherited descriptor, their children). gc leaves an env whose lease anyone
   holds, even when no root or pointer names it any more (a re-lock and
   `env use` of a newer build while a job still runs on the old one).
-A lease needs no cleanup: the kernel lets go when the last holder exits.
+A lease needs no cleanup: the kernel lets go when the last holder exits. Where the
+home cannot be written (a baked image, a read-only mount) and the lease file is
+not there yet, the lease is taken under this user's runtime directory for the
+home instead (`hotpath.lease_paths`), and `in_use` looks there too: a gc on
+this box through a writable view of the same home sees it (a gc by another
+user, or on another box, does not: leases were always per box).
 `fdlenv shell-hook` cannot lease (the shell outlives it); the active pointer
 and the roots protect what it printed.
 """
@@ -23,7 +28,8 @@ import os
 from pathlib import Path
 
 from ..errors import Fail
-from ..flocks import held, lease, shared
+from ..flocks import held, shared
+from ..hotpath import lease_paths, take_lease
 
 STORE_LOCK = "store.lock"
 
@@ -32,18 +38,20 @@ def store_lock(locks_dir: Path) -> Path:
     return locks_dir / STORE_LOCK
 
 
-def _lease_path(env_dir: Path) -> Path:
-    return env_dir.parent.parent / "locks" / f"use-{env_dir.name}.lock"
-
-
-def take(env_dir: Path) -> int:
+def take(env_dir: Path) -> int | None:
     """Lease the env at `env_dir` (home/envs/<dir>) for this process and what it starts; the
-    descriptor is inheritable. Raises a transient Fail when gc removed it meanwhile."""
+    descriptor is inheritable (None, said once, where no place can hold a lease). Raises a
+    transient Fail when gc removed it meanwhile."""
     env_dir = Path(env_dir)
     with shared(store_lock(env_dir.parent.parent / "locks"), f"using {env_dir.name}"):
         if not (env_dir / ".fdlenv" / "manifest.json").is_file():
             raise Fail.retry(f"the env {env_dir} was removed (env gc?) before it could be used; retry")
-        return lease(_lease_path(env_dir))
+        fd = take_lease(str(env_dir.parent.parent), env_dir.name)
+        if fd is None:
+            from ..progress import say
+            say(f"note: {env_dir.name} is not leased (neither its home nor a runtime directory can hold "
+                "the lease): `env gc` on a writable view of this home could remove it while it runs")
+        return fd
 
 
 def release(fd: int | None) -> None:
@@ -56,4 +64,5 @@ def release(fd: int | None) -> None:
 
 def in_use(env_dir: Path) -> bool:
     """Whether a live process holds a lease on the env."""
-    return held(_lease_path(Path(env_dir)))
+    env_dir = Path(env_dir)
+    return any(p is not None and held(Path(p)) for p in lease_paths(str(env_dir.parent.parent), env_dir.name))

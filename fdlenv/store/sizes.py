@@ -76,7 +76,7 @@ def entry_size(home: Home, name: str) -> int:
     if not entry.is_dir():
         return 0
     size = _walk_bytes(entry)
-    atomic.write_text(memo, str(size))
+    atomic.cache_text(memo, str(size))
     return size
 
 

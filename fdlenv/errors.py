@@ -7,7 +7,8 @@ Exit codes: 0 ok, 1 transient (retrying may help), 2 permanent (it cannot).
 
 An `OSError` that reaches a boundary (the CLI, prepare, the store's install)
 becomes a `Fail` through `os_failure`, one rule everywhere: a full disk or
-quota (ENOSPC, EDQUOT) is transient and names the place and its free space;
+quota (ENOSPC, EDQUOT) is transient and names the place and its free space
+(the file, else the recorded home: a failed write names no file);
 what no retry fixes (permission, read-only filesystem, a path that is not
 what it should be) is permanent; anything else (I/O errors, too many open
 files, a vanished file) is transient. A permission or read-only failure on a
@@ -125,8 +126,9 @@ def home_way_out(e: OSError) -> str | None:
 
 
 def os_failure(e: OSError, where: str | None = None) -> Fail:
-    """The one classification of an OSError; `where` names the place (the home) for a full disk."""
-    place = where or e.filename or "the working directory"
+    """The one classification of an OSError; `where` names the place for a full disk, else the
+    file the error names, else the home this process settled (a write's ENOSPC names no file)."""
+    place = where or e.filename or (_HOME[0] if _HOME is not None else "the working directory")
     if e.errno in _FULL:
         return Fail.retry(f"no space left on the device holding {place} ({_free_mib(str(place))}); "
                           "nothing half-written was kept; free space there and retry")

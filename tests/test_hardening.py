@@ -5,6 +5,7 @@ Each case here was a traceback, a hang or debris before (issue 13's adversarial 
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -165,6 +166,25 @@ def test_a_full_disk_at_any_step_is_transient_names_the_home_and_leaves_no_debri
                   if n.startswith(".") and "/pkgs/" not in d + "/"]
         assert debris == [] and (not (home / "envs").exists() or not list((home / "envs").iterdir()))
         assert not (home / "staging").exists() or not list((home / "staging").iterdir())
+
+
+def test_a_full_disk_error_that_names_no_file_names_the_home_not_the_working_directory(tmp_path, monkeypatch):
+    """A write that fills the disk raises ENOSPC with no file name: the home the command settled
+    is named, with its free space, never "the working directory"."""
+    from fdlenv import errors
+
+    monkeypatch.setattr(errors, "_HOME", None)    # restored after: the home is this test's
+    with tmpfs(tmp_path / "tiny", "1m") as tiny:
+        home = tiny / "home"
+        errors.record_home(str(home), "--home")
+        (home / "envs").mkdir(parents=True)
+        with open(home / "envs" / "fill", "wb", buffering=0) as f, pytest.raises(OSError) as e:
+            while True:
+                f.write(b"\0" * 65536)
+        assert e.value.errno == errno.ENOSPC and e.value.filename is None
+        f = errors.os_failure(e.value)
+        assert f.transient and f"no space left on the device holding {home} (0 MiB free)" in f.message, f.message
+        assert "working directory" not in f.message
 
 
 def test_pack_on_a_full_disk_is_transient_and_leaves_no_partial_package(tmp_path):

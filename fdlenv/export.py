@@ -145,7 +145,8 @@ def _copy(url: str, r, dest: Path) -> int:
                                  f"{r.sha256}); nothing of it was exported")
         os.replace(part, dest)
     except OSError as e:
-        raise Fail.retry(f"mirror export: cannot copy {url}: {getattr(e, 'reason', None) or e}") from None
+        from .netread import why
+        raise Fail.retry(f"mirror export: cannot copy {url}: {why(e)}") from None
     finally:
         part.unlink(missing_ok=True)
     say(f"exported {dest.name} ({digest.size / 1e6:.1f} MB)")

@@ -166,6 +166,15 @@ def open_url(url: str, headers: dict[str, str] | None = None):
     return resp
 
 
+def why(e: BaseException) -> str:
+    """Why a request failed, as one line: a redirect loop (urllib says so over three lines) as
+    itself, anything else its reason with its whitespace folded."""
+    code = getattr(e, "code", None)
+    if isinstance(code, int) and 300 <= code < 400:
+        return f"it redirects in a loop or more than 10 times (the last answer: HTTP {code})"
+    return " ".join(str(getattr(e, "reason", None) or e).split())
+
+
 def _stand_down(f) -> None:
     """A download's body is held to the stall rule, not to the request's deadline."""
     watch = getattr(f, "fdlenv_watch", None)

@@ -8,7 +8,9 @@ object whatever happened, and a person reading stderr one `error:` line. So:
 - `fail(message, code)`: the `error: <message>` line on stderr and, under
   `--json`, `{"schema", "error", "exit"}` on stdout; returns `code`;
 - `error_line(message)`: the line alone, for a failure that is not the end
-  (a join attempt the loop retries).
+  (a join attempt the loop retries);
+- a message is always one line (`one_line`: newlines and runs of whitespace become one
+  space), whatever built it: a reader greps `error:` and gets the whole failure.
 The CLI sets `--json` once (`set_json`), before any command runs.
 """
 
@@ -58,11 +60,16 @@ def _encode(obj) -> str:
     raise TypeError(type(obj).__name__)
 
 
+def one_line(message: str) -> str:
+    return " ".join(message.split())
+
+
 def error_line(message: str) -> None:
-    print(f"error: {message}", file=sys.stderr, flush=True)
+    print(f"error: {one_line(message)}", file=sys.stderr, flush=True)
 
 
 def fail(message: str, code: int) -> int:
+    message = one_line(message)
     error_line(message)
     if _JSON:
         emit({"error": message, "exit": code})

@@ -41,7 +41,7 @@ import urllib.parse
 from typing import NamedTuple
 
 from .errors import Fail
-from .netread import open_url, read_all
+from .netread import open_url, read_all, why
 
 JSON_TYPE = "application/vnd.pypi.simple.v1+json"
 # An index answers pages and metadata of kilobytes (PyTorch's torch page: ~1 MB); a body past
@@ -195,7 +195,7 @@ def _listing(base: str, project: str) -> tuple[list[IndexFile], int]:
         if getattr(e, "code", None) == 404 or isinstance(e, FileNotFoundError):
             raise Missing.retry(f"wheel index {base}: no project {project!r} (its page {page} is missing; "
                                 "a mirror that has not synced it yet? tried again on the next attempt)") from None
-        raise Unreachable.at(page, f"wheel index {base}: cannot read {page}: {getattr(e, 'reason', None) or e}") from None
+        raise Unreachable.at(page, f"wheel index {base}: cannot read {page}: {why(e)}") from None
     except Fail as e:
         if e.transient:     # a page cut or too slow: the way there, as above
             raise Unreachable.at(page, e.message) from None
@@ -260,7 +260,7 @@ def _fetch(url: str) -> bytes:
         if getattr(e, "code", None) == 404 or isinstance(e, FileNotFoundError):
             raise Fail.retry(f"wheel index: {url} is missing though its page says it exists (a mirror "
                              "syncing it?); tried again on the next attempt") from None
-        raise Unreachable.at(url, f"wheel index: cannot read {url}: {getattr(e, 'reason', None) or e}") from None
+        raise Unreachable.at(url, f"wheel index: cannot read {url}: {why(e)}") from None
 
 
 def _metadata_from_zip(f: IndexFile, listing: list[str] | None = None) -> bytes:
@@ -283,7 +283,7 @@ def _metadata_from_zip(f: IndexFile, listing: list[str] | None = None) -> bytes:
     except zipfile.BadZipFile as e:
         raise Fail.permanent(f"wheel index: {f.filename} is not a readable wheel ({e})") from None
     except OSError as e:
-        raise Fail.retry(f"wheel index: cannot read {f.url}: {getattr(e, 'reason', None) or e}") from None
+        raise Fail.retry(f"wheel index: cannot read {f.url}: {why(e)}") from None
 
 
 class _RangeFile(io.RawIOBase):

@@ -105,3 +105,40 @@ def test_small_things_a_newcomer_trips_on(tmp_path):
     for action in ("realize", "list", "path", "use", "remove", "verify", "gc"):
         text = fdlenv("env", action, "--help").stdout
         assert "examples:\n  fdlenv env " + action in text, action
+
+
+class _RedirectLoop(__import__("http.server").server.BaseHTTPRequestHandler):
+    """Every page answers 302 to itself: urllib gives up, in three lines of its own."""
+
+    def log_message(self, *a):
+        pass
+
+    def do_GET(self):
+        self.send_response(302)
+        self.send_header("Location", self.path)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+def test_a_redirect_loop_and_a_malformed_requirement_are_each_one_error_line(tmp_path):
+    import http.server
+    import threading
+
+    from helpers_wheels import write_wheel_env
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _RedirectLoop)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{srv.server_address[1]}"
+    try:
+        loop = fdlenv("env", "realize", "--libtorch", "cu126", "--mirror", f"pytorch={url}", "--home",
+                      str(tmp_path / "home"), cwd=tmp_path)
+    finally:
+        srv.shutdown()
+    write_wheel_env(tmp_path / "envs", "cu128", requirement="torch ==2.10.0 ; os_name ==")
+    bad = fdlenv("lock", "--envs", str(tmp_path / "envs"), "--libtorch", "cu128", "--out", str(tmp_path / "l.yml"),
+                 "--home", str(tmp_path / "home"), cwd=tmp_path)
+    for res, code, needle in ((loop, 1, "redirects in a loop"), (bad, 2, "at column 28")):
+        assert res.returncode == code and "Traceback" not in res.stderr, res.stderr
+        tail = res.stderr[res.stderr.index("error: "):]
+        assert tail.count("\n") == 1 and tail.endswith("\n") and needle in tail, res.stderr   # one line, the last

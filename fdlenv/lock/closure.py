@@ -43,7 +43,7 @@ from .. import pipindex, simpleapi
 from ..errors import Fail
 from ..progress import during
 from .entry import Entry
-from .envfile import EnvFile
+from .envfile import EnvFile, requirement_problem
 
 PYTHON = "3.12"
 # The manylinux tags a wheel may carry for each platform (the whole ladder, newest first).
@@ -194,7 +194,7 @@ def requirements_of(meta: Meta, extras, marker_env: dict):
             req = Requirement(raw)
         except InvalidRequirement as e:
             raise Fail.permanent(f"wheel index: {meta.name} {meta.version} declares a malformed requirement "
-                                 f"{raw!r} ({e})") from None
+                                 f"{raw!r} ({requirement_problem(e)})") from None
         if req.marker is None or any(req.marker.evaluate(dict(marker_env, extra=e)) for e in {"", *extras}):
             yield pipindex.normalize(req.name), req
 

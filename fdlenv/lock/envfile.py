@@ -190,6 +190,15 @@ def _pip_index(value, path: Path) -> tuple[str, tuple[tuple[str, str], ...]]:
     return default, tuple(sorted((k, v) for k, v in mapping.items() if k != "default"))
 
 
+def requirement_problem(e: Exception) -> str:
+    """packaging's complaint about a requirement, as one line: its first line and the column its
+    caret points at (packaging draws the text and a caret under it on two more lines)."""
+    lines = str(e).splitlines()
+    caret = next((ln for ln in lines[1:] if ln.strip() == "^"), None)
+    head = " ".join((lines[0] if lines else str(e)).split())
+    return head if caret is None or len(lines) < 3 else f"{head}, at column {caret.index('^') - 3}"
+
+
 def _requirement(entry, env_file: Path) -> str:
     from packaging.requirements import InvalidRequirement, Requirement
 
@@ -197,7 +206,7 @@ def _requirement(entry, env_file: Path) -> str:
     try:
         req = Requirement(text)
     except InvalidRequirement as e:
-        raise Fail.permanent(f"{env_file}: pip: {text!r} is not a requirement ({e}); accepted: "
+        raise Fail.permanent(f"{env_file}: pip: {text!r} is not a requirement ({requirement_problem(e)}); accepted: "
                              "NAME SPECIFIER (e.g. torch ==2.10.0) or a path or URL of a .whl") from None
     if req.url or req.extras:
         raise Fail.permanent(f"{env_file}: pip: {text!r}: URLs and extras are not accepted; accepted: "

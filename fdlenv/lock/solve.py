@@ -80,7 +80,7 @@ def _solve_conda(env: EnvFile, platform: str, cmap: ChannelMap, cache_dir: Path)
             platforms=[platform, "noarch"],  # type: ignore[list-item]  # a Literal in rattler's stubs
             virtual_packages=virtual))
     except SolverError as e:
-        raise Fail.permanent(f"{env.path} ({platform}, variant {env.variant}): cannot solve:\n{e}") from None
+        raise Fail.permanent(f"{env.path} ({platform}, variant {env.variant}): cannot solve: {e}") from None
     except Exception as e:  # noqa: BLE001 - rattler's fetch errors have no stable import path
         raise Fail.retry(f"{env.path} ({platform}): cannot read the channels: {e}") from None
     return [_conda_entry(r, platform) for r in records]

@@ -124,7 +124,7 @@ def _download(home: Home, r: Record, url: str, dest: Path) -> None:
     except OSError as e:
         if e.errno in (errno.ENOSPC, errno.EDQUOT):
             raise
-        raise Fail.retry(f"download of {url} failed: {e}") from None
+        raise Fail.retry(f"download of {url} failed: {netread.why(e)}") from None
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

@@ -111,7 +111,7 @@ def download(home: Home, r: Record, url: str, progress, stated: int | None = Non
         except urllib.error.HTTPError as e:
             if e.code == 416:   # the part is complete (or longer than the file): start over next time
                 out.truncate(0)
-            raise Fail.retry(f"download of {url} failed: {e}") from None
+            raise Fail.retry(f"download of {url} failed: {netread.why(e)}") from None
         except Fail as f:
             if not f.transient:
                 out.truncate(0)
@@ -119,7 +119,7 @@ def download(home: Home, r: Record, url: str, progress, stated: int | None = Non
         except OSError as e:
             if getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT):
                 raise
-            raise Fail.retry(f"download of {url} failed (the part is kept and resumed next time): {e}") from None
+            raise Fail.retry(f"download of {url} failed (the part is kept and resumed next time): {netread.why(e)}") from None
         if sha.sha256 != r.sha256:
             if stated is None and not streamzip.file_complete(part):   # short of a stated size: netread's
                 raise Fail.retry(f"wheel {r.filename}: the download from {url} ended early at {out.tell()} "

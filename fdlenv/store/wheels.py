@@ -273,7 +273,7 @@ def _open_whole(url: str):
     try:
         resp = netread.open_url(url)
     except OSError as e:
-        raise Fail.retry(f"download of {url} failed: {e}") from None
+        raise Fail.retry(f"download of {url} failed: {netread.why(e)}") from None
     if resp.status != 200:
         resp.close()
         raise Fail.retry(f"download of {url}: the server answered {resp.status} to a whole-file request; retry")
@@ -321,7 +321,7 @@ def _stream(home: Home, r: Record, chunks, where: str, progress: Bytes, whole: b
         except OSError as e:
             if getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT):
                 raise
-            raise Fail.retry(f"reading {where} failed: {e}") from None
+            raise Fail.retry(f"reading {where} failed: {netread.why(e)}") from None
         if sha.sha256 != r.sha256:
             if not unzip.complete() and not whole:
                 raise Fail.retry(f"wheel {r.filename}: {where} ended early ({unzip.read} bytes, before the "

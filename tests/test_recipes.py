@@ -457,3 +457,12 @@ def test_cloud_init_with_a_token_in_the_tail_warns_that_the_unit_shows_it(tmp_pa
     assert len(warn) == 1 and "the token is visible in the unit itself" in warn[0]
     assert "cloud-init user-data" in warn[0] and "--token-file FILE" in warn[0]
     assert TOKEN not in res.stderr
+
+
+def test_cloud_init_with_a_token_file_and_a_token_in_the_tail_never_claims_to_hold_no_secret(tmp_path):
+    res = recipe("cloud-init", "--install", "fdlenv==0.1", "--token-file", "/etc/fdlenv/token", "--", "--token", TOKEN)
+    assert res.returncode == 0, res.stderr
+    head = [ln for ln in res.stdout.splitlines() if ln.startswith("#")]
+    assert f"--token {TOKEN}" in res.stdout and not any("No secret here" in ln for ln in head), head
+    assert any(ln.startswith("# SECRET: the unit's ExecStart holds the session token") for ln in head), head
+    assert sum("--token in ExecStart" in ln for ln in res.stderr.splitlines()) == 1

@@ -14,7 +14,7 @@ Four ways to hold a lock:
   be had exclusively without waiting (cleanup that must see nobody else), then
   the hold becomes shared;
 - `held(path)`: whether anybody holds it now (gc leaves what is in use);
-- a lease (`hotpath.take_lease`, through `store.leases.take`): a shared hold as a
+- a lease (`leasefile.take_lease`, through `store.leases.take`): a shared hold as a
   bare file descriptor the caller may pass to a child (exec keeps it, fork
   shares it): held until the last process that has it exits, however it exits.
 

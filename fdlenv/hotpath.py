@@ -37,6 +37,7 @@ import os
 import sys
 
 from .buildtree import build_tree
+from .leasefile import take_lease
 
 FORMAT = "fdlenv-hot-1"
 END = "end"   # a memo's last field: a torn write is no memo
@@ -346,62 +347,6 @@ def _replay(args) -> int | None:
 def _lease(root: str, env_path: str) -> int | None:
     """`store.leases.take`, for the replay: the env's lease, held shared and inherited by CMD."""
     return take_lease(root, os.path.basename(env_path))
-
-
-def lease_paths(root: str, name: str) -> tuple[str, str | None]:
-    """Where env `name`'s lease lives: `<home>/locks/use-<name>.lock`, or, where the home cannot
-    be written (a baked image, a read-only mount), the same name under this user's runtime
-    directory for the home: `$TMPDIR or /tmp/fdlenv-leases-<uid>/<the home, escaped>/`
-    (None where that name would be too long). `env gc` looks at both (store/leases.py)."""
-    key = os.path.realpath(root).replace("%", "%25").replace("/", "%2F")
-    base = os.path.join(os.environ.get("TMPDIR") or "/tmp", f"fdlenv-leases-{os.geteuid()}")
-    spare = os.path.join(base, key, f"use-{name}.lock") if len(key) < 200 else None
-    return os.path.join(root, "locks", f"use-{name}.lock"), spare
-
-
-def _own_dir(path: str) -> bool:
-    """`path` made (mode 0700) or found as this user's, writable by nobody else."""
-    import stat
-
-    try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
-    except OSError:
-        return False
-    st = os.lstat(path)
-    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
-
-
-def take_lease(root: str, name: str) -> int | None:
-    """A shared hold on env `name`'s lease as an inheritable descriptor (close it to let go), or
-    None when neither place can hold one. The home's lease file is opened read-only when it
-    exists (flock needs no write), made when the home can be written, and only otherwise taken
-    in the runtime directory. Blocks while `env gc` holds it (gc tests it without waiting)."""
-    import errno
-    import fcntl
-
-    home_path, spare = lease_paths(root, name)
-    try:
-        os.makedirs(os.path.dirname(home_path), exist_ok=True)
-    except OSError:
-        pass
-    fd = -1
-    for path, flags in ((home_path, os.O_RDWR | os.O_CREAT), (home_path, os.O_RDONLY), (spare, os.O_RDWR | os.O_CREAT)):
-        if path is None or (path == spare and not (_own_dir(os.path.dirname(os.path.dirname(path)))
-                                                   and _own_dir(os.path.dirname(path)))):
-            continue
-        try:
-            fd = os.open(path, flags | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
-            break
-        except OSError as e:
-            if e.errno not in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOENT):
-                return None
-    if fd < 0:
-        return None
-    fcntl.flock(fd, fcntl.LOCK_SH)   # only ever held shared (gc tests it without waiting)
-    os.set_inheritable(fd, True)
-    return fd
 
 
 def _print_realized(args, memo: dict) -> int:

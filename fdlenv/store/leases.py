@@ -15,7 +15,7 @@ Two file locks in `locks/` (see fdlenv.flocks) say so:
 A lease needs no cleanup: the kernel lets go when the last holder exits. Where the
 home cannot be written (a baked image, a read-only mount) and the lease file is
 not there yet, the lease is taken under this user's runtime directory for the
-home instead (`hotpath.lease_paths`), and `in_use` looks there too: a gc on
+home instead (`leasefile.lease_paths`), and `in_use` looks there too: a gc on
 this box through a writable view of the same home sees it (a gc by another
 user, or on another box, does not: leases were always per box).
 `fdlenv shell-hook` cannot lease (the shell outlives it); the active pointer
@@ -29,7 +29,7 @@ from pathlib import Path
 
 from ..errors import Fail
 from ..flocks import held, shared
-from ..hotpath import lease_paths, take_lease
+from ..leasefile import lease_paths, take_lease
 
 STORE_LOCK = "store.lock"
 

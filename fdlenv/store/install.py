@@ -25,7 +25,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .. import __version__, atomic, flocks, variants
+from .. import __version__, atomic, confine, flocks, variants
 from ..errors import Fail, os_failure
 from ..home import Home
 from ..progress import during, say
@@ -76,16 +76,17 @@ def build(home: Home, variant: str, key: str, records: list[Record], final: Path
         archives = [locate(home, r, mirrors) for r in records if r.manager == "conda"]
         wheel_records = [r for r in records if r.manager == "pip"]
         with _cache_in_use(home):
-            _install(home, worker, archives, wheel_records, mirrors, stage, final, variant)
+            entries = _install(home, worker, archives, wheel_records, mirrors, stage, final, variant)
         links = _link_report(home, stage, records)
         if links["copied"]:
             say(f"warning: {len(links['copied'])} package(s) were copied, not hard-linked "
                 f"(is {home.pkgs} on another filesystem than {home.envs}?): "
                 + ", ".join(links["copied"][:5]))
         root = libtorch_root(stage)
+        _refuse_over_own(stage, root, variant, entries)
         if variants.get(variant).vendor == "nvidia":
             cudahome.assemble(stage, root, home.pkgs)
-        _write_arch(root, variant, records)
+        _write_arch(stage, root, variant, records)
         final_root = final / root.relative_to(stage)
         manifest = {
             "key": key, "variant": variant, "platform": platform,
@@ -96,10 +97,9 @@ def build(home: Home, variant: str, key: str, records: list[Record], final: Path
             "tool_version": __version__, "links": links,
             "size": sizes.measure(home, stage, records),
         }
-        (stage / ".fdlenv").mkdir(exist_ok=True)
-        (stage / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+        _own(stage, MANIFEST, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
         _share_metadata(stage, (stage / MANIFEST).stat().st_mode & 0o777)
-        _fsync_files(stage / MANIFEST, root / ".arch", stage / ".fdlenv", root, stage)
+        _fsync_files(root, stage)
         _publish(home, stage, final, replace)
         _fsync_files(home.envs)
     except OSError as e:
@@ -151,9 +151,10 @@ def _publish(home: Home, stage: Path, final: Path, replace: bool) -> None:
 
 
 def _install(home: Home, worker: WorkerProcess | None, archives: list[Archive], wheel_records: list[Record],
-             mirrors: dict[str, str], stage: Path, final: Path, variant: str) -> None:
+             mirrors: dict[str, str], stage: Path, final: Path, variant: str) -> dict[str, Path]:
     """Conda packages through the worker and wheels through `store.wheels`, side by side;
-    wheels are linked into the staging prefix once the worker has made it."""
+    wheels are linked into the staging prefix once the worker has made it. Returns the
+    wheels' cache entries (sha256 -> entry)."""
     marker, err = Path(str(stage) + ".ok"), Path(str(stage) + ".err")
     req = None
     if worker is not None:
@@ -224,6 +225,7 @@ def _install(home: Home, worker: WorkerProcess | None, archives: list[Archive], 
     finally:
         for p in (marker, err):
             p.unlink(missing_ok=True)
+    return entries
 
 
 def _run_beside(fetcher: threading.Thread, wheel_records: list[Record], archives: list[Archive], home: Home,
@@ -360,7 +362,42 @@ def _first_file(entry: Path, skip: set[str]) -> str | None:
     return None
 
 
-def _write_arch(root: Path, variant: str, records: list[Record]) -> None:
+def own_files(stage: Path, root: Path, variant: str) -> list[str]:
+    """What fdlenv itself writes into an env, relative to it: the manifest's directory, the
+    libtorch root's `.arch` and, for an NVIDIA env with nvidia wheels, CUDA_HOME's tree."""
+    out = [MANIFEST.split("/")[0], (root / ".arch").relative_to(stage).as_posix()]
+    if variants.get(variant).vendor == "nvidia" and (root.parent / "nvidia").is_dir():
+        out.append(cudahome.DIRNAME)
+    return out
+
+
+def _refuse_over_own(stage: Path, root: Path, variant: str, entries: dict[str, Path]) -> None:
+    """Refuse the env when a package put anything (a link, a file, a directory) where fdlenv
+    writes its own file: fdlenv would write through it, into the package cache it is linked from."""
+    for rel in own_files(stage, root, variant):
+        if os.path.lexists(stage / rel):
+            raise Fail.permanent(f"{_owner(stage, rel, entries)} ships {rel!r}, where fdlenv writes its own "
+                                 "file; a write there would go through it into the package cache; refusing it")
+
+
+def _owner(stage: Path, rel: str, entries: dict[str, Path]) -> str:
+    """Which package holds `rel` (or a path under it): its conda-meta record, else the wheel
+    whose cache entry holds it. Read only when an env is refused."""
+    for meta in sorted((stage / "conda-meta").glob("*.json")):
+        with contextlib.suppress(OSError, ValueError):
+            d = json.loads(meta.read_text())
+            if any(f == rel or f.startswith(rel + "/") for f in d.get("files") or []):
+                return f"package {d.get('name', meta.stem)}"
+    site = next(iter(stage.glob("lib/python*/site-packages")), None)
+    inner = (Path("site") / Path(stage / rel).relative_to(site) if site and (stage / rel).is_relative_to(site)
+             else Path("include", *Path(rel).parts[1:]) if rel.startswith("include/") else Path("data") / rel)
+    for sha, entry in entries.items():
+        if os.path.lexists(entry / inner):
+            return f"wheel whl-{sha[:12]}"
+    return "a package"
+
+
+def _write_arch(stage: Path, root: Path, variant: str, records: list[Record]) -> None:
     """flodl's `.arch` facts, from what `fdlenv pack` recorded when it is there, else (a wheel
     env) from the torch wheel and the variant's table; and `build-version` where the source
     (a wheel) has none, as PyTorch's zips carry it (`2.10.0+cu128`)."""
@@ -376,9 +413,20 @@ def _write_arch(root: Path, variant: str, records: list[Record]) -> None:
     archs = facts.get("archs") or ([] if facts or not wheel else list(ARCHS[variant]))
     lines = [f"cuda={facts.get('cuda') or v.cuda or 'none'}", f"torch={torch}",
              f"archs={' '.join(archs)}", "source=locked", f"variant={variant}"]
-    (root / ".arch").write_text("\n".join(lines) + "\n")
-    if wheel and not (root / "build-version").exists():
-        (root / "build-version").write_text(f"{torch}+{variant}\n")
+    at = "" if root == stage else root.relative_to(stage).as_posix() + "/"
+    _own(stage, f"{at}.arch", ("\n".join(lines) + "\n").encode())
+    if wheel:   # a source's own build-version (a link too) stands: written only where none is
+        _own(stage, f"{at}build-version", f"{torch}+{variant}\n".encode(), keep=True)
+
+
+def _own(stage: Path, rel: str, data: bytes, keep: bool = False) -> None:
+    """One of fdlenv's own files in the env (`confine.write_own`: never through a link); a
+    directory on its way that a package made a link is a permanent refusal."""
+    try:
+        confine.write_own(stage, rel, data, keep=keep)
+    except confine.Refused as e:
+        raise Fail.permanent(f"the env's {rel!r} cannot be written: {e.strerror} (a package made it so); "
+                             "refusing the env") from None
 
 
 def _fsync_files(*paths: Path) -> None:

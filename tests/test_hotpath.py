@@ -235,3 +235,15 @@ def test_a_planted_memo_is_not_replayed_and_the_slow_path_answers(world, plant):
     assert json.loads(res.stdout) == json.loads(slow.stdout)
     assert json.loads(res.stdout)["path"].startswith(str(world.home.envs))
     assert control                               # the memo was the slow path's own before it was planted
+
+
+def test_a_memo_written_under_a_group_writable_umask_is_still_replayed(world):
+    """Memos are written 0644 whatever the umask (002 is common): the replay's trust rule must not
+    turn the hot path off for such a user."""
+    old = os.umask(0o002)
+    try:
+        replayed("shell-hook", *store_args(world))
+    finally:
+        os.umask(old)
+    (memo,) = (world.home.cache / "hot").glob("shell-hook-*")
+    assert memo.stat().st_mode & 0o777 == 0o644

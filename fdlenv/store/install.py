@@ -7,9 +7,10 @@ Called by `store.realise` with the key lock held. Order matters, publish last:
    while streaming), start the install worker into `staging/<key>-<pid>`,
    and hash local archives *beside* it. Nothing is published unless both
    succeed; a bad hash evicts the cache entries it may have poisoned.
-3. Report degraded hardlinks, write `.arch` and `.fdlenv/manifest.json`,
-   fsync them, rename the staging dir into `envs/`. An env directory either
-   does not exist or is complete.
+3. Report degraded hardlinks, refuse a package that ships anything where
+   fdlenv writes its own files, write `.arch` and `.fdlenv/manifest.json`
+   never through a link (`store.ownfiles`), fsync them, rename the staging
+   dir into `envs/`. An env directory either does not exist or is complete.
 """
 
 from __future__ import annotations
@@ -25,12 +26,12 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .. import __version__, atomic, confine, flocks, variants
+from .. import __version__, atomic, flocks, variants
 from ..errors import Fail, os_failure
 from ..home import Home
 from ..progress import during, say
 from .archives import Archive, evict_cache_entry, locate, verify
-from . import cudahome, linktree, sizes, wheels
+from . import cudahome, linktree, ownfiles, sizes, wheels
 from .env import MANIFEST, libtorch_root
 from ..lockfile import Record
 
@@ -83,10 +84,10 @@ def build(home: Home, variant: str, key: str, records: list[Record], final: Path
                 f"(is {home.pkgs} on another filesystem than {home.envs}?): "
                 + ", ".join(links["copied"][:5]))
         root = libtorch_root(stage)
-        _refuse_over_own(stage, root, variant, entries)
+        ownfiles.refuse_over_own(stage, root, variant, entries)
         if variants.get(variant).vendor == "nvidia":
             cudahome.assemble(stage, root, home.pkgs)
-        _write_arch(stage, root, variant, records)
+        ownfiles.write_arch(stage, root, variant, records)
         final_root = final / root.relative_to(stage)
         manifest = {
             "key": key, "variant": variant, "platform": platform,
@@ -97,9 +98,9 @@ def build(home: Home, variant: str, key: str, records: list[Record], final: Path
             "tool_version": __version__, "links": links,
             "size": sizes.measure(home, stage, records),
         }
-        _own(stage, MANIFEST, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
+        ownfiles.write(stage, MANIFEST, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
         _share_metadata(stage, (stage / MANIFEST).stat().st_mode & 0o777)
-        _fsync_files(root, stage)
+        _fsync_files(stage)   # the manifest, `.arch` and their directories: fsynced as written
         _publish(home, stage, final, replace)
         _fsync_files(home.envs)
     except OSError as e:
@@ -360,73 +361,6 @@ def _first_file(entry: Path, skip: set[str]) -> str | None:
             if rel not in skip and not os.path.islink(os.path.join(dirpath, name)):
                 return rel
     return None
-
-
-def own_files(stage: Path, root: Path, variant: str) -> list[str]:
-    """What fdlenv itself writes into an env, relative to it: the manifest's directory, the
-    libtorch root's `.arch` and, for an NVIDIA env with nvidia wheels, CUDA_HOME's tree."""
-    out = [MANIFEST.split("/")[0], (root / ".arch").relative_to(stage).as_posix()]
-    if variants.get(variant).vendor == "nvidia" and (root.parent / "nvidia").is_dir():
-        out.append(cudahome.DIRNAME)
-    return out
-
-
-def _refuse_over_own(stage: Path, root: Path, variant: str, entries: dict[str, Path]) -> None:
-    """Refuse the env when a package put anything (a link, a file, a directory) where fdlenv
-    writes its own file: fdlenv would write through it, into the package cache it is linked from."""
-    for rel in own_files(stage, root, variant):
-        if os.path.lexists(stage / rel):
-            raise Fail.permanent(f"{_owner(stage, rel, entries)} ships {rel!r}, where fdlenv writes its own "
-                                 "file; a write there would go through it into the package cache; refusing it")
-
-
-def _owner(stage: Path, rel: str, entries: dict[str, Path]) -> str:
-    """Which package holds `rel` (or a path under it): its conda-meta record, else the wheel
-    whose cache entry holds it. Read only when an env is refused."""
-    for meta in sorted((stage / "conda-meta").glob("*.json")):
-        with contextlib.suppress(OSError, ValueError):
-            d = json.loads(meta.read_text())
-            if any(f == rel or f.startswith(rel + "/") for f in d.get("files") or []):
-                return f"package {d.get('name', meta.stem)}"
-    site = next(iter(stage.glob("lib/python*/site-packages")), None)
-    inner = (Path("site") / Path(stage / rel).relative_to(site) if site and (stage / rel).is_relative_to(site)
-             else Path("include", *Path(rel).parts[1:]) if rel.startswith("include/") else Path("data") / rel)
-    for sha, entry in entries.items():
-        if os.path.lexists(entry / inner):
-            return f"wheel whl-{sha[:12]}"
-    return "a package"
-
-
-def _write_arch(stage: Path, root: Path, variant: str, records: list[Record]) -> None:
-    """flodl's `.arch` facts, from what `fdlenv pack` recorded when it is there, else (a wheel
-    env) from the torch wheel and the variant's table; and `build-version` where the source
-    (a wheel) has none, as PyTorch's zips carry it (`2.10.0+cu128`)."""
-    from ..hw.coverage import ARCHS
-
-    v = variants.get(variant)
-    facts = {}
-    with contextlib.suppress(OSError, ValueError):
-        facts = json.loads((root / ".fdlenv-pack.json").read_text())
-    wheel = next((r.version for r in records if r.manager == "pip" and r.name == "torch"), None)
-    torch = facts.get("version") or next((r.version for r in records if r.name == v.package), "") \
-        or (wheel or "").split("+")[0]
-    archs = facts.get("archs") or ([] if facts or not wheel else list(ARCHS[variant]))
-    lines = [f"cuda={facts.get('cuda') or v.cuda or 'none'}", f"torch={torch}",
-             f"archs={' '.join(archs)}", "source=locked", f"variant={variant}"]
-    at = "" if root == stage else root.relative_to(stage).as_posix() + "/"
-    _own(stage, f"{at}.arch", ("\n".join(lines) + "\n").encode())
-    if wheel:   # a source's own build-version (a link too) stands: written only where none is
-        _own(stage, f"{at}build-version", f"{torch}+{variant}\n".encode(), keep=True)
-
-
-def _own(stage: Path, rel: str, data: bytes, keep: bool = False) -> None:
-    """One of fdlenv's own files in the env (`confine.write_own`: never through a link); a
-    directory on its way that a package made a link is a permanent refusal."""
-    try:
-        confine.write_own(stage, rel, data, keep=keep)
-    except confine.Refused as e:
-        raise Fail.permanent(f"the env's {rel!r} cannot be written: {e.strerror} (a package made it so); "
-                             "refusing the env") from None
 
 
 def _fsync_files(*paths: Path) -> None:

@@ -21,15 +21,18 @@ from pathlib import Path
 TRASH = ".trash-"
 
 
-def write_text(path: Path, text: str, *, durable: bool = True, publish_if=None) -> None:
+def write_text(path: Path, text: str, *, durable: bool = True, publish_if=None, mode: int | None = None) -> None:
     """Replace `path` with `text` atomically (its directory is made when missing; UTF-8, with
     what os.environ holds undecodable written back as it came). `durable`: fsynced first, so a
     power loss leaves the old content or the new, never an empty file (a cache can do without).
-    `publish_if(st)`: given the written file's stat, False leaves `path` as it was."""
+    `publish_if(st)`: given the written file's stat, False leaves `path` as it was. `mode`:
+    the file's mode whatever the umask (else the umask's)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
     try:
         with open(tmp, "w", encoding="utf-8", errors="surrogateescape") as f:
+            if mode is not None:
+                os.fchmod(f.fileno(), mode)
             f.write(text)
             f.flush()
             if durable:

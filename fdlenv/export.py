@@ -28,7 +28,7 @@ import os
 import urllib.parse
 from pathlib import Path
 
-from . import atomic, hashing, pipindex
+from . import atomic, confine, hashing, pipindex
 from .errors import Fail
 from .progress import say
 
@@ -50,8 +50,8 @@ def export(home, lock_files: list[Path], variants: list[str] | None, platforms: 
         if r.manager == "pip" and not pipindex.is_entry_url(r.url):
             raise Fail.permanent(f"mirror export: {r.name} is locked by URL ({r.url}), not through an index or "
                                  "channel; a static mirror serves index and channel entries only")
-    todo = [(r, _pip_path(r)) for r in pip if not _kept(out, done, _pip_path(r), r.sha256)]
-    todo += [(r, _conda_path(r)) for r in conda if not _kept(out, done, _conda_path(r), r.sha256)]
+    todo = [(r, rel) for r in pip if not _kept(out, done, rel := _pip_path(out, r), r.sha256)]
+    todo += [(r, rel) for r in conda if not _kept(out, done, rel := _conda_path(out, r), r.sha256)]
     copied = 0
     if todo:
         from .store.wheels import where_served
@@ -63,7 +63,7 @@ def export(home, lock_files: list[Path], variants: list[str] | None, platforms: 
             done[rel] = {"sha256": r.sha256, "size": (out / rel).stat().st_size}
             if rel.endswith(".whl"):
                 meta = _metadata(out / rel)
-                (out / (rel + ".metadata")).write_bytes(meta)
+                atomic.write_text(out / (rel + ".metadata"), meta.decode("utf-8", "surrogateescape"))
                 done[rel]["metadata"] = hashing.of_bytes(meta)
             atomic.write_text(out / RECORD, json.dumps(done, indent=1, sort_keys=True))
     _pages(out, done)
@@ -94,16 +94,22 @@ def _records(lock_files: list[Path], variants: list[str] | None, platforms: list
     return out
 
 
-def _pip_path(r) -> str:
+def _pip_path(out: Path, r) -> str:
     index, project, filename = pipindex.parse_entry_url(r.url)
-    return f"{index}/{project}/{urllib.parse.unquote(filename)}"
+    return _confined(out, f"{index}/{project}/{urllib.parse.unquote(filename)}", r)
 
 
-def _conda_path(r) -> str:
+def _conda_path(out: Path, r) -> str:
     from .mirrors import channel_name, split_url
 
     channel, subdir, filename = split_url(r.url)
-    return f"conda/{channel_name(channel)}/{subdir}/{filename}"
+    return _confined(out, f"conda/{channel_name(channel)}/{subdir}/{filename}", r)
+
+
+def _confined(out: Path, rel: str, r) -> str:
+    """`rel` under `out`, normalised, or the permanent refusal naming the lock entry (its index,
+    project or file name climbs out, is absolute or runs through a link: `confine.inside`)."""
+    return confine.inside(out, rel, f"mirror export: the lock entry {r.name} ({r.url})").relative_to(out).as_posix()
 
 
 def _conda_url(r, mirrors: dict[str, str]) -> str:
@@ -123,9 +129,11 @@ def _kept(out: Path, done: dict, rel: str, sha256: str) -> bool:
 
 
 def _load(out: Path) -> dict:
+    """The record of what DIR holds; an entry whose path would leave DIR (a record an earlier,
+    unconfined export wrote) is dropped, so no page is written for it."""
     try:
         d = json.loads((out / RECORD).read_text())
-        return d if isinstance(d, dict) else {}
+        return {k: v for k, v in d.items() if confine.problem(k) is None} if isinstance(d, dict) else {}
     except (OSError, ValueError):
         return {}
 

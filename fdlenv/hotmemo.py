@@ -111,4 +111,5 @@ def _write_if_settled(path: str, text: str, deps: dict[str, str]) -> None:
                     return False
         return True
 
-    atomic.write_text(Path(path), text, durable=False, publish_if=settled)
+    # 0644 whatever the umask: a memo others may write is never replayed (`hotpath.trusted`)
+    atomic.write_text(Path(path), text, durable=False, publish_if=settled, mode=0o644)

@@ -5,7 +5,8 @@ would otherwise import the resolver (pathlib, json, re and some thirty modules, 
 25 ms) to derive an answer that has not changed. So the slow path writes its answer
 down (`hotmemo`) with a signature of every file it was derived from, and this module,
 importing only os and sys (fcntl for the locks), replays it while every signature
-still matches. Anything else returns None and the slow path runs (and writes the memo
+still matches, and only a memo this user owns, no one else may write (`trusted`) and that
+names an env in this home's envs/ (`confine.within`). Anything else returns None and the slow path runs (and writes the memo
 again): another shape, `auto` or no token, a project's fdl.yml from the cwd up (its
 settings need YAML), a changed, new or missing file, a store lock held by `env gc`.
 
@@ -37,6 +38,7 @@ import os
 import sys
 
 from .buildtree import build_tree
+from .confine import within
 from .leasefile import take_lease
 
 FORMAT = "fdlenv-hot-1"
@@ -251,27 +253,53 @@ def memo_text(key: str, deps: dict[str, str], answer: dict[str, str], unset: lis
     return "\0".join([*fields, END])
 
 
+def trusted(st) -> bool:
+    """A memo is read as ssh reads its config: owned by this user, and neither group- nor
+    world-writable (anyone else who could write it could choose what a replay runs)."""
+    return st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+
+def _fields(parts: list[str]) -> tuple[list[str], dict, list[str]]:
+    """A memo's fields after its key: (dependencies as path, signature, ...; the answer; the
+    recipe). ValueError or IndexError when they are not a whole memo."""
+    n = int(parts[1])
+    deps, rest = parts[2:2 + 2 * n], parts[2 + 2 * n:]
+    m = int(rest[0])
+    answer: dict = dict(zip(rest[1:1 + 2 * m:2], rest[2:2 + 2 * m:2], strict=True))
+    recipe = rest[1 + 2 * m:-1]
+    if rest[-1] != END or len(recipe) % 3:
+        raise ValueError("torn")
+    return deps, answer, recipe
+
+
 def read_memo(path: str, key: str) -> dict | None:
-    """The memo's answer when its key is `key` and every dependency's signature still holds."""
+    """The memo's answer when it is `trusted`, its key is `key`, every dependency's signature
+    still holds and the env it names signs it (its manifest is among them)."""
     try:
         with open(path, encoding="utf-8", errors="surrogateescape") as f:
+            if not trusted(os.fstat(f.fileno())):
+                return None
             parts = f.read().split("\0")
         if parts[0] != key:
             return None
-        n = int(parts[1])
-        deps, rest = parts[2:2 + 2 * n], parts[2 + 2 * n:]
+        deps, answer, recipe = _fields(parts)
         for i in range(0, len(deps), 2):
             if sig(deps[i]) != deps[i + 1]:
                 return None
-        m = int(rest[0])
-        answer: dict = dict(zip(rest[1:1 + 2 * m:2], rest[2:2 + 2 * m:2], strict=True))
-        recipe = rest[1 + 2 * m:-1]
-        if rest[-1] != END or len(recipe) % 3:
-            return None
         answer["unset"] = [recipe[i + 1] for i in range(0, len(recipe) - 1, 3) if recipe[i] == "u"]
         answer["set"] = [(recipe[i + 1], recipe[i + 2]) for i in range(0, len(recipe) - 2, 3) if recipe[i] == "s"]
-        return answer
-    except (OSError, ValueError, IndexError):
+        manifest = os.path.join(answer["path"], ".fdlenv", "manifest.json")
+        return answer if manifest in deps[::2] else None
+    except (OSError, ValueError, IndexError, KeyError):
+        return None
+
+
+def memo_env(path: str) -> str | None:
+    """The env directory a memo names, for `env gc`; None when it is no whole memo."""
+    try:
+        with open(path, encoding="utf-8", errors="surrogateescape") as f:
+            return _fields(f.read().split("\0"))[1]["path"]
+    except (OSError, ValueError, IndexError, KeyError):
         return None
 
 
@@ -329,8 +357,8 @@ def _replay(args) -> int | None:
         return None
     try:
         memo = read_memo(memo_path(root, kind, key), key)
-        if memo is None:
-            return None
+        if memo is None or not within(memo["path"], os.path.join(root, "envs")):
+            return None     # no memo, or one naming an env outside this home's envs/ (planted)
         if kind == "realize":
             return _print_realized(args, memo)
         target = build_tree(apply(memo["unset"], memo["set"], base), base, memo["variant"], os.getcwd())

@@ -9,6 +9,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 from helpers_conda import Pkg, make_channel, make_wheel, write_env
 from helpers_store import fdlenv, make_world, visible_envs
 
@@ -109,3 +111,39 @@ def test_symlinks_inside_the_env_are_kept_and_verify_full_flags_one_planted_to_t
     assert res.returncode == 2
     problems = json.loads(res.stdout)["envs"][0]["problems"]
     assert [p["path"] for p in problems] == ["share/escape"] and "outside" in problems[0]["what"]
+
+
+OVER_OWN = {
+    "a link at libtorch/.arch": Pkg("archlink", "1.0", symlinks={"libtorch/.arch": "../share/common/data.txt"}),
+    "a link at .fdlenv/manifest.json": Pkg("metalink", "1.0",
+                                           symlinks={".fdlenv/manifest.json": "../share/common/data.txt"}),
+    "a file at libtorch/.arch": Pkg("archfile", "1.0", files={"libtorch/.arch": "cuda=mine\n"}),
+}
+
+
+@pytest.mark.parametrize("what", OVER_OWN, ids=list(OVER_OWN))
+def test_a_package_shipping_anything_where_fdlenv_writes_its_own_file_is_refused_and_no_shared_file_changes(
+        tmp_path, what):
+    """A first env is published; a second, sharing the package cache, holds a package with a link
+    (to a file hard-linked from the cache) or a file where fdlenv writes `.arch` or the manifest:
+    refused naming the package and the path, and the first env's file and the cache's unchanged."""
+    w = make_world(tmp_path)
+    first = Path(json.loads(_realise_json(w))["path"])
+    victim = first / "share" / "common" / "data.txt"
+    before = victim.read_bytes()
+    pkg = OVER_OWN[what]
+    _lock_with(w, [pkg])
+    res = _realise(w)
+    print(res.stderr.strip().splitlines()[-1])
+    assert victim.read_bytes() == before and victim.stat().st_nlink > 1
+    rel = next(iter(pkg.symlinks or pkg.files))
+    assert res.returncode == 2 and res.stderr.count("error:") == 1 and "Traceback" not in res.stderr, res.stderr
+    assert pkg.name in res.stderr and rel.split("/")[0] in res.stderr
+    assert visible_envs(w.home) == [first]
+    assert fdlenv("env", "verify", "--full", "--home", str(w.home.root)).returncode == 0
+
+
+def _realise_json(w) -> str:
+    res = fdlenv("env", "realize", "--libtorch", "cpu", "--lock", str(w.lock), "--home", str(w.home.root), "--json",
+                 check=True)
+    return res.stdout

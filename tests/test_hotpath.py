@@ -169,3 +169,81 @@ def test_a_regular_installs_command_replays_without_re_json_or_pathlib(world, tm
             break
     assert "fdlenv.store" not in mods and "fdlenv.hotpath" in mods
     assert not mods & {"re", "json", "pathlib", "argparse", "typing"}, mods & {"re", "json", "pathlib", "argparse", "typing"}
+
+
+def _replant(memo, *, env_to: str | None = None, no_deps: bool = False) -> None:
+    """Rewrite a real memo as a planter would: its env moved to `env_to` (every mention, each
+    dependency signed anew, so only where it points differs), or with no dependency at all."""
+    parts = memo.read_text().split("\0")
+    n = int(parts[1])
+    deps = dict(zip(parts[2:2 + 2 * n:2], parts[3:3 + 2 * n:2], strict=True))
+    rest = parts[2 + 2 * n:]
+    m = int(rest[0])
+    answer = dict(zip(rest[1:1 + 2 * m:2], rest[2:2 + 2 * m:2], strict=True))
+    recipe = rest[1 + 2 * m:-1]
+    triples = [recipe[i:i + 3] for i in range(0, len(recipe), 3)]
+    env_from = answer["path"]
+
+    def moved(text: str) -> str:
+        return text.replace(env_from, env_to) if env_to else text
+
+    deps = {} if no_deps else {moved(p): hotpath.sig(moved(p)) for p in deps}
+    memo.write_text(hotpath.memo_text(parts[0], deps, {k: moved(v) for k, v in answer.items()},
+                                      [v for kind, v, _ in triples if kind == "u"],
+                                      [(v, moved(x)) for kind, v, x in triples if kind == "s"]))
+    os.chmod(memo, 0o644)
+
+
+def _world_writable(w, memo) -> None:
+    os.chmod(memo, 0o666)
+
+
+def _owned_by_nobody(w, memo) -> None:
+    import pwd
+
+    os.chown(memo, pwd.getpwnam("nobody").pw_uid, -1)
+
+
+def _env_outside_the_home(w, memo) -> None:
+    (env,) = w.home.envs.iterdir()
+    outside = w.root / "outside" / env.name
+    shutil.copytree(env, outside, symlinks=True)
+    _replant(memo, env_to=str(outside))
+
+
+def _no_dependency(w, memo) -> None:
+    _replant(memo, no_deps=True)
+
+
+PLANTED = {"world-writable": _world_writable, "owned by another user": _owned_by_nobody,
+           "naming an env outside the home": _env_outside_the_home, "with no dependency": _no_dependency}
+
+
+@pytest.mark.parametrize("plant", PLANTED, ids=list(PLANTED))
+def test_a_planted_memo_is_not_replayed_and_the_slow_path_answers(world, plant):
+    if plant == "owned by another user" and os.geteuid() != 0:
+        pytest.skip("chown to another user needs root (the suite runs as root)")
+    argv = ["shell-hook", "--json", *store_args(world)]
+    replayed(*argv)
+    (memo,) = (world.home.cache / "hot").glob("shell-hook-*")
+    control = memo.read_text()
+    PLANTED[plant](world, memo)
+    res, hot = call(*argv)
+    slow, _ = call(*argv, env=SLOW)
+    print(plant, "->", "replayed" if hot else "the slow path", json.loads(res.stdout)["path"])
+    assert res.returncode == 0 and not hot, res.stderr
+    assert json.loads(res.stdout) == json.loads(slow.stdout)
+    assert json.loads(res.stdout)["path"].startswith(str(world.home.envs))
+    assert control                               # the memo was the slow path's own before it was planted
+
+
+def test_a_memo_written_under_a_group_writable_umask_is_still_replayed(world):
+    """Memos are written 0644 whatever the umask (002 is common): the replay's trust rule must not
+    turn the hot path off for such a user."""
+    old = os.umask(0o002)
+    try:
+        replayed("shell-hook", *store_args(world))
+    finally:
+        os.umask(old)
+    (memo,) = (world.home.cache / "hot").glob("shell-hook-*")
+    assert memo.stat().st_mode & 0o777 == 0o644

@@ -294,3 +294,60 @@ def test_fleets_devpi_steps_run_as_written_wait_for_the_server_and_serve_the_box
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)               # the server the steps left running
         log.close()
+
+
+# ------------------------------------------------------------------ a hostile index: no write outside DIR
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _hostile_torch_page(root: Path) -> None:
+    """PyTorch's cpu index with torch's page replaced: its wheel listed under a build tag of
+    quoted climbing slashes (`1%2F..` five times, `%2Fbashrc`: a name packaging parses), and once
+    more, yanked, by the unquoted name its href ends in, where the server serves the bytes."""
+    import hashlib
+    import html
+
+    from helpers_pytorch_index import build, lay_out
+
+    whl = lay_out(root, build(root))
+    name = "torch-2.10.0+cpu-cp312-cp312-manylinux_2_28_x86_64.whl"
+    quoted = name.replace("+cpu-", "+cpu-1" + "%2F.." * 5 + "%2Fbashrc-")
+    data = (whl / "cpu" / name).read_bytes()
+    served = whl.parent / "bashrc-cp312-cp312-manylinux_2_28_x86_64.whl"
+    served.write_bytes(data)     # where the server's path rules (unquote, normpath) put the href
+    Path(str(served) + ".metadata").write_bytes((whl / "cpu" / (name + ".metadata")).read_bytes())
+    meta = hashlib.sha256(Path(str(served) + ".metadata").read_bytes()).hexdigest()
+    href = f"/whl/cpu/{quoted.replace('+', '%2B')}#sha256={hashlib.sha256(data).hexdigest()}"
+    (whl / "cpu" / "torch" / "index.html").write_text(
+        f'<a href="{href}" data-core-metadata="sha256={meta}">{html.escape(quoted)}</a><br/>\n'
+        f'<a href="{href}" data-yanked="">mirror</a><br/>\n')
+
+
+def test_an_index_naming_a_wheel_with_climbing_quoted_slashes_cannot_make_export_write_outside_dir(tmp_path):
+    """A real lock of the hostile page records the quoted name, whose unquoted slashes climbed out
+    of DIR: the export is refused, one error line, and the canaries beside DIR (the wheel's
+    landing place and the page written beside it) are untouched."""
+    from helpers_pytorch_index import Index
+
+    root = tmp_path / "hostile"
+    _hostile_torch_page(root)
+    work = tmp_path / "work"               # what sits beside DIR: the canaries and nothing else
+    work.mkdir()
+    canaries = [work / "bashrc-cp312-cp312-manylinux_2_28_x86_64.whl", work / "index.html"]
+    for canary in canaries:
+        canary.write_text("the user's own\n")
+    with Index(root) as idx:
+        home = tmp_path / "h"
+        fdlenv("env", "realize", "--libtorch", "cpu", "--mirror", f"pytorch={idx.url}", "--home", str(home), check=True)
+        lock = home / "lockfiles" / "cpu.conda-lock.yml"
+        assert "%2F..%2F.." in lock.read_text()                 # the lock holds the index's name as it came
+        before = _tree(work)
+        res = fdlenv("mirror", "export", "--lock", str(lock), "--mirror", f"pytorch={idx.url}", "--home", str(home),
+                     str(work / "mirror"))
+    print(res.stderr.strip().splitlines()[-1])
+    assert [c.read_bytes() for c in canaries] == [b"the user's own\n"] * 2
+    assert {k: v for k, v in _tree(work).items() if not k.startswith("mirror/")} == before
+    assert res.returncode == 2 and res.stderr.count("error:") == 1 and "Traceback" not in res.stderr, res.stderr
+    assert "torch" in res.stderr and "climbs out" in res.stderr

@@ -176,3 +176,51 @@ def test_gc_drops_a_root_whose_env_was_deleted_by_hand(tmp_path):
     plan = json.loads(fdlenv("env", "gc", "--json", *_home(w), check=True).stdout)
     assert {o["path"] for o in plan["other"]} >= {str(p) for p in roots}
     assert list(w.home.roots.iterdir()) == []
+
+
+def test_gc_sweeps_the_trash_killed_deletes_left_in_envs_pkgs_and_staging(tmp_path):
+    """A killed delete leaves its tree under `.trash-<name>.<pid>` (atomic.discard): beside the
+    env (a delete without a trash dir), in pkgs/, or in staging/ (where remove puts an env)."""
+    from fdlenv import atomic
+
+    w = make_world(tmp_path, wheel=True)
+    env = Path(realise_json(w)["path"])
+    trash = {
+        "envs, manifest gone": w.home.envs / f"{atomic.TRASH}{env.name}.4242",
+        "envs, manifest kept": w.home.envs / f"{atomic.TRASH}{env.name}.4343",
+        "pkgs": w.home.pkgs / f"{atomic.TRASH}whl-{'e' * 64}.4242",
+        "staging, as remove names it": w.home.staging / f"{atomic.TRASH}{env.name}.4242",
+    }
+    import shutil
+
+    for name, where in trash.items():
+        where.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(env, where, symlinks=True)
+        if name == "envs, manifest gone":
+            shutil.rmtree(where / ".fdlenv")        # deleted first, as the kill found it
+    listed = json.loads(fdlenv("env", "list", "--json", *_home(w), check=True).stdout)
+    assert [e["path"] for e in listed["envs"]] == [str(env)]      # trash is never an env
+    plan = json.loads(fdlenv("env", "gc", "--dry-run", "--json", *_home(w), check=True).stdout)
+    assert {str(p) for p in trash.values()} <= {o["path"] for o in plan["other"]}
+    fdlenv("env", "gc", *_home(w), check=True)
+    assert [name for name, p in trash.items() if os.path.lexists(p)] == []
+    assert env.is_dir() and fdlenv("env", "verify", "--full", *_home(w)).returncode == 0
+
+
+def test_removing_an_env_sweeps_its_hot_memos_and_keeps_the_others(tmp_path):
+    from test_hotpath import replayed
+
+    from fdlenv import hotpath
+
+    w = make_world(tmp_path, variants=("cpu", "cu126"))
+    for v in ("cpu", "cu126"):
+        realise_json(w, v)
+        replayed("shell-hook", "--libtorch", v, "--lock", str(w.lock), *_home(w))
+    hot = w.home.cache / "hot"
+
+    def named() -> list[str]:
+        return sorted(os.path.basename(hotpath.memo_env(str(p)) or "?").split("-")[0] for p in hot.iterdir())
+
+    assert named() == ["cpu", "cu126"]
+    fdlenv("env", "remove", "cpu", *_home(w), check=True)
+    assert named() == ["cu126"]

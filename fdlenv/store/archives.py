@@ -30,7 +30,7 @@ from pathlib import Path
 
 from ..errors import Fail
 from ..home import Home
-from .. import atomic, hashing, mirrors as _mirrors
+from .. import atomic, confine, hashing, mirrors as _mirrors
 from ..lockfile import Record, mismatch
 
 CHUNK = 1 << 20
@@ -138,5 +138,6 @@ def evict_cache_entry(home: Home, r: Record) -> None:
         atomic.discard(entry_dir(home, r.sha256))
         return
     stem = r.filename.removesuffix(".conda").removesuffix(".tar.bz2")
-    atomic.discard(home.pkgs / stem)   # renamed out of its name first: never half an entry
-    (home.pkgs / f"{stem}.lock").unlink(missing_ok=True)
+    entry = confine.inside(home.pkgs, stem, f"the lock entry {r.name} ({r.url})")
+    atomic.discard(entry)   # renamed out of its name first: never half an entry
+    entry.with_name(f"{entry.name}.lock").unlink(missing_ok=True)

@@ -9,7 +9,9 @@ collects, in this order:
    downloads) no kept env names;
 3. what a killed or finished run left: `staging/` (nothing is staged while
    the lock is held), the caches of envs that are gone (`cache/activation`,
-   `cache/fast`, `cache/verified` of archives that are gone), their lock
+   `cache/fast`, `cache/verified` of archives that are gone, the hot memos
+   `cache/hot` naming them), the `.trash-*` a killed delete left in `envs/`
+   and `pkgs/` (a killed remove's is in `staging/`), their lock
    files when free, built artifacts (`builds/`) made against an env that is
    gone, and walk-through builds but the newest.
 What it never touches, and reports as kept: `channels/` (what `fdlenv pack`
@@ -31,7 +33,7 @@ from collections import namedtuple
 from collections.abc import Set as AbstractSet
 from pathlib import Path
 
-from .. import atomic
+from .. import atomic, hotpath
 from ..flocks import exclusive, held
 from ..home import Home
 from . import pointers
@@ -116,6 +118,14 @@ def _leftovers(home: Home, keys: set[str], dead: set[str], wanted: set[str], sou
     if home.staging.is_dir():
         for p in sorted(home.staging.iterdir()):
             yield p, "left in staging by an earlier run"
+    for d in (home.envs, home.pkgs):   # renamed out of its name by a delete that was killed
+        for p in sorted(d.glob(f"{atomic.TRASH}*")) if d.is_dir() else ():
+            yield p, "what a killed delete left"
+    hot = home.cache / "hot"
+    for p in sorted(hot.iterdir()) if hot.is_dir() else ():
+        env = None if p.name.startswith(".") else hotpath.memo_env(str(p))
+        if env is not None and (os.path.basename(env) in dead or not (home.envs / os.path.basename(env) / MANIFEST).is_file()):
+            yield p, "memo of an env that is gone"
     for name, why in (("activation", "activation of an env that is gone"),
                       ("fast", "re-dial answer naming an env that is gone")):
         d = home.cache / name

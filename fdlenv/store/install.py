@@ -7,9 +7,10 @@ Called by `store.realise` with the key lock held. Order matters, publish last:
    while streaming), start the install worker into `staging/<key>-<pid>`,
    and hash local archives *beside* it. Nothing is published unless both
    succeed; a bad hash evicts the cache entries it may have poisoned.
-3. Report degraded hardlinks, write `.arch` and `.fdlenv/manifest.json`,
-   fsync them, rename the staging dir into `envs/`. An env directory either
-   does not exist or is complete.
+3. Report degraded hardlinks, refuse a package that ships anything where
+   fdlenv writes its own files, write `.arch` and `.fdlenv/manifest.json`
+   never through a link (`store.ownfiles`), fsync them, rename the staging
+   dir into `envs/`. An env directory either does not exist or is complete.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from ..errors import Fail, os_failure
 from ..home import Home
 from ..progress import during, say
 from .archives import Archive, evict_cache_entry, locate, verify
-from . import cudahome, linktree, sizes, wheels
+from . import cudahome, linktree, ownfiles, sizes, wheels
 from .env import MANIFEST, libtorch_root
 from ..lockfile import Record
 
@@ -76,16 +77,17 @@ def build(home: Home, variant: str, key: str, records: list[Record], final: Path
         archives = [locate(home, r, mirrors) for r in records if r.manager == "conda"]
         wheel_records = [r for r in records if r.manager == "pip"]
         with _cache_in_use(home):
-            _install(home, worker, archives, wheel_records, mirrors, stage, final, variant)
+            entries = _install(home, worker, archives, wheel_records, mirrors, stage, final, variant)
         links = _link_report(home, stage, records)
         if links["copied"]:
             say(f"warning: {len(links['copied'])} package(s) were copied, not hard-linked "
                 f"(is {home.pkgs} on another filesystem than {home.envs}?): "
                 + ", ".join(links["copied"][:5]))
         root = libtorch_root(stage)
+        ownfiles.refuse_over_own(stage, root, variant, entries)
         if variants.get(variant).vendor == "nvidia":
             cudahome.assemble(stage, root, home.pkgs)
-        _write_arch(root, variant, records)
+        ownfiles.write_arch(stage, root, variant, records)
         final_root = final / root.relative_to(stage)
         manifest = {
             "key": key, "variant": variant, "platform": platform,
@@ -96,10 +98,9 @@ def build(home: Home, variant: str, key: str, records: list[Record], final: Path
             "tool_version": __version__, "links": links,
             "size": sizes.measure(home, stage, records),
         }
-        (stage / ".fdlenv").mkdir(exist_ok=True)
-        (stage / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+        ownfiles.write(stage, MANIFEST, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
         _share_metadata(stage, (stage / MANIFEST).stat().st_mode & 0o777)
-        _fsync_files(stage / MANIFEST, root / ".arch", stage / ".fdlenv", root, stage)
+        _fsync_files(stage)   # the manifest, `.arch` and their directories: fsynced as written
         _publish(home, stage, final, replace)
         _fsync_files(home.envs)
     except OSError as e:
@@ -151,9 +152,10 @@ def _publish(home: Home, stage: Path, final: Path, replace: bool) -> None:
 
 
 def _install(home: Home, worker: WorkerProcess | None, archives: list[Archive], wheel_records: list[Record],
-             mirrors: dict[str, str], stage: Path, final: Path, variant: str) -> None:
+             mirrors: dict[str, str], stage: Path, final: Path, variant: str) -> dict[str, Path]:
     """Conda packages through the worker and wheels through `store.wheels`, side by side;
-    wheels are linked into the staging prefix once the worker has made it."""
+    wheels are linked into the staging prefix once the worker has made it. Returns the
+    wheels' cache entries (sha256 -> entry)."""
     marker, err = Path(str(stage) + ".ok"), Path(str(stage) + ".err")
     req = None
     if worker is not None:
@@ -224,6 +226,7 @@ def _install(home: Home, worker: WorkerProcess | None, archives: list[Archive], 
     finally:
         for p in (marker, err):
             p.unlink(missing_ok=True)
+    return entries
 
 
 def _run_beside(fetcher: threading.Thread, wheel_records: list[Record], archives: list[Archive], home: Home,
@@ -358,27 +361,6 @@ def _first_file(entry: Path, skip: set[str]) -> str | None:
             if rel not in skip and not os.path.islink(os.path.join(dirpath, name)):
                 return rel
     return None
-
-
-def _write_arch(root: Path, variant: str, records: list[Record]) -> None:
-    """flodl's `.arch` facts, from what `fdlenv pack` recorded when it is there, else (a wheel
-    env) from the torch wheel and the variant's table; and `build-version` where the source
-    (a wheel) has none, as PyTorch's zips carry it (`2.10.0+cu128`)."""
-    from ..hw.coverage import ARCHS
-
-    v = variants.get(variant)
-    facts = {}
-    with contextlib.suppress(OSError, ValueError):
-        facts = json.loads((root / ".fdlenv-pack.json").read_text())
-    wheel = next((r.version for r in records if r.manager == "pip" and r.name == "torch"), None)
-    torch = facts.get("version") or next((r.version for r in records if r.name == v.package), "") \
-        or (wheel or "").split("+")[0]
-    archs = facts.get("archs") or ([] if facts or not wheel else list(ARCHS[variant]))
-    lines = [f"cuda={facts.get('cuda') or v.cuda or 'none'}", f"torch={torch}",
-             f"archs={' '.join(archs)}", "source=locked", f"variant={variant}"]
-    (root / ".arch").write_text("\n".join(lines) + "\n")
-    if wheel and not (root / "build-version").exists():
-        (root / "build-version").write_text(f"{torch}+{variant}\n")
 
 
 def _fsync_files(*paths: Path) -> None:

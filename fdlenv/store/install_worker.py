@@ -32,6 +32,8 @@ import traceback
 from pathlib import Path
 from typing import NamedTuple
 
+from .. import confine
+
 
 class CondaItem(NamedTuple):
     """One verified conda archive to install (what rattler's RepoDataRecord needs)."""
@@ -85,10 +87,6 @@ def _conda_records(items: tuple[CondaItem, ...]):
 
 class PathEscape(Exception):
     """A package names a path outside the prefix; refused before anything is linked."""
-
-
-def _escapes(rel: str) -> bool:
-    return os.path.isabs(rel) or os.path.normpath(rel).split(os.sep)[0] == ".."
 
 
 def _fork_ok() -> bool:
@@ -209,7 +207,7 @@ async def _check_paths(items: tuple[CondaItem, ...], memo: Path) -> tuple[dict[s
             through: set[str] = set()
             for entry in (await archive.paths_json()).paths:
                 rel = str(entry.relative_path)
-                if _escapes(rel):
+                if confine.problem(rel) is not None:
                     raise PathEscape(f"package {it.name} ({it.filename}) has a path that escapes "
                                      f"the prefix: {rel!r}; refusing to install it")
                 (mine if entry.path_type.softlink else plain).append(rel)

@@ -21,10 +21,11 @@ holds at most `_OPEN_BUDGET` waiting directories open and links what lies beyond
 
 from __future__ import annotations
 
-import errno
 import os
 import threading
 from pathlib import Path
+
+from .. import confine
 
 
 class LinkRefused(Exception):
@@ -59,27 +60,16 @@ _OPEN_BUDGET = 256
 def _open_dir(name: str, parent: int, where: str) -> int:
     """`name` under directory fd `parent`, made when missing; a symlink or file there is refused."""
     try:
-        os.mkdir(name, dir_fd=parent)
-    except FileExistsError:
-        pass
-    try:
-        return os.open(name, _NOFOLLOW, dir_fd=parent)
-    except OSError as e:
-        if e.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise LinkRefused(f"{where}/{name} in the env is a symlink or a file, not a directory") from None
-        raise
+        return confine.open_dir(parent, [name])
+    except confine.Refused:
+        raise LinkRefused(f"{where}/{name} in the env is a symlink or a file, not a directory") from None
 
 
 def _open_under(prefix: Path, parts: tuple[str, ...]) -> int:
-    fd = os.open(prefix, _DIR)
-    where = ""
-    for part in parts:
-        try:
-            nfd = _open_dir(part, fd, where or ".")
-        finally:
-            os.close(fd)
-        fd, where = nfd, f"{where}/{part}" if where else part
-    return fd
+    try:
+        return confine.open_dir(prefix, parts)
+    except confine.Refused as e:
+        raise LinkRefused(f"{'/'.join(parts)} in the env: {e.strerror}") from None
 
 
 def _link_tree(src: int, dst: int, where: str) -> int:

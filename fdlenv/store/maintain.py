@@ -36,7 +36,7 @@ class EnvInfo(namedtuple("EnvInfo", "variant key path size created active rooted
 def env_dirs(home: Home) -> list[Path]:
     if not home.envs.is_dir():
         return []
-    return sorted(p for p in home.envs.iterdir() if (p / MANIFEST).is_file())
+    return sorted(p for p in home.envs.iterdir() if not p.name.startswith(".") and (p / MANIFEST).is_file())
 
 
 def listing(home: Home) -> list[EnvInfo]:

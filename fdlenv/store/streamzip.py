@@ -35,6 +35,8 @@ from pathlib import Path
 from collections.abc import Callable
 from typing import Any
 
+from .. import confine
+
 try:   # ISA-L's inflate is about twice zlib's speed: inflating is most of a cold realise's CPU
     from isal.isal_zlib import decompressobj as _decompressobj
     from isal.isal_zlib import error as _isal_error
@@ -101,8 +103,9 @@ def give_back() -> None:
 
 
 def escapes(name: str) -> bool:
-    """A zip member name that would land outside the extraction root."""
-    return os.path.isabs(name) or ".." in name.split("/") or "\\" in name
+    """A zip member name that would land outside the extraction root (`confine.problem`, with a
+    backslash refused too: a Windows separator)."""
+    return confine.problem(name, backslash=True) is not None
 
 
 class Unsupported(Exception):

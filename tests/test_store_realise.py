@@ -57,7 +57,7 @@ REDIAL_MODULES = {
     "fdlenv.home", "fdlenv.mirrors", "fdlenv.lockpath", "fdlenv.fdlfile", "fdlenv.variants",
     "fdlenv.store", "fdlenv.store.realise", "fdlenv.store.fastpath", "fdlenv.store.env",
     "fdlenv.store.envkey", "fdlenv.store.pointers", "fdlenv.store.leases", "fdlenv.flocks", "fdlenv.output",
-    "fdlenv.platforms", "fdlenv.hotpath", "fdlenv.confine", "fdlenv.buildtree", "fdlenv.hotmemo", "fdlenv.shells",
+    "fdlenv.platforms", "fdlenv.hotpath", "fdlenv.confine", "fdlenv.leasefile", "fdlenv.buildtree", "fdlenv.hotmemo", "fdlenv.shells",
 }
 NEVER_ON_REDIAL = ("typing", "dataclasses", "shutil", "rattler", "conda_lock", "yaml", "filelock")
 

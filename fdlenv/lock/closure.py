@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from .. import pipindex, simpleapi
 from ..errors import Fail
@@ -107,7 +108,7 @@ def resolve_versions(requirements, base: str, platform: str, sources: dict | Non
         for r in reqs:
             provider.prefetch(r)
         try:
-            result = Resolver(provider, BaseReporter()).resolve(reqs, max_rounds=ROUNDS)
+            result: Any = Resolver(provider, BaseReporter()).resolve(reqs, max_rounds=ROUNDS)  # type: ignore[arg-type]
         except ResolutionImpossible as e:
             raise _impossible(index, e.causes) from None
         except ResolutionTooDeep:

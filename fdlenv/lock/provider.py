@@ -10,9 +10,10 @@ place (`candidates`), applied in this order to a project's page:
 3. `Requires-Python` from the page, else (lazily, as the candidate is tried)
    from the wheel's own metadata, must admit the target's Python;
 4. a yanked file only under an `==`/`===` pin of its version (PEP 592);
-5. pre-releases only when a specifier names one, or nothing else satisfies
-   every requirement on the project (pip's rule);
-6. newest first; incompatibilities resolvelib found are dropped.
+5. versions resolvelib found incompatible are dropped;
+6. newest first; where no specifier names a pre-release, every final before
+   any pre-release, so a pre-release is picked only when no final left
+   satisfies every requirement (backtracking included, as uv does).
 A project's metadata (PEP 658/714 file checked against its sha256, else a
 range read of the wheel) must name the file's project and version. Pages are
 fetched side by side (`PARALLEL`) as soon as a requirement names them, and the
@@ -27,7 +28,9 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import NamedTuple
+from typing import Any, NamedTuple
+
+from resolvelib import AbstractProvider
 
 from .. import pipindex, simpleapi
 from ..errors import Fail
@@ -80,14 +83,14 @@ def requirements_of(meta: Meta, extras, marker_env: dict):
 class Req(NamedTuple):
     name: str                 # normalised
     extras: frozenset
-    specifier: object         # SpecifierSet
-    pin: object = None        # an extras identifier's plain project: exactly this Version
+    specifier: Any            # SpecifierSet
+    pin: Any = None           # an extras identifier's plain project: exactly this Version
 
 
 class Cand(NamedTuple):
     name: str
     extras: frozenset
-    version: object           # Version; None: a project with no wheel for the target (see above)
+    version: Any              # Version; None: a project with no wheel for the target (see above)
     file: simpleapi.IndexFile | None
 
 
@@ -159,17 +162,22 @@ class Index:
         if not files:           # an empty page (a cold mirror) would drop a runtime wheel: try again
             raise simpleapi.empty_page(self.url(name), name)
         best: dict = {}
+        compatible = False
         for f in files:
             if not f.filename.endswith(".whl"):
                 continue
             try:
                 _, version, build, tags = parse_wheel_filename(f.filename)
-                if f.requires_python and not SpecifierSet(f.requires_python).contains(FULL, prereleases=True):
-                    continue
-            except (InvalidWheelFilename, InvalidSpecifier, ValueError):
+            except (InvalidWheelFilename, ValueError):
                 continue
             rank = min((self.ranks[t] for t in tags if t in self.ranks), default=None)
             if rank is None:
+                continue
+            compatible = True
+            try:
+                if f.requires_python and not SpecifierSet(f.requires_python).contains(FULL, prereleases=True):
+                    continue
+            except InvalidSpecifier:
                 continue
             if f.sha256 is not None and not _hex64(f.sha256):
                 self._note(f"wheel index {self.url(name)}: skipped {f.filename}: its sha256 {f.sha256[:80]!r} "
@@ -178,7 +186,7 @@ class Index:
             key = (-rank, build, not f.yanked)
             if version not in best or key > best[version][0]:
                 best[version] = (key, f)
-        if not best and not required:
+        if not compatible and not required:
             return None         # no wheel for the target at all: it ships no native code here
         return [(v, best[v][1]) for v in sorted(best, reverse=True)]
 
@@ -208,13 +216,13 @@ def candidates(wheels: list[tuple], reqs: list[Req], bad: set) -> list[tuple]:
     explicit = any(spec.prereleases for spec in specs)
     ok = [(v, f) for v, f in wheels
           if all(spec.contains(v, prereleases=True) for spec in specs) and (not pins or v in pins)
-          and (not f.yanked or any(s.contains(v, prereleases=True) for s in exact))]
-    if not explicit and any(not v.is_prerelease for v, _ in ok):
-        ok = [(v, f) for v, f in ok if not v.is_prerelease]
-    return [(v, f) for v, f in ok if v not in bad]
+          and (not f.yanked or any(s.contains(v, prereleases=True) for s in exact)) and v not in bad]
+    if explicit:
+        return ok
+    return [c for c in ok if not c[0].is_prerelease] + [c for c in ok if c[0].is_prerelease]
 
 
-class Provider:
+class Provider(AbstractProvider):
     """resolvelib's provider: requirements and candidates over `Index`, for `marker_env`."""
 
     def __init__(self, index: Index, marker_env: dict, roots: set[str]):

@@ -121,5 +121,5 @@ def test_a_metadata_member_stated_as_1_gib_is_refused_transient_and_never_inflat
     out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     first, rss = out.stdout.splitlines()
-    assert first.startswith("transient") and "over fdlenv's 4 MiB limit" in first
-    assert int(rss.split()[1]) < 200 * 1024      # KiB: the member is 1 GiB inflated
+    assert first.startswith("transient") and "over fdlenv's 4 MiB limit" in first, out.stdout
+    assert int(rss.split()[1]) < 200 * 1024, out.stdout      # KiB: the member is 1 GiB inflated

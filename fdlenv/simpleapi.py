@@ -14,7 +14,9 @@ through this module, so every index shape is handled once:
   658/714 `.metadata` (`data-core-metadata`, `data-dist-info-metadata`,
   JSON `core-metadata`), checked against its stated sha256; an index without
   it is read with HTTP range requests into the wheel's zip directory, as
-  pip's lazy wheel does, never by downloading a multi-GB wheel.
+  pip's lazy wheel does, never by downloading a multi-GB wheel; the METADATA
+  member it inflates is capped (`INFLATE_LIMIT`: refused, transient, before more
+  than the cap is held).
 
 Failures, by what can fix them (exit 1 transient: `--persist` re-dials and the
 box heals when the index or its mirror catches up; exit 2 permanent: no sync fixes it):
@@ -48,6 +50,9 @@ JSON_TYPE = "application/vnd.pypi.simple.v1+json"
 # these is a broken or hostile index, refused before it fills memory.
 PAGE_LIMIT = 64 << 20
 META_LIMIT = 16 << 20
+# What a range read inflates of a wheel's METADATA (real ones: kilobytes; torch's: ~10 kB): a member
+# stated or found larger is refused, transient, before more than this is held in memory.
+INFLATE_LIMIT = 4 << 20
 
 
 class Missing(Fail):
@@ -279,11 +284,28 @@ def _metadata_from_zip(f: IndexFile, listing: list[str] | None = None) -> bytes:
             names = [n for n in z.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
             if len(names) != 1:
                 raise Fail.permanent(f"wheel index: {f.filename} has {len(names)} .dist-info/METADATA files")
-            return z.read(names[0])
+            return _inflate(z, names[0], f.filename)
     except zipfile.BadZipFile as e:
         raise Fail.permanent(f"wheel index: {f.filename} is not a readable wheel ({e})") from None
     except OSError as e:
         raise Fail.retry(f"wheel index: cannot read {f.url}: {why(e)}") from None
+
+
+def _inflate(z, name: str, filename: str) -> bytes:
+    """Member `name` of `z`, refused (transient) when it states or inflates past INFLATE_LIMIT:
+    read in steps, so no more than the limit is ever held, whatever its header says."""
+    def refuse(size: str) -> Fail:
+        return Fail.retry(f"wheel index: the METADATA of {filename} is {size}, over fdlenv's "
+                          f"{INFLATE_LIMIT >> 20} MiB limit for core metadata; a broken or hostile index? "
+                          "(tried again on the next attempt)")
+    info = z.getinfo(name)
+    if info.file_size > INFLATE_LIMIT:
+        raise refuse(f"stated as {info.file_size} bytes")
+    with z.open(info) as member:
+        body = member.read(INFLATE_LIMIT + 1)
+    if len(body) > INFLATE_LIMIT:
+        raise refuse("larger than stated")
+    return body
 
 
 class _RangeFile(io.RawIOBase):

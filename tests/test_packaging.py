@@ -23,7 +23,7 @@ except ImportError:   # Python 3.10
     from pip._vendor import tomli as tomllib
 
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-EXACT = {"py-rattler", "conda-lock"}
+EXACT = {"py-rattler", "conda-lock", "uv"}
 
 
 def requirements(*extras: str) -> dict[str, Requirement]:
@@ -41,7 +41,7 @@ def test_pyproject_admits_the_versions_other_tools_commonly_pin():
     assert reqs["pyyaml"].specifier.contains("6.0.3") and not reqs["pyyaml"].specifier.contains("5.4.1")
 
 
-def test_only_py_rattler_and_conda_lock_are_pinned_exactly_each_with_its_reason():
+def test_only_py_rattler_conda_lock_and_uv_are_pinned_exactly_each_with_its_reason():
     reqs = requirements("lock", "amd", "test")
     pinned = {n for n, r in reqs.items() if any(s.operator in ("==", "===") for s in r.specifier)}
     assert pinned == EXACT

@@ -1,0 +1,125 @@
+"""The lock's resolver picks what pip and uv pick from the same index, for the 3.12 target.
+
+One test per case where it did not (issue 35): pre-releases over finals,
+Requires-Python only in the metadata, a conflict that needs backtracking,
+a yanked release under `==`, the host's implementation_version in markers,
+metadata that names another file, a `#sha256=` that is not a hash, and a
+range read's METADATA stated as 1 GiB. Each runs against a real loopback
+index (tests/helpers_simple_index.py); tests/test_lock_vs_uv.py compares
+with uv itself on generated indexes.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import zipfile
+
+import pytest
+from helpers_simple_index import Release, serve
+
+from fdlenv.errors import Fail
+from fdlenv.lock.closure import NoWheel, resolve_versions
+
+
+def lock(tmp_path, projects, *requirements) -> dict[str, str]:
+    with serve(tmp_path, projects) as index:
+        return {n: m.version for n, (_, m) in resolve_versions(list(requirements), index.simple, "linux-64").items()}
+
+
+def test_a_final_release_is_picked_over_a_newer_pre_release(tmp_path):
+    assert lock(tmp_path, {"c": [Release("1.0"), Release("1.1rc1")]}, "c") == {"c": "1.0"}
+
+
+def test_a_pre_release_is_picked_when_the_specifier_names_one_or_nothing_else_satisfies(tmp_path):
+    projects = {"c": [Release("1.0"), Release("1.1rc1")], "d": [Release("1.0"), Release("2.0b1")]}
+    assert lock(tmp_path, projects, "c>=1.1rc1", "d>1.5") == {"c": "1.1rc1", "d": "2.0b1"}
+
+
+def test_requires_python_stated_only_in_the_metadata_keeps_a_release_off_the_312_target(tmp_path):
+    projects = {"c": [Release("1.0"), Release("2.0", python=">=3.13", on_page=False)]}
+    assert lock(tmp_path, projects, "c") == {"c": "1.0"}
+
+
+def test_a_conflict_backtracks_to_the_older_release_that_fits(tmp_path):
+    projects = {"a": [Release("1.0", ("c",)), Release("2.0", ("c<2",))], "b": [Release("1.0", ("c>=2",))],
+                "c": [Release("1.0"), Release("2.0")]}
+    assert lock(tmp_path, projects, "a", "b") == {"a": "1.0", "b": "1.0", "c": "2.0"}
+
+
+def test_requirements_that_clash_fail_permanently_naming_both_sides(tmp_path):
+    projects = {"a": [Release("1.0", ("c<2",))], "b": [Release("1.0", ("c>=2",))],
+                "c": [Release("1.0"), Release("2.0")]}
+    with pytest.raises(Fail) as e:
+        lock(tmp_path, projects, "a", "b")
+    assert not e.value.transient and not isinstance(e.value, NoWheel)
+    assert "c<2 (from a 1.0)" in e.value.message and "c>=2 (from b 1.0)" in e.value.message
+
+
+def test_a_yanked_release_is_picked_under_an_exact_pin_and_never_otherwise(tmp_path):
+    projects = {"c": [Release("0.9"), Release("1.0", yanked=True)]}
+    assert lock(tmp_path / "pin", projects, "c==1.0") == {"c": "1.0"}
+    assert lock(tmp_path / "range", projects, "c>=0.9") == {"c": "0.9"}
+
+
+def test_markers_see_the_targets_implementation_version_not_this_hosts(tmp_path):
+    projects = {"a": [Release("1.0", ('new; implementation_version >= "3.12"',
+                                      'old; implementation_version < "3.12"',
+                                      'full; python_full_version >= "3.12"'))],
+                "new": [Release("1.0")], "old": [Release("1.0")], "full": [Release("1.0")]}
+    assert lock(tmp_path, projects, "a") == {"a": "1.0", "new": "1.0", "full": "1.0"}
+
+
+def test_metadata_naming_another_version_than_its_file_is_refused(tmp_path):
+    lying = b"Metadata-Version: 2.1\nName: torch\nVersion: 9.9.9\n"
+    with pytest.raises(Fail) as e:
+        lock(tmp_path, {"torch": [Release("2.10.0", metadata=lying)]}, "torch")
+    assert not e.value.transient and "9.9.9" in e.value.message and "2.10.0" in e.value.message
+
+
+def test_metadata_naming_another_project_than_its_file_is_refused(tmp_path):
+    lying = b"Metadata-Version: 2.1\nName: other\nVersion: 1.0\n"
+    with pytest.raises(Fail) as e:
+        lock(tmp_path, {"c": [Release("1.0", metadata=lying)]}, "c")
+    assert not e.value.transient and "other 1.0" in e.value.message
+
+
+def test_a_sha256_fragment_not_64_hex_digits_is_skipped_with_a_note(tmp_path, capsys):
+    projects = {"c": [Release("1.0"), Release("2.0", sha256="../../etc/passwd")]}
+    assert lock(tmp_path, projects, "c") == {"c": "1.0"}
+    err = capsys.readouterr().err
+    assert "skipped c-2.0-py3-none-any.whl" in err and "not 64 hex digits" in err
+
+
+@pytest.mark.slow   # writing the 1 GiB member takes seconds
+def test_a_metadata_member_stated_as_1_gib_is_refused_transient_and_never_inflated(tmp_path):
+    """A range read (no PEP 658 file) of a wheel whose METADATA member inflates to 1 GiB of zeros:
+    refused before it is read, in a child whose peak RSS stays far below the member's size."""
+    wheel = tmp_path / "c-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr("c-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\n")
+    # Append the bomb as a real deflated member: 1 GiB of zeros, about 1 MiB on disk.
+    chunk = bytes(1 << 20)
+    with zipfile.ZipFile(wheel, "a") as z:
+        info = zipfile.ZipInfo("c-1.0.dist-info/METADATA", (1980, 1, 1, 0, 0, 0))
+        info.compress_type = zipfile.ZIP_DEFLATED
+        with z.open(info, "w", force_zip64=True) as out:
+            for _ in range(1024):
+                out.write(chunk)
+    child = textwrap.dedent(f"""
+        import resource, sys
+        from fdlenv import simpleapi
+        from fdlenv.errors import Fail
+        f = simpleapi.IndexFile({wheel.name!r}, {wheel.as_uri()!r}, None, None, None, False, None)
+        try:
+            simpleapi.core_metadata(f)
+        except Fail as e:
+            print("transient" if e.transient else "permanent", e.message)
+        print("rss_kib", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    """)
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    first, rss = out.stdout.splitlines()
+    assert first.startswith("transient") and "over fdlenv's 4 MiB limit" in first, out.stdout
+    assert int(rss.split()[1]) < 200 * 1024, out.stdout      # KiB: the member is 1 GiB inflated

@@ -342,7 +342,8 @@ def test_an_index_naming_a_wheel_with_climbing_quoted_slashes_cannot_make_export
         home = tmp_path / "h"
         fdlenv("env", "realize", "--libtorch", "cpu", "--mirror", f"pytorch={idx.url}", "--home", str(home), check=True)
         lock = home / "lockfiles" / "cpu.conda-lock.yml"
-        assert "%2F..%2F.." in lock.read_text()                 # the lock holds the index's name as it came
+        text = lock.read_text()                                # the lock holds the index's climbing name
+        assert "%2F..%2F.." in text or "/../../" in text, text
         before = _tree(work)
         res = fdlenv("mirror", "export", "--lock", str(lock), "--mirror", f"pytorch={idx.url}", "--home", str(home),
                      str(work / "mirror"))

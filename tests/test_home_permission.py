@@ -28,7 +28,8 @@ ORIGINS = ["--home", "$FLODL_HOME", "fdl.yml", "default"]
 def run(argv: list[str], cwd: Path, environ: dict[str, str]) -> tuple[int, str, str]:
     """`fdlenv ARGV` in-process from `cwd` with `environ` added; (rc, stdout, stderr)."""
     out, err = io.StringIO(), io.StringIO()
-    saved, here = dict(os.environ), os.getcwd()
+    # Back by a descriptor: nobody may not traverse the path to the checkout (a 0700 tmp dir).
+    saved, here = dict(os.environ), os.open(".", os.O_RDONLY)
     os.environ.update(environ)
     os.chdir(cwd)
     try:
@@ -36,7 +37,8 @@ def run(argv: list[str], cwd: Path, environ: dict[str, str]) -> tuple[int, str, 
             rc = cli.main(argv)
     finally:
         output.set_json(False)
-        os.chdir(here)
+        os.fchdir(here)
+        os.close(here)
         os.environ.clear()
         os.environ.update(saved)
     return rc, out.getvalue(), err.getvalue()

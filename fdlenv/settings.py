@@ -5,7 +5,7 @@ pack, walkthrough, prepare, join) asks this module, so a setting means the
 same everywhere. For each: flags > environment > fdl.yml's `fdlenv:` block >
 defaults.
 - home: `--home` > `$FLODL_HOME` > `fdlenv: home:` (relative to fdl.yml) > `~/.flodl`; where
-  it came from is kept (`home_origin`) and recorded for the errors (`errors.record_home`), so a
+  it came from is recorded for the errors (`errors.record_home`), so a
   permission failure inside the home names it, its origin, its owner and the way out;
 - mirrors: `fdlenv: mirrors:`, then each `--mirror NAME=URL` over it;
 - locks: one view, a variant from the first that holds it: `--lock` >
@@ -35,13 +35,12 @@ from .lockview import LockView
 _LOAD = object()   # `project` not given: discover and load fdl.yml from the cwd
 
 
-class Settings(namedtuple("Settings", "home mirrors lock_given project frozen home_origin",
-                          defaults=(False, "the default home (~/.flodl)"))):
+class Settings(namedtuple("Settings", "home mirrors lock_given project frozen", defaults=(False,))):
     """What `resolve` settled: the Home, the mirrors (NAME -> URL), `lock_given` (--lock, else
     `fdlenv: lock:` anchored at fdl.yml; None: discover), `project` (the loaded fdl.yml, a
-    `config.model.Project`, or None), `frozen` (never lock on demand) and `home_origin` (where
-    the home came from, for the errors that name it: `errors.record_home`). A namedtuple: it
-    is on the re-dial path."""
+    `config.model.Project`, or None) and `frozen` (never lock on demand). Where the home came
+    from is recorded for the errors that name it (`errors.record_home`). A namedtuple: it is
+    on the re-dial path."""
 
     __slots__ = ()
 
@@ -67,15 +66,16 @@ def resolve(home: str | None = None, mirrors: list[str] | None = None, lock: str
     if project is _LOAD:
         project = load_project_if_any()
     block = project.fdlenv if project is not None else None
-    raw = home or (env.get("FLODL_HOME") or "").strip() or (block.home if block else None)
+    # (value, the field a bad value is blamed on, where the home came from for `record_home`)
+    given = ((home, "--home", "--home"),
+             ((env.get("FLODL_HOME") or "").strip(), "$FLODL_HOME", "$FLODL_HOME"),
+             (block.home if block else None, "fdl.yml's fdlenv.home",
+              f"fdl.yml's `fdlenv: home:` ({project.path if project is not None else ''})"))
+    raw, field, origin = next((g for g in given if g[0]), (None, "the default home", "the default home (~/.flodl)"))
     root = Path(home_root(raw, env))
-    field = "--home" if home else "$FLODL_HOME" if (env.get("FLODL_HOME") or "").strip() else \
-        "fdl.yml's fdlenv.home" if raw else "the default home"
     if root.exists() and not root.is_dir():
         raise Fail.permanent(f"{field}: {root} is not a directory; accepted: a directory fdlenv may write "
                              "(made when missing)")
-    origin = (f"fdl.yml's `fdlenv: home:` ({project.path})" if field == "fdl.yml's fdlenv.home"
-              else "the default home (~/.flodl)" if field == "the default home" else field)
     record_home(str(root.absolute()), origin)
     return Settings(
         home=Home(root.absolute()),
@@ -83,7 +83,6 @@ def resolve(home: str | None = None, mirrors: list[str] | None = None, lock: str
         lock_given=lock or (block.lock if block else None),
         project=project,
         frozen=bool(frozen) or _env_true(env.get("FDLENV_FROZEN")) or bool(block and block.frozen),
-        home_origin=origin,
     )
 
 

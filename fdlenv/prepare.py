@@ -251,7 +251,7 @@ def environment(home: Home, req: PrepareRequest, survey: Callable[[], Survey],
     elif req.libtorch is not None or act.env.created:   # the active env carried as it is: no note
         notes.append(f"libtorch: {act.label} at {act.env.libtorch_root}" + (" (realised)" if act.env.created else ""))
     if act.env is not None:   # said once per env, whichever command met it first
-        from .source.toolkit import note_once
+        from .source.nvcc import note_once
         if (note := note_once(home, act.env, dict(os.environ))):
             notes.append(note)
     arch_gate(act, survey, req.devices)

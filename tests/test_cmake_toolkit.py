@@ -25,7 +25,7 @@ from helpers_source import environ_for, fake_env, write_tree
 
 from fdlenv.errors import Fail
 from fdlenv.home import Home
-from fdlenv.source import build, toolkit
+from fdlenv.source import build, nvcc
 from fdlenv.source.build import Recipe
 
 # What a CUDA libtorch's config does on a box without nvcc (public/cuda.cmake, then Caffe2Config's check).
@@ -105,18 +105,18 @@ def test_a_host_nvcc_of_the_envs_cuda_major_that_cmake_missed_is_named_and_the_f
     "No CMAKE_CUDA_COMPILER could be found.",
 ])
 def test_each_of_cmakes_words_for_a_missing_toolkit_is_recognised_with_the_envs_cuda_major(tmp_path, output):
-    gap = toolkit.cmake_cuda_gap(output, "12.6", no_toolkit(tmp_path))
+    gap = nvcc.cmake_cuda_gap(output, "12.6", no_toolkit(tmp_path))
     assert gap is not None and "CUDA 12.x toolkit" in gap and "CUDA 12.6 env" in gap
 
 
 def test_a_failure_cmake_did_not_blame_on_cuda_is_not_recognised(tmp_path):
-    assert toolkit.cmake_cuda_gap("error: expected ';' before '}'\nCUDA_HOME=/x\nmake: *** [all] Error 2",
+    assert nvcc.cmake_cuda_gap("error: expected ';' before '}'\nCUDA_HOME=/x\nmake: *** [all] Error 2",
                                   "12.8", no_toolkit(tmp_path)) is None
 
 
 @pytest.mark.parametrize("release, shown", [("13.0", True), ("12.4", False)])
 def test_the_note_weighs_a_host_nvcc_by_the_envs_cuda_major(tmp_path, release, shown):
-    note = toolkit.cmake_toolkit_note("12.8", fake_nvcc(tmp_path, release))
+    note = nvcc.cmake_toolkit_note("12.8", fake_nvcc(tmp_path, release))
     assert (note is not None) == shown
     if shown:
         assert f"CUDA {release}" in note and "CUDA 12.x toolkit" in note
@@ -124,19 +124,19 @@ def test_the_note_weighs_a_host_nvcc_by_the_envs_cuda_major(tmp_path, release, s
 
 def test_the_host_toolkits_release_is_read_from_its_cuda_h_without_running_nvcc(tmp_path):
     env = fake_nvcc(tmp_path, "13.0")
-    nvcc = Path(env["CUDACXX"])
+    real = Path(env["CUDACXX"])
     ran = tmp_path / "ran"
-    nvcc.write_text(f"#!/bin/sh\ntouch {ran}\necho 'Cuda compilation tools, release 13.0, V13.0.1'\n")
-    (nvcc.parent.parent / "include").mkdir()
-    (nvcc.parent.parent / "include" / "cuda.h").write_text("/* cuda.h */\n#define CUDA_VERSION 12080\n")
-    assert toolkit.host_nvcc(env) == (str(nvcc), "12.8")
+    real.write_text(f"#!/bin/sh\ntouch {ran}\necho 'Cuda compilation tools, release 13.0, V13.0.1'\n")
+    (real.parent.parent / "include").mkdir()
+    (real.parent.parent / "include" / "cuda.h").write_text("/* cuda.h */\n#define CUDA_VERSION 12080\n")
+    assert nvcc.host_nvcc(env) == (str(real), "12.8")
     assert not ran.exists()
-    assert toolkit.cmake_toolkit_note("12.8", env) is None
+    assert nvcc.cmake_toolkit_note("12.8", env) is None
     wrapper = tmp_path / "wrapper" / "nvcc"   # as an image's /usr/local/bin/nvcc wraps the real one
     wrapper.parent.mkdir()
-    wrapper.write_text(f'#!/bin/sh\ntouch {ran}\nexec {nvcc} "$@"\n')
+    wrapper.write_text(f'#!/bin/sh\ntouch {ran}\nexec {real} "$@"\n')
     wrapper.chmod(0o755)
-    assert toolkit.host_nvcc({"PATH": str(wrapper.parent)}) == (str(wrapper), "12.8")
+    assert nvcc.host_nvcc({"PATH": str(wrapper.parent)}) == (str(wrapper), "12.8")
     assert not ran.exists()
 
 

@@ -92,7 +92,7 @@ def report(s, r) -> list[str]:
                      f"{', '.join(v for v in r.candidates if v in r.realised) or 'none'}")
     import os   # on any box: an image baked here may hold a cu126/cu128 env
 
-    from ..source.toolkit import cmake_toolkit_note, host_nvcc
+    from ..source.nvcc import cmake_toolkit_note, host_nvcc
     found = host_nvcc(dict(os.environ))
     lines.append("host CUDA toolkit: " + (f"{found[0]} (CUDA {found[1] or 'unknown'})" if found else "none")
                  + "; cu126/cu128 envs carry their own CUDA_HOME for cargo builds")

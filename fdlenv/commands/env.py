@@ -124,7 +124,7 @@ def cmd_realize(args) -> int:
     if after != before:     # realise activates, as flodl's install does: never silently
         say(f"the active libtorch is now {after} (was {before or 'none'}); `fdlenv env use VARIANT` switches")
     if variants.get(env.variant).cuda:   # a cpu re-dial imports nothing more
-        from ..source.toolkit import note_once
+        from ..source.nvcc import note_once
         if (note := note_once(st.home, env, restored(os.environ))):   # once per env, before the memo
             progress.note("env realize", note)
     if st.view().holder(env.variant, st.platform, near_only=True) is not None:

@@ -9,7 +9,7 @@ Which env: `libtorch.choose` through `flags.libtorch_of`, preferring what is
 realised (no lock needed for a variant that is). Then the activation map, a build
 tree per variant (`buildtree`: cargo's target dir at the crate's root,
 `target/fdlenv-<variant>`, unless the user chose one), the host-nvcc note
-once per CUDA env (`source.toolkit.note_once`), the memo, the exec.
+once per CUDA env (`source.nvcc.note_once`), the memo, the exec.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def _run(args, argv: list[str]) -> int:
     from ..buildtree import build_tree
     from ..hotpath import exec_in, restored
     from ..progress import say
-    from ..source.toolkit import note_once
+    from ..source.nvcc import note_once
     from ..store import leases
     from ..store.activation import environ_for
 

@@ -13,7 +13,7 @@ activated one, so:
   outside a crate, and a target dir of the user's own is left), and
   FDLENV_VARIANT names the variant for a CMake build dir.
 A cu126/cu128 env says once, on stderr, when CMake's Torch config would find no
-host nvcc of its CUDA major (`source.toolkit.note_once`).
+host nvcc of its CUDA major (`source.nvcc.note_once`).
 `--json` prints pixi's shape, `{"environment_variables": {...}}`, plus what
 fdlenv adds (variant, key, path, label, unset).
 On a home where the variant was never realised, it is realised first (the
@@ -68,7 +68,7 @@ def cmd_shell_hook(args) -> int:
         from .. import progress
         from ..flags import libtorch_of, settings_of
         from ..buildtree import build_tree
-        from ..source.toolkit import note_once
+        from ..source.nvcc import note_once
 
         st = settings_of(args)
         plan = hotmemo.start("shell-hook", args, st)

@@ -13,7 +13,7 @@ tree per variant (`target/fdlenv-<variant>` as CARGO_TARGET_DIR,
 `FDLENV_BUILD_DIR` for CMake), so switching variants stays incremental, and
 the artifact is copied out. The recipe's output streams to stderr through a pipe
 that keeps its last 64 KiB (`_Tail`) to class a failure: in a CUDA env, CMake's
-words for a missing toolkit (`toolkit.cmake_cuda_gap`) are permanent, then missing
+words for a missing toolkit (`nvcc.cmake_cuda_gap`) are permanent, then missing
 GPU toolkit headers are; any other failed build is transient.
 
 The caller passes the env (anything with key, path, variant) and the complete
@@ -37,7 +37,7 @@ from .. import variants
 from ..errors import Fail
 from ..home import Home
 from ..progress import say
-from . import toolkit
+from . import nvcc, toolkit
 from .manifest import RunManifest
 
 DEFAULT_RECIPE = "cargo build --release"
@@ -193,7 +193,7 @@ def _run_recipe(recipe: Recipe, project: Path, env, environ: dict, keep_fds: tup
     if rc == 0:
         return
     variant = _variant(env)
-    if variant.cuda and (gap := toolkit.cmake_cuda_gap(output, variant.cuda, environ)):
+    if variant.cuda and (gap := nvcc.cmake_cuda_gap(output, variant.cuda, environ)):
         raise Fail.permanent(f"the build in {project} failed (exit {rc}): {gap}")
     vendor = variant.vendor
     if vendor in ("nvidia", "amd"):

@@ -163,7 +163,8 @@ def check_torch(variant: str, records: list[Record], mirrors: dict[str, str],
             served = (pipindex.served_by(pipindex.parse_entry_url(r.url)[0], mirrors) if pipindex.is_entry_url(r.url)
                       else r.url)
             raise variants.build_refusal(variant, why, served, "nothing was realised; the lock names this "
-                                         f"torch under {variant}: re-lock it from the right index")
+                                         f"torch under {variant}: re-lock it from the right index "
+                                         f"(`fdlenv lock --libtorch {variant}`)")
 
 
 def where_served(records: list[Record], mirrors: dict[str, str]) -> dict[str, tuple[str, int | None]]:

@@ -8,7 +8,10 @@ That is safe because every box checks every file against its lock's sha256.
 
 Layout of DIR:
 - `<index name>/<project>/index.html` (PEP 503, `#sha256=` fragments, PEP 658
-  `data-dist-info-metadata`/`data-core-metadata`) beside the wheel and its
+  `data-dist-info-metadata`/`data-core-metadata`) and `index.json` (the same as
+  PEP 691 JSON, with PEP 700's `size` of each file, which HTML cannot state: a
+  server that answers `Accept: application/vnd.pypi.simple.v1+json` with it
+  lets a client start the largest download first) beside the wheel and its
   `.metadata`; `pytorch/cu126/...` keeps PyTorch's `<root>/<variant>` shape;
 - `conda/<channel name>/<subdir>/` with the packages and `repodata.json`
   (py-rattler's indexer);
@@ -180,7 +183,7 @@ def _metadata(wheel: Path) -> bytes:
 
 
 def _pages(out: Path, done: dict) -> None:
-    """PEP 503 pages for every project of every index the record holds."""
+    """PEP 503 pages and their PEP 691/700 JSON twins for every project of every index the record holds."""
     projects: dict[str, list[tuple[str, dict]]] = {}
     for rel, d in done.items():
         if rel.startswith("conda/") or not rel.endswith(".whl"):
@@ -197,9 +200,18 @@ def _pages(out: Path, done: dict) -> None:
             for name, d in sorted(files))
         atomic.write_text(out / folder / "index.html", "<!DOCTYPE html>\n<html><body>\n"
                           f"<h1>Links for {html.escape(project)}</h1>\n{links}</body></html>\n")
+        atomic.write_text(out / folder / "index.json", json.dumps({
+            "meta": {"api-version": "1.1"}, "name": project,
+            "versions": sorted({name.split("-")[1] for name, _ in files}),
+            "files": [{"filename": name, "url": urllib.parse.quote(name), "hashes": {"sha256": d["sha256"]},
+                       "size": d["size"], "core-metadata": {"sha256": d["metadata"]},
+                       "data-dist-info-metadata": {"sha256": d["metadata"]}} for name, d in sorted(files)]},
+            indent=1))
     for index, names in indexes.items():
         atomic.write_text(out / index / "index.html", "<!DOCTYPE html>\n<html><body>\n" + "".join(
             f'<a href="{n}/">{n}</a><br/>\n' for n in sorted(names)) + "</body></html>\n")
+        atomic.write_text(out / index / "index.json", json.dumps({
+            "meta": {"api-version": "1.1"}, "projects": [{"name": n} for n in sorted(names)]}, indent=1))
 
 
 def _index_channels(out: Path, channels: list[str]) -> None:

@@ -9,6 +9,12 @@ single-variant lock (all in `main`, as `fdlenv lock --split` writes) is read
 as that variant; it is refused for another variant when it names a
 `libtorch-<other>` package. conda-lock keys entries by (manager, name,
 platform); the same entry repeated under several categories is one record.
+
+Sizes: conda-lock's models forbid unknown fields in an entry, so each file's
+size in bytes is recorded once for the whole file, in the one free-form place
+conda-lock keeps (`metadata.custom_metadata`, string to string): SIZES_KEY
+holds space-separated `<sha256>=<bytes>` pairs, sorted by sha256. A lock
+without it (any lock older than the field) reads as sizes unknown.
 """
 
 from __future__ import annotations
@@ -19,14 +25,17 @@ from . import variants
 from .errors import Fail
 
 FORMS = "a conda-lock v1 file (version: 1, metadata, package: [...]) as `fdlenv lock` writes"
+SIZES_KEY = "fdlenv.sizes"
 
 
 class Record:
     """One locked package, as much of it as install and verify need. Immutable; equal and
-    hashed by everything but `dependencies`. A plain class: dataclasses costs the install
+    hashed by everything but `dependencies` and `size` (what the lock says of the bytes, not
+    which bytes: it orders the downloads). A plain class: dataclasses costs the install
     path 10 ms of imports (inspect)."""
 
-    __slots__ = ("manager", "name", "version", "build", "url", "sha256", "md5", "platform", "dependencies")
+    __slots__ = ("manager", "name", "version", "build", "url", "sha256", "md5", "platform", "dependencies",
+                 "size")
     manager: str            # conda | pip
     name: str
     version: str
@@ -36,18 +45,19 @@ class Record:
     md5: str | None
     platform: str
     dependencies: dict
+    size: int | None        # bytes, as the lock records them (SIZES_KEY); None: not recorded
 
     def __init__(self, manager: str, name: str, version: str, build: str, url: str, sha256: str,
-                 md5: str | None, platform: str, dependencies: dict | None = None):
+                 md5: str | None, platform: str, dependencies: dict | None = None, size: int | None = None):
         for slot, value in zip(self.__slots__, (manager, name, version, build, url, sha256, md5, platform,
-                                                {} if dependencies is None else dependencies), strict=True):
+                                                {} if dependencies is None else dependencies, size), strict=True):
             object.__setattr__(self, slot, value)
 
     def __setattr__(self, name, value):
         raise AttributeError(f"Record is immutable: cannot set {name!r}")
 
     def _identity(self) -> tuple:
-        return tuple(getattr(self, slot) for slot in self.__slots__[:-1])
+        return tuple(getattr(self, slot) for slot in self.__slots__[:-2])
 
     def __eq__(self, other) -> bool:
         return type(other) is Record and self._identity() == other._identity()
@@ -75,7 +85,7 @@ class Record:
             "manager": self.manager, "name": self.name, "version": self.version,
             "build": self.build, "url": self.url, "sha256": self.sha256, "md5": self.md5,
             "platform": self.platform, "dependencies": dict(self.dependencies),
-        }
+        }   # no size: a manifest says what is installed, not how it was fetched
 
     @classmethod
     def from_json(cls, d: dict) -> Record:
@@ -151,7 +161,26 @@ def _bad(path: Path, name, field: str, accepted: str) -> Fail:
                           "(regenerate the lock with `fdlenv lock`)")
 
 
-def _record(path: Path, i: int, e: dict) -> Record:
+def sizes(path: Path, doc: dict) -> dict[str, int]:
+    """sha256 -> bytes, from the lock's SIZES_KEY ({} when it has none); malformed: one
+    permanent error naming the field."""
+    meta = doc.get("metadata")
+    custom = meta.get("custom_metadata") if isinstance(meta, dict) else None
+    raw = custom.get(SIZES_KEY) if isinstance(custom, dict) else None
+    if raw is None:
+        return {}
+    out = {}
+    for word in raw.split() if isinstance(raw, str) else [raw]:
+        sha, eq, size = str(word).partition("=")
+        if not eq or len(sha) != 64 or not set(sha.lower()) <= _HEX or not size.isdigit():
+            raise Fail.permanent(f"--lock: {path}: metadata.custom_metadata.{SIZES_KEY} has {str(word)[:90]!r}; "
+                                 "accepted: space-separated <sha256>=<bytes> pairs (regenerate the lock "
+                                 "with `fdlenv lock`)")
+        out[sha.lower()] = int(size)
+    return out
+
+
+def _record(path: Path, i: int, e: dict, sizes: dict[str, int] | None = None) -> Record:
     label = e.get("name") if isinstance(e.get("name"), str) else f"#{i}"
 
     def need(key):
@@ -192,7 +221,7 @@ def _record(path: Path, i: int, e: dict) -> Record:
         stem = url.rsplit("/", 1)[-1].removesuffix(".conda").removesuffix(".tar.bz2")
         build = stem.rsplit("-", 1)[-1]
     return Record(manager, need("name"), need("version"), str(build or ""), url, sha256, md5,
-                  need("platform"), {k: str(v) for k, v in deps.items()})
+                  need("platform"), {k: str(v) for k, v in deps.items()}, (sizes or {}).get(sha256))
 
 
 def holds(path: Path, variant: str, platform: str) -> bool:
@@ -230,10 +259,11 @@ def read_variant(path: Path, variant: str, platform: str) -> list[Record]:
         _check_single(path, entries, variant)
         wanted = {"main"}
     out: dict[tuple[str, str], Record] = {}
+    stated = sizes(path, doc)
     for i, e in enumerate(entries):
         if e.get("platform") != platform or not (_categories(e) & wanted):
             continue
-        r = _record(path, i, e)
+        r = _record(path, i, e, stated)
         prev = out.get((r.manager, r.name))
         if prev and (prev.sha256 != r.sha256):
             raise Fail.permanent(f"--lock: {path}: two different {r.manager} entries for {r.name!r} "

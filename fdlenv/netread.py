@@ -140,19 +140,22 @@ def _opener():
     return _OPENER
 
 
-def open_url(url: str, headers: dict[str, str] | None = None):
-    """urlopen under one total deadline (FDLENV_REQUEST_TIMEOUT: connect, redirects, headers and,
-    read by `read_all`, the body); OSError (URLError, HTTPError) on failure, `Overdue` past it."""
+def open_url(url: str, headers: dict[str, str] | None = None, method: str | None = None,
+             within: float | None = None):
+    """urlopen under one total deadline (FDLENV_REQUEST_TIMEOUT, or `within` s where that is
+    shorter: connect, redirects, headers and, read by `read_all`, the body); OSError (URLError,
+    HTTPError) on failure, `Overdue` past it. `method`: "HEAD" for headers only."""
     import http.client
     import urllib.request
 
     from .deadlines import request_timeout
 
-    seconds = request_timeout()
+    seconds = request_timeout() if within is None else min(within, request_timeout())
     watch = _Watch(url, seconds)
     _local.watch = watch
     try:
-        resp = _opener().open(urllib.request.Request(url, headers=headers or {}), timeout=min(TIMEOUT, seconds))
+        resp = _opener().open(urllib.request.Request(url, headers=headers or {}, method=method),
+                              timeout=min(TIMEOUT, seconds))
     except (OSError, http.client.HTTPException):
         if watch.cancel():
             raise watch.overdue() from None

@@ -9,7 +9,9 @@ through this module, so every index shape is handled once:
   `torch-2.10.0%2Brocm7.1-...whl` and `torch-2.10.0+rocm7.1-...whl` are one
   name (the lock records the unquoted one); hrefs may be relative, absolute
   (`/whl/rocm7.1/torch-...whl`, files beside the project pages) or full URLs;
-- hashes come from `#sha256=` fragments or JSON `hashes`;
+- hashes come from `#sha256=` fragments or JSON `hashes`; sizes from JSON
+  `size` (PEP 700; HTML pages state none), and where a page states none
+  `sizes_of` asks (a HEAD side by side, bounded, a failure only "unknown");
 - core metadata (Requires-Dist, Requires-Python) is read from the file's PEP
   658/714 `.metadata` (`data-core-metadata`, `data-dist-info-metadata`,
   JSON `core-metadata`), checked against its stated sha256; an index without
@@ -233,6 +235,40 @@ def empty_page(base: str, project: str) -> Fail:
     """A project page with no files at all: a cold or syncing mirror (transient)."""
     return Fail.retry(f"wheel index {base}: the page of {project!r} lists no files (a mirror still "
                       "fetching it from upstream?); tried again on the next attempt")
+
+
+# ---------------------------------------------------------------- file sizes
+
+SIZE_WAIT = 5.0     # seconds a HEAD may take (or FDLENV_REQUEST_TIMEOUT, if shorter): it only orders
+
+
+def sizes_of(urls: list[str]) -> list[int | None]:
+    """The size of each file whose page states none, asked side by side: a local file's by
+    `stat`, a remote one's by a HEAD (its Content-Length), within SIZE_WAIT s. A size only
+    orders the downloads, so any failure (no answer, an error status, no length) is None."""
+    if len(urls) < 2:
+        return [_size_of(u) for u in urls]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(min(16, len(urls)), thread_name_prefix="fdlenv-size") as pool:
+        return list(pool.map(_size_of, urls))
+
+
+def _size_of(url: str) -> int | None:
+    import http.client
+
+    parsed = urllib.parse.urlparse(url.partition("#")[0])
+    try:
+        if parsed.scheme in ("", "file"):
+            return os.stat(urllib.parse.unquote(parsed.path)).st_size
+        if parsed.scheme not in ("http", "https"):
+            return None
+        with open_url(parsed.geturl(), {"Accept-Encoding": "identity"}, "HEAD", SIZE_WAIT) as resp:
+            resp.fdlenv_watch.cancel()   # a HEAD has no body: its deadline ends with its headers
+            length = resp.headers.get("Content-Length", "")
+            return int(length) if resp.status == 200 and length.isdigit() else None
+    except (OSError, ValueError, http.client.HTTPException, Fail):
+        return None
 
 
 # ---------------------------------------------------------------- core metadata

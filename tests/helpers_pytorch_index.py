@@ -143,11 +143,20 @@ def lay_out(root: Path, wheels: dict[str, list[Path]], metadata: bool = True) ->
 
 
 class Index:
-    """A running loopback server over `root`; `url` is the `--mirror pytorch=` value."""
+    """A running loopback server over `root`; `url` is the `--mirror pytorch=` value.
+    `calls`: every request as (method, path), in the order they came; `head`: whether a HEAD is
+    answered (else 405, as some servers do); `json_pages`: project pages as PEP 691 JSON where
+    asked; `hold`: a whole-wheel GET is held until that many have come (a barrier: which
+    downloads start first is then observed, not raced; 30 s at most, so a failure never hangs)."""
 
     def __init__(self, root: Path, *, json_pages: bool = False):
         self.requests: list[str] = []
         self.ranges: list[tuple[str, str]] = []
+        self.calls: list[tuple[str, str]] = []
+        self.root = root
+        self.head, self.json_pages, self.hold = True, json_pages, 0
+        self.gets = 0
+        self.arrived = threading.Condition()
         served = self
 
         class Handler(http.server.SimpleHTTPRequestHandler):
@@ -159,8 +168,17 @@ class Index:
 
             def send_head(self):
                 served.requests.append(self.path)
+                served.calls.append((self.command, self.path))
                 path = urllib.parse.urlparse(self.path).path
                 rng, local = self.headers.get("Range"), Path(self.translate_path(path))
+                if self.command == "HEAD" and not served.head:
+                    self.send_error(405)
+                    return None
+                if self.command == "GET" and not rng and path.endswith(".whl"):
+                    with served.arrived:
+                        served.gets += 1
+                        served.arrived.notify_all()
+                        served.arrived.wait_for(lambda: served.gets >= served.hold, timeout=30)
                 if rng and local.is_file():    # bytes=A-B or bytes=-N, as a lazy-wheel client asks
                     data = local.read_bytes()
                     first, _, last = rng.removeprefix("bytes=").partition("-")
@@ -174,7 +192,7 @@ class Index:
                     self.end_headers()
                     import io
                     return io.BytesIO(data[start:end + 1])
-                if json_pages and path.endswith("/"):
+                if served.json_pages and path.endswith("/"):
                     page = Path(self.translate_path(path)) / "index.json"
                     if page.is_file():
                         body = page.read_bytes()

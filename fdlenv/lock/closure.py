@@ -28,6 +28,8 @@ locks linux-aarch64 correctly). Order:
    walked through but not kept, because a metapackage may carry the runtime
    (torch 2.11 requires `cuda-toolkit[cublas,cudart,...]`, whose extras require
    the `nvidia-*` wheels). A kept wheel's dependencies are the kept wheels it reaches;
+   a kept wheel's size is what its page states (PEP 700), else what a HEAD answers
+   (`simpleapi.sizes_of`), else left out (the lock records sizes, `lock.write`);
 4. torch must be the variant's build (`variants.build_mismatch`: a `cpu` index that
    serves a CUDA torch is refused, exit 2, naming the mapping that served it), before
    anything is written.
@@ -176,7 +178,7 @@ def resolve(env: EnvFile, platform: str, mirrors: dict[str, str], check: bool = 
                                      f"for {f.filename}; fdlenv locks only hashed wheels")
             entries[name] = Entry("pip", name, meta.version, None, platform,
                                   pipindex.entry_url(env.index_of(name, platform), name, f.filename), "",
-                                  f.sha256.lower(), ())
+                                  f.sha256.lower(), (), f.size)
             depends[name] = {}
         for dep, req in requirements_of(meta, extras, marker_env):
             holder = name if kept else owner
@@ -184,7 +186,13 @@ def resolve(env: EnvFile, platform: str, mirrors: dict[str, str], check: bool = 
             if dep in found and is_native(found[dep][0].filename):
                 depends[holder][dep] = str(req.specifier)
             todo.append((dep, frozenset(req.extras), holder))
-    entries = {n: dataclasses.replace(e, depends=tuple(sorted(depends[n].items()))) for n, e in entries.items()}
+    # Sizes the pages do not state (PyTorch's HTML pages) are asked of the files, side by side;
+    # one that does not answer is left out of the lock, not an error.
+    unsized = [n for n, e in entries.items() if e.size is None]
+    asked = dict(zip(unsized, simpleapi.sizes_of([found[n][0].url for n in unsized]), strict=True))
+    entries = {n: dataclasses.replace(e, depends=tuple(sorted(depends[n].items())),
+                                      size=e.size if e.size is not None else asked[n])
+               for n, e in entries.items()}
     return sorted(entries.values(), key=lambda e: e.key)
 
 

@@ -23,6 +23,7 @@ class Entry:
     md5: str
     sha256: str
     depends: tuple[tuple[str, str], ...]   # (name, version constraint or ""), sorted
+    size: int | None = None                # bytes, where the index states or answers it (wheels)
 
     @property
     def key(self) -> tuple[str, str, str]:

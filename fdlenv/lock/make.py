@@ -98,7 +98,7 @@ def _carried(out: Path, envs_dir: Path, relocked: set[str]) -> list[Solved]:
         for platform in [p for p in meta.get("platforms") or [] if holds(out, variant, p)]:
             entries[platform] = [
                 Entry(r.manager, r.name, r.version, r.build or None, platform, r.url, r.md5 or "",
-                      r.sha256, tuple(sorted((k, str(v or "")) for k, v in r.dependencies.items())))
+                      r.sha256, tuple(sorted((k, str(v or "")) for k, v in r.dependencies.items())), r.size)
                 for r in read_variant(out, variant, platform)]
         out_list.append(Solved(env=env, channel_urls=tuple(env.channels), entries=entries,
                                virtual={p: declared_virtual_packages(variant, p) for p in entries}))

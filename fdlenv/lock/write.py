@@ -11,7 +11,9 @@ file holding one variant (a `--split` file, or a one-variant lock) puts
 everything in that variant's category, so a category always names the variant
 it serves and asking a one-variant lock for another variant fails instead of
 silently yielding `main`. `metadata.custom_metadata["fdlenv.variants"]` lists
-the variants a file covers.
+the variants a file covers, and `["fdlenv.sizes"]` each file's size where the
+index stated or answered it (`lockfile.SIZES_KEY`: entries may hold no field
+conda-lock's models do not name), so a realise starts the largest download first.
 
 conda-lock keys entries by (manager, name, platform): two variants needing
 different builds of one name cannot share a file, and `conflicts()` names them
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import hashing
+from ..lockfile import SIZES_KEY
 from .envfile import EnvFile
 from .entry import Entry
 
@@ -121,13 +124,15 @@ def render(solved: list[Solved], out: Path, layers: list[str] | None = None) -> 
     channels: list[str] = []
     for s in solved:
         channels += [c for c in s.channel_urls if c not in channels]
+    sizes = {e.sha256: e.size for e, _ in by_key.values() if e.size is not None}
     meta = {
         "content_hash": {p: content_hash(solved, p) for p in platforms},
         "channels": [{"url": c, "used_env_vars": []} for c in channels],
         "platforms": platforms,
         "sources": [_relative(s.env.path, out) for s in solved],
         "custom_metadata": {VARIANTS_KEY: " ".join(s.variant for s in solved),
-                            **({LAYERS_KEY: " ".join(layers)} if layers else {})},
+                            **({LAYERS_KEY: " ".join(layers)} if layers else {}),
+                            **({SIZES_KEY: " ".join(f"{h}={n}" for h, n in sorted(sizes.items()))} if sizes else {})},
     }
     return yaml.dump({"version": 1, "metadata": meta, "package": packages}, sort_keys=False)
 

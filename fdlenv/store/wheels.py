@@ -21,8 +21,9 @@ not there yet); other bytes than the lock's are permanent (an index sha256 or
 the streamed bytes' sha256 not the lock's), and so is a torch that is not the
 variant's build (`check_torch`, before anything is fetched and once extracted).
 Steps 3-4 hold `locks/whl-<sha256>.lock`, so two realises that need one wheel
-fetch and extract it once. Downloads run side by side, largest first, so the
-slowest download, not the sum, bounds a cold realise.
+fetch and extract it once. Downloads run side by side, largest first (whatever
+the index states: `store.fetchorder`), so the slowest download, not the sum,
+bounds a cold realise.
 
 Entry layout: `site/` (what goes to site-packages: the wheel root, `.data/purelib`
 and `.data/platlib`), `data/` (`.data/data`, relative to the env prefix),
@@ -48,7 +49,7 @@ from .. import flocks, hashing, netread, pipindex, simpleapi
 from ..errors import Fail
 from ..home import Home
 from ..progress import Meter, say
-from . import streamzip, wheelfile
+from . import fetchorder, streamzip, wheelfile
 from .wheelfile import CHUNK, entry_dir
 from ..lockfile import Record
 
@@ -103,15 +104,16 @@ def ensure(home: Home, records: list[Record], mirrors: dict[str, str],
 
     home.ensure(home.pkgs, home.archives)
     sources = where_served(todo, mirrors)
-    total = sum(size for _, size in sources.values() if size) if all(s for _, s in sources.values()) else 0
+    # The largest wheel is the critical path (torch: 0.9 GB in, 1.8 GB and 11,000 files out, one
+    # stream): it goes first whatever the index states (`fetchorder`: the lock's sizes, the
+    # index's, a HEAD, else the known-largest), on a thread of its own at normal priority; the
+    # rest share a pool whose threads run at a lower one, so on a small machine they fill what
+    # CPU it leaves.
+    todo, sizes, first = fetchorder.largest_first(todo, sources)
+    total = sum(sizes.values()) if len(sizes) == len(todo) else 0
     say(f"fetching {len(todo)} wheel(s)" + (f", {total / 1e9:.2f} GB" if total else ""))
     cpus = os.cpu_count() or 2
     t0 = time.monotonic()
-    # The largest wheel is the critical path (torch: 0.9 GB in, 1.8 GB and 11,000 files out, one
-    # stream): it gets a thread of its own at normal priority, the rest share a pool whose
-    # threads run at a lower one, so on a small machine they fill what CPU it leaves.
-    todo.sort(key=lambda r: -(sources[r.sha256][1] or 0))
-    first = todo[0] if len(todo) > 1 and sources[todo[0].sha256][1] else None
     progress = Bytes(len(todo), total, stop=stop)
     with progress:
         big = ThreadPoolExecutor(1, thread_name_prefix="fdlenv-big")

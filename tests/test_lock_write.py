@@ -12,6 +12,7 @@ from helpers_conda import Pkg, channel_url, make_channel, make_wheel, write_env
 from fdlenv.errors import Fail
 from fdlenv.home import Home
 from fdlenv.lock import lock_envs
+from fdlenv.lockfile import read_variant
 
 
 def _pkgs():
@@ -222,6 +223,7 @@ def _conda_lock_bytes(solved, out: Path) -> str:
     from conda_lock.lockfile.v2prelim.models import LockedDependency, Lockfile
 
     from fdlenv.lock.write import VARIANTS_KEY, _relative, content_hash
+    from fdlenv.lockfile import SIZES_KEY
 
     platforms = sorted({p for s in solved for p in s.entries})
     by_key: dict = {}
@@ -240,7 +242,9 @@ def _conda_lock_bytes(solved, out: Path) -> str:
         channels += [c for c in s.channel_urls if c not in channels]
     meta = LockMeta(content_hash={p: content_hash(solved, p) for p in platforms}, channels=channels,
                     platforms=platforms, sources=[_relative(s.env.path, out) for s in solved],
-                    custom_metadata={VARIANTS_KEY: " ".join(s.variant for s in solved)})
+                    custom_metadata={VARIANTS_KEY: " ".join(s.variant for s in solved), **({SIZES_KEY: " ".join(
+                        f"{e.sha256}={e.size}" for e, _ in sorted(by_key.values(), key=lambda v: v[0].sha256)
+                        if e.size is not None)} if any(e.size is not None for e, _ in by_key.values()) else {})})
     oracle = out.with_name("oracle.yml")
     write_conda_lock_file(Lockfile(package=packages, metadata=meta), oracle, metadata_choices=None,
                           include_help_text=False)
@@ -248,6 +252,8 @@ def _conda_lock_bytes(solved, out: Path) -> str:
 
 
 def test_the_writer_gives_conda_locks_own_bytes_for_conda_and_pip_entries_on_two_platforms(tmp_path, home):
+    import dataclasses
+
     from fdlenv.lock.entry import Entry
     from fdlenv.lock.envfile import load
     from fdlenv.lock.write import Solved, render
@@ -257,11 +263,17 @@ def test_the_writer_gives_conda_locks_own_bytes_for_conda_and_pip_entries_on_two
     from fdlenv.lock.make import _carried
     solved = _carried(tmp_path / "conda-lock.yml", envs, set())
     wheel = Entry("pip", "torch", "2.10.0+cpu", None, "linux-aarch64", "pip+index://pypi/torch/torch-2.10.0+cpu-x.whl",
-                  "", "ab" * 32, (("nvidia-x", "==1"),))
+                  "", "ab" * 32, (("nvidia-x", "==1"),), 915622781)
+    native = Entry("pip", "nvidia-x", "1", None, "linux-aarch64", "pip+index://pypi/nvidia-x/nvidia_x-1-x.whl",
+                   "", "cd" * 32, (), 706758467)   # sizes: the long line conda-lock's writer folds
+    sized = {p: [dataclasses.replace(e, size=1000 + i) for i, e in enumerate(es)] for p, es in solved[0].entries.items()}
     solved[0] = Solved(env=load(envs / "cpu.yml"), channel_urls=solved[0].channel_urls,
                        virtual={**solved[0].virtual, "linux-aarch64": []},
-                       entries={**solved[0].entries, "linux-aarch64": [wheel]})
+                       entries={**sized, "linux-aarch64": [wheel, native]})
     out = tmp_path / "mixed.yml"
     assert render(solved, out) == _conda_lock_bytes(solved, out)
+    out.write_text(render(solved, out))
+    assert {(r.name, r.size) for r in read_variant(out, "cpu", "linux-aarch64")} == {
+        ("torch", 915622781), ("nvidia-x", 706758467)}
     parsed = parse_conda_lock_file(tmp_path / "oracle.yml")
     assert {(p.name, p.platform) for p in parsed.package} >= {("torch", "linux-aarch64"), ("zlib", "linux-64")}

@@ -10,6 +10,7 @@ export, and never by a box.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import subprocess
@@ -21,6 +22,8 @@ from helpers_pytorch_index import serve
 from helpers_store import fdlenv, make_world
 
 from fdlenv.lockfile import holds, read_variant
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
@@ -105,6 +108,36 @@ def test_a_grown_lock_exports_only_what_is_new_and_a_file_not_matching_the_lock_
                  "--home", str(tmp_path / "h"), str(tmp_path / "other"))
     assert res.returncode == 2 and res.stderr.count("error:") == 1 and "does not match the lock" in res.stderr
     assert not list((tmp_path / "other").rglob("*.whl"))
+
+
+def test_export_pages_state_each_files_size_as_pep_700_json_that_fdlenvs_reader_reads(tmp_path, upstream):
+    from helpers_pytorch_index import Index
+
+    from fdlenv import simpleapi
+
+    lock = tmp_path / "cu126.yml"
+    fdlenv("lock", "--libtorch", "cu126", "--platform", "linux-64", "--envs", str(ROOT / "envs"), "--out", str(lock),
+           *upstream_flags(upstream), "--home", str(tmp_path / "h"), check=True)
+    root = tmp_path / "mirror"
+    fdlenv("mirror", "export", "--lock", str(lock), *upstream_flags(upstream), "--home", str(tmp_path / "h"),
+           str(root), check=True)
+    pages = sorted(root.rglob("*/index.json"))
+    wheels = sorted(root.rglob("*.whl"))
+    assert len(wheels) == len(read_variant(lock, "cu126", "linux-64")) > 2
+    assert {p.parent for p in wheels} <= {p.parent for p in pages}
+    served = Index(root, json_pages=True)   # a server answering PEP 691 JSON where asked
+    try:
+        base = served.url.removesuffix("/whl")
+        for wheel in wheels:
+            index, project = wheel.parent.relative_to(root).parent.as_posix(), wheel.parent.name
+            doc = json.loads((wheel.parent / "index.json").read_text())
+            assert doc["meta"]["api-version"] == "1.1" and doc["name"] == project
+            url, sha, size = simpleapi.find_file(f"{base}/{index}", project, wheel.name)
+            assert size == wheel.stat().st_size and url.endswith(wheel.name.replace("+", "%2B"))
+            assert sha == hashlib.sha256(wheel.read_bytes()).hexdigest()
+        assert not [c for c in served.calls if not c[1].endswith("/")]   # pages only: sizes read, no HEAD
+    finally:
+        served.close()
 
 
 def test_conda_packages_are_exported_as_a_channel_a_box_realises_from(tmp_path, static):

@@ -4,7 +4,9 @@ and a signature of every file it was settled from.
 An eligible command (`hotpath.answer` says which) names a variant and has no project, so
 the resolver reads only these, and they are the memo's dependencies:
 - the lock given, its split sibling for the variant, and the root a realise refreshes
-  for each (`roots/<variant>-<tag>`);
+  for each (`roots/<variant>-<tag>`); for `env realize`, with or without a lock given, the
+  same of each far lock it may reach (the home's on-demand lock, the shipped lock at
+  either place it may be: `lockview`), so the re-dial without `--lock` is replayed too;
 - flodl's pointers for the variant (`precompiled/<dir>`, `<dir>-fdlenv`) and `.active`;
 - the env's manifest (gone when gc removed the env) and, for run and shell-hook, its
   cached activation;
@@ -27,7 +29,7 @@ from collections import namedtuple
 from pathlib import Path
 
 from . import atomic, hotpath
-from .lockpath import split_path
+from .lockpath import home_lock, shipped_candidates, split_path
 from .store import pointers
 from .store.env import MANIFEST
 
@@ -44,7 +46,7 @@ def start(kind: str, args, st) -> Plan | None:
 
     token = args.libtorch
     if (not token or variants.parse_token(token) == "auto" or st.project is not None
-            or (kind == "realize" and not args.lock) or os.environ.get("FDLENV_NO_HOTPATH") == "1"):
+            or os.environ.get("FDLENV_NO_HOTPATH") == "1"):
         return None
     base = hotpath.restored(os.environ)
     key = hotpath.key_of(kind, token, args, os.environ, base)
@@ -53,9 +55,11 @@ def start(kind: str, args, st) -> Plan | None:
     pre = os.path.join(str(st.home.libtorch), "precompiled", v.flodl_name)
     paths = [pre, pre + pointers.OWN_SUFFIX, os.path.join(str(st.home.libtorch), ".active"),
              os.path.dirname(os.path.abspath(__file__))]
-    if args.lock:
-        lock = hotpath.absolute(args.lock)
-        for f in (Path(lock), split_path(Path(lock), v.name)):
+    locks = [Path(hotpath.absolute(args.lock))] if args.lock else []
+    if kind == "realize":   # past the given lock (or without one) a realise reads the far locks
+        locks += [home_lock(st.home), *shipped_candidates()]
+    for lock in locks:
+        for f in (lock, split_path(lock, v.name)):
             paths += [str(f), str(pointers.root_link(st.home, f, v.name))]
     return Plan(kind, key, hotpath.memo_path(root, kind, key), {p: hotpath.sig(p) for p in paths})
 

@@ -345,7 +345,7 @@ def _replay(args) -> int | None:
     if alias is not None and token is not None and alias != token:
         return None
     token = token or alias
-    if not token or token.strip().lower() == "auto" or (kind == "realize" and not args.lock):
+    if not token or token.strip().lower() == "auto":
         return None
     if project_above(os.getcwd()):
         return None

@@ -2,7 +2,7 @@
 
 The view of every lock a command sees is `fdlenv.lockview`; this module
 holds the names it is built from:
-- `shipped_lock()`: the lock shipped with fdlenv;
+- `shipped_lock()`: the lock shipped with fdlenv (`shipped_candidates()`: where it may be);
 - `home_lock(home)`: the base name of the locks written on demand in a home;
 - the split rule.
 
@@ -19,13 +19,16 @@ from pathlib import Path
 LOCK_NAME = "conda-lock.yml"
 
 
+def shipped_candidates() -> tuple[Path, Path]:
+    """Where the shipped lock may be, first first: the installed package's (`fdlenv/data`),
+    a source checkout's root (the re-dial memo signs both: `hotmemo`)."""
+    pkg = Path(__file__).resolve().parent
+    return pkg / "data" / LOCK_NAME, pkg.parent / LOCK_NAME
+
+
 def shipped_lock() -> Path | None:
     """The lock in the installed package (`fdlenv/data`), else a source checkout's root."""
-    pkg = Path(__file__).resolve().parent
-    for cand in (pkg / "data" / LOCK_NAME, pkg.parent / LOCK_NAME):
-        if cand.is_file():
-            return cand
-    return None
+    return next((c for c in shipped_candidates() if c.is_file()), None)
 
 
 def home_lock(home) -> Path:

@@ -157,6 +157,28 @@ def test_cuda_home_is_its_layout_linked_from_one_template_in_the_package_cache(w
             for p in (fake / "cuda").rglob("*")} == cudahome.plan(fake, fake / "lib/python3.12/site-packages/torch")
 
 
+
+def test_gc_keeps_the_cuda_home_template_a_kept_env_links_and_the_next_env_reuses_it(world, tmp_path):
+    from fdlenv.store import cudahome
+
+    env, base, _ = world
+    home = base[-1]
+    (template,) = Path(home, "pkgs").glob("cudahome-*")
+    unused = template.with_name("cudahome-" + "0" * 32)     # a layout no env links (its own inodes)
+    shutil.copytree(template, unused, symlinks=True)
+    plan = json.loads(fdlenv("env", "gc", "--dry-run", "--json", "--home", home, check=True).stdout)
+    assert str(template) not in plan["cache_entries"] and str(unused) in plan["cache_entries"]
+    ino = template.stat().st_ino
+    fdlenv("env", "gc", "--home", home, check=True)
+    assert template.stat().st_ino == ino and (template / ".complete").is_file() and not unused.exists()
+    # after gc the next env's CUDA_HOME is linked from the same template, not made again
+    prefix = tmp_path / "next"
+    (prefix / "lib" / "python3.12").mkdir(parents=True)
+    (prefix / "lib" / "python3.12" / "site-packages").symlink_to(Path(env["libtorch_root"]).parent)
+    cudahome.assemble(prefix, prefix / "lib/python3.12/site-packages/torch", Path(home, "pkgs"))
+    assert list(Path(home, "pkgs").glob("cudahome-*")) == [template] and template.stat().st_ino == ino
+    assert os.lstat(prefix / "cuda/lib64/libcudart.so").st_ino == os.lstat(template / "lib64/libcudart.so").st_ino
+
 def test_activation_exports_the_envs_cuda_home_and_every_nvidia_lib_dir_never_the_hosts(world, tmp_path):
     env, base, _ = world
     res = run_in_env(base, "sh", "-c", 'printf "%s\\n" "$CUDA_HOME" "$CUDA_PATH" "$LD_LIBRARY_PATH" '

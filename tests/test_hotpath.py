@@ -57,7 +57,7 @@ def world(tmp_path):
 
 SHAPES = [["shell-hook"], ["shell-hook", "--shell", "fish"], ["shell-hook", "--json"], ["run"],
           ["env", "realize"], ["env", "realize", "--json"]]
-# A re-dial without --lock reads the far locks: never replayed, so not here.
+# A re-dial without --lock from a far lock: tests/test_hotpath_nolock.py (this world has none holding cpu).
 CASES = [(shape, lock) for shape in SHAPES for lock in (True, False) if lock or shape[0] != "env"]
 
 

@@ -74,6 +74,37 @@ def test_gc_takes_what_runs_left_and_reports_what_it_never_touches(tmp_path):
     assert json.loads(fdlenv("env", "gc", "--dry-run", "--json", *_home(w), check=True).stdout)["other"] == []
 
 
+
+def _modules(res) -> set[str]:
+    return {ln.rsplit("|", 1)[-1].strip() for ln in res.stderr.splitlines() if ln.startswith("import time:")}
+
+
+def test_gc_keeps_the_lock_holdings_a_kept_envs_re_dial_asks_and_drops_them_once_none_does(tmp_path):
+    from fdlenv.lock import lock_envs
+    from fdlenv.lockpath import split_path
+    from fdlenv.store import fastpath
+
+    w = make_world(tmp_path, variants=("cpu", "cu126"))
+    w.lock.unlink()
+    lock_envs(w.envs, w.lock, variants=["cu126"], home=w.home)      # the base file lacks cpu,
+    lock_envs(w.envs, split_path(w.lock, "cpu"), variants=["cpu"], home=w.home)   # its split holds it
+    realise_json(w)
+    fast = w.home.cache / "fast"
+    asked = sorted(fast.glob("*-cpu-linux-64.holds"))     # the realise asked both whether they hold cpu
+    assert sorted(p.read_text() for p in asked) == ["0", "1"]
+    fastpath.remember_holds(w.home, "0" * 64, "rocm7.1", "linux-64", False)   # a variant no env has
+    (stray,) = fast.glob("0000*-rocm7.1-linux-64.holds")
+    plan = json.loads(fdlenv("env", "gc", "--dry-run", "--json", *_home(w), check=True).stdout)
+    assert {o["path"] for o in plan["other"]} == {str(stray)}
+    fdlenv("env", "gc", *_home(w), check=True)
+    assert all(p.is_file() for p in asked) and not stray.exists()
+    # after gc the re-dial is as cheap as before: the fast cache answers, the lock is not parsed
+    res = fdlenv("env", "realize", "--libtorch", "cpu", "--lock", str(w.lock), *_home(w),
+                 env={"FDLENV_NO_HOTPATH": "1", "PYTHONPROFILEIMPORTTIME": "1"}, check=True)
+    assert "fdlenv.store.realise" in _modules(res) and "fdlenv.lockfile" not in _modules(res)
+    fdlenv("env", "remove", "cpu", *_home(w), check=True)   # no env of cpu left: nothing asks them
+    assert not any(p.exists() for p in asked)
+
 def test_gc_sources_drops_fetched_trees_no_join_holds(tmp_path):
     w = make_world(tmp_path)
     tree = w.home.source / ("e" * 16)

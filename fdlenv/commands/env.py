@@ -127,8 +127,8 @@ def cmd_realize(args) -> int:
         from ..source.nvcc import note_once
         if (note := note_once(st.home, env, restored(os.environ))):   # once per env, before the memo
             progress.note("env realize", note)
-    if st.view().holder(env.variant, st.platform, near_only=True) is not None:
-        hotmemo.record(plan, st.home, act)   # a re-dial from the near lock: replayed next time
+    if st.view().holder(env.variant, st.platform) is not None:
+        hotmemo.record(plan, st.home, act)   # a re-dial from a lock: replayed next time
     out = dict(env.to_json(), seconds=round(time.monotonic() - t0, 4), active=after, was_active=before)
     if args.json:
         emit(out)

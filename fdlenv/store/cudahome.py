@@ -23,8 +23,9 @@ directory, or a symlink's relative target), which depends only on their names;
 `assemble` hard-links the layout's symlinks from a template built once per
 layout in the package cache (`pkgs/cudahome-<digest of the layout>`): making a
 symlink costs this file system as much as a directory (0.3-0.5 ms, 269 of
-them), linking one a fiftieth of that. `env gc` drops the template with the
-other unused cache entries; the next realise builds it again.
+them), linking one a fiftieth of that. `env gc` keeps the template while a kept
+env's `cuda/` links it (`store.gc.linked_templates`) and drops it once none does;
+the next realise then builds it again.
 """
 
 from __future__ import annotations

@@ -5,11 +5,14 @@ realise, repair or install runs meanwhile (they hold it shared). What it
 collects, in this order:
 1. envs that no root, no flodl pointer, no running realise (a held key lock)
    and no process (a lease) still uses;
-2. package-cache entries only those envs linked, and archives (and partial
-   downloads) no kept env names;
+2. package-cache entries only those envs linked (a CUDA_HOME template,
+   `pkgs/cudahome-*`, once no kept env's `cuda/` links it), and archives (and
+   partial downloads) no kept env names;
 3. what a killed or finished run left: `staging/` (nothing is staged while
    the lock is held), the caches of envs that are gone (`cache/activation`,
-   `cache/fast`, `cache/verified` of archives that are gone, the hot memos
+   `cache/fast`, whose `.holds` answers stay while a kept env has their
+   variant and platform: its re-dial asks them, `cache/verified` of archives
+   that are gone, the hot memos
    `cache/hot` naming them), the `.trash-*` a killed delete left in `envs/`
    and `pkgs/` (a killed remove's is in `staging/`), their lock
    files when free, built artifacts (`builds/`) made against an env that is
@@ -78,15 +81,17 @@ def gc_plan(home: Home, sources: bool = False, skip: AbstractSet[Path] = frozens
     never a walk of what is kept (`store.sizes`)."""
     live = pointers.live_targets(home, skip)
     dead, kept, held_sizes, dead_sizes = [], [], [], []     # kept: manifests, each read once
+    kept_dirs = []
     for d in env_dirs(home):
         m = read_manifest(d)
         if Path(os.path.realpath(d)) in live or held(home.locks / f"{m['key']}.lock") or in_use(d):
             kept.append(m)
+            kept_dirs.append(d)
             held_sizes.append(sizes.of_env(home, m, d))
         else:
             dead.append(d)
             dead_sizes.append(sizes.of_env(home, m, d))
-    wanted_entries = {name for _, names in held_sizes for name in names}
+    wanted_entries = {name for _, names in held_sizes for name in names} | linked_templates(home, kept_dirs)
     entries = [e for e in sorted(home.pkgs.iterdir()) if e.is_dir() and not e.name.startswith(".")
                and e.name not in wanted_entries] if home.pkgs.is_dir() else []
     total = sum(own for own, _ in dead_sizes) + sum(sizes.entry_size(home, e.name) for e in entries)
@@ -99,14 +104,15 @@ def gc_plan(home: Home, sources: bool = False, skip: AbstractSet[Path] = frozens
             if a.is_file() and sha not in wanted:
                 archives.append(a)
                 total += a.stat().st_size
+    asked = {f"{m.get('variant')}-{m.get('platform')}" for m in kept}   # what their re-dials ask the locks
     other = list(_leftovers(home, kept_keys, {d.name for d in dead}, wanted, sources,
-                            {e.name for e in entries}))
+                            {e.name for e in entries}, asked))
     total += sum(sizes.of_tree(p) for p, _why in other)
     return GcPlan(dead, entries, archives, other, total, _kept(home, held_sizes, sources))
 
 
 def _leftovers(home: Home, keys: set[str], dead: set[str], wanted: set[str], sources: bool,
-               dead_entries: set[str]):
+               dead_entries: set[str], asked: set[str]):
     """Step 3 of the module docstring: (path, why)."""
     for p in sorted(home.roots.iterdir()) if home.roots.is_dir() else ():
         if p.is_symlink() and not p.exists():
@@ -126,14 +132,17 @@ def _leftovers(home: Home, keys: set[str], dead: set[str], wanted: set[str], sou
         env = None if p.name.startswith(".") else hotpath.memo_env(str(p))
         if env is not None and (os.path.basename(env) in dead or not (home.envs / os.path.basename(env) / MANIFEST).is_file()):
             yield p, "memo of an env that is gone"
-    for name, why in (("activation", "activation of an env that is gone"),
-                      ("fast", "re-dial answer naming an env that is gone")):
-        d = home.cache / name
-        for p in sorted(d.iterdir()) if d.is_dir() else ():
-            if name == "activation" and p.name.split("-", 1)[0] not in keys:
-                yield p, why
-            elif name == "fast" and not _fast_alive(home, p, dead):
-                yield p, why
+    activations = home.cache / "activation"
+    for p in sorted(activations.iterdir()) if activations.is_dir() else ():
+        if p.name.split("-", 1)[0] not in keys:
+            yield p, "activation of an env that is gone"
+    fast = home.cache / "fast"
+    for p in sorted(fast.iterdir()) if fast.is_dir() else ():
+        if p.suffix == ".holds":   # <digest>-<variant>-<platform>.holds: whether a lock holds it
+            if p.stem.split("-", 1)[-1] not in asked:
+                yield p, "whether a lock holds a variant no kept env has"
+        elif not _fast_alive(home, p, dead):
+            yield p, "re-dial answer naming an env that is gone"
     verified = home.cache / "verified"
     for p in sorted(verified.iterdir()) if verified.is_dir() else ():
         if p.name.split(".", 1)[0] not in wanted:
@@ -172,6 +181,27 @@ def _fast_alive(home: Home, entry: Path, dead: set[str]) -> bool:
         return name not in dead and (home.envs / name / MANIFEST).is_file()
     except (OSError, ValueError, KeyError, TypeError):
         return False
+
+
+def linked_templates(home: Home, kept_dirs: list[Path]) -> set[str]:
+    """The CUDA_HOME templates (`pkgs/cudahome-*`, `store.cudahome`) a kept env's `cuda/` links:
+    one of the template's symlinks and the env's at the same place are one inode."""
+    out = set()
+    for t in sorted(home.pkgs.glob("cudahome-*")) if home.pkgs.is_dir() else ():
+        try:
+            rel = next(f"lib64/{n}" for n in sorted(os.listdir(t / "lib64")))
+            mine = os.lstat(t / rel)
+        except (OSError, StopIteration):
+            continue    # no symlink to compare: nothing links it
+        for d in kept_dirs:
+            try:
+                st = os.lstat(d / "cuda" / rel)
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino):
+                out.add(t.name)
+                break
+    return out
 
 
 def _kept(home: Home, kept_envs: list[tuple[int, list[str]]], sources: bool) -> dict:

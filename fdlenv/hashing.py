@@ -5,6 +5,10 @@ archive, a wheel streamed into the cache, a source file), so the helper is a
 `Digest` fed chunk by chunk, plus `of_file` for a whole file and `of_text` for
 the identity of a canonical string (env keys, build keys, spec hashes).
 `hashlib.file_digest` is not used: it needs Python 3.11.
+`sha256_of_file` is `env verify --full`'s: a file under `MAPPED` bytes read in one call, a
+larger one hashed from an `mmap` read ahead sequentially (no copy into Python buffers). On a
+real cu128 env (13,800 files, 6.5 GB, page cache warm, 2 threads, fresh processes) that took
+4.3-4.7 s against 4.6-4.8 s for 1 MiB reads and 4.8-5.5 s for mmap of every file.
 
 `of_bytes`/`of_text` are on the re-dial path (the lock's digest, a root's
 tag): they use CPython's own sha256 module, which imports in ~1 ms where
@@ -12,6 +16,8 @@ tag): they use CPython's own sha256 module, which imports in ~1 ms where
 """
 
 from __future__ import annotations
+
+import os
 
 try:   # CPython's builtin sha256: `_sha2` from 3.12, `_sha256` before
     from _sha2 import sha256 as _sha256
@@ -60,6 +66,29 @@ def of_file(path, md5: bool = False, chunk: int = CHUNK, tick=None) -> Digest:
             if tick is not None:
                 tick(d.size)
     return d
+
+
+MAPPED = 1 << 20
+
+
+def sha256_of_file(path) -> str:
+    """sha256 hex of a whole file: small ones by one read, larger ones through an mmap
+    (1 MiB reads where the file cannot be mapped)."""
+    import hashlib
+    import mmap
+
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size < MAPPED:
+            return hashlib.sha256(f.read()).hexdigest()
+        try:
+            m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError):
+            return of_file(path).sha256
+        with m:
+            if hasattr(m, "madvise"):
+                m.madvise(mmap.MADV_SEQUENTIAL)
+            return hashlib.sha256(m).hexdigest()
 
 
 def of_bytes(data: bytes) -> str:

@@ -49,8 +49,17 @@ def remember(home: Home, digest: str, variant: str, platform: str, env: Env) -> 
     atomic.cache_text(p, json.dumps({"key": env.key, "dir": env.path.name, "libtorch_root": str(env.libtorch_root)}))
 
 
+HOLDS = ".holds"
+
+
 def _holds_entry(home: Home, digest: str, variant: str, platform: str) -> Path:
-    return home.cache / "fast" / f"{digest[:32]}-{variant}-{platform}.holds"
+    return home.cache / "fast" / f"{digest[:32]}-{variant}-{platform}{HOLDS}"
+
+
+def holds_asked(entry: Path) -> str | None:
+    """`<variant>-<platform>` a `.holds` answer is for (None: not one): what `env gc` matches
+    against the kept envs, whose re-dials ask it."""
+    return entry.name.removesuffix(HOLDS).split("-", 1)[-1] if entry.name.endswith(HOLDS) else None
 
 
 def holds(home: Home, digest: str, variant: str, platform: str) -> bool | None:

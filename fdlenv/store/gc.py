@@ -39,7 +39,7 @@ from pathlib import Path
 from .. import atomic, hotpath
 from ..flocks import exclusive, held
 from ..home import Home
-from . import pointers
+from . import fastpath, pointers
 from .env import MANIFEST, read_manifest
 from .leases import in_use, store_lock
 from . import sizes
@@ -138,8 +138,8 @@ def _leftovers(home: Home, keys: set[str], dead: set[str], wanted: set[str], sou
             yield p, "activation of an env that is gone"
     fast = home.cache / "fast"
     for p in sorted(fast.iterdir()) if fast.is_dir() else ():
-        if p.suffix == ".holds":   # <digest>-<variant>-<platform>.holds: whether a lock holds it
-            if p.stem.split("-", 1)[-1] not in asked:
+        if (variant_platform := fastpath.holds_asked(p)) is not None:   # whether a lock holds it
+            if variant_platform not in asked:
                 yield p, "whether a lock holds a variant no kept env has"
         elif not _fast_alive(home, p, dead):
             yield p, "re-dial answer naming an env that is gone"

@@ -11,7 +11,7 @@ call `Against` beside `wheelfile.check_record`), in this order:
 2. Name and Version must be the lock entry's;
 3. every Requires-Dist that applies to the target (the lock's own marker
    environment for the entry's platform and its rules for extras:
-   `lock.closure.target_environment`, `lock.provider.requirements_of`) that
+   `lock.provider.target_environment` and `requirements_of`) that
    names a project the lock holds for this env must be met by the locked
    version, and one naming a held native wheel must be an edge the lock
    records for this entry (`dependencies`). A project the lock does not hold
@@ -65,8 +65,7 @@ class Against:
         """What `meta` (the wheel's own) says that the lock's entry `r` and its env do not."""
         from packaging.version import InvalidVersion, Version
 
-        from ..lock.closure import is_native, target_environment
-        from ..lock.provider import requirements_of
+        from ..lock.provider import is_native, requirements_of, target_environment
 
         out = []
         if pipindex.normalize(meta.name) != r.name:

@@ -87,3 +87,24 @@ def test_the_index_a_refusal_names_is_shown_without_its_credentials():
     r = Record("pip", "a", "1.0", "", "pip+index://pypi/a/a-1.0-py3-none-any.whl", "0" * 64, None, "linux-64")
     shown = Against([r], {"pypi": "https://user:s3cret@mirror.example/simple"}).source(r)
     assert shown == "the index pypi (https://mirror.example/simple)"
+
+
+def test_a_native_wheel_the_metadata_requires_must_be_an_edge_the_lock_records_and_python_packages_pass():
+    from fdlenv.lock.provider import Meta
+    from fdlenv.lockfile import Record
+    from fdlenv.store.wheelmeta import Against
+
+    def entry(name, version, tag, deps=None):
+        url = f"pip+index://pypi/{name}/{name.replace('-', '_')}-{version}-{tag}.whl"
+        return Record("pip", name, version, "", url, "0" * 64, None, "linux-64", deps)
+
+    torch = entry("torch", "2.10.0", "cp312-cp312-manylinux_2_28_x86_64", {"nvidia-a-cu12": "==1.0"})
+    held = [torch, entry("nvidia-a-cu12", "1.0", "py3-none-manylinux_2_27_x86_64"),
+            entry("nvidia-b-cu12", "2.0", "py3-none-manylinux_2_27_x86_64"), entry("helper", "1.0", "py3-none-any")]
+    check = Against(held, {})
+    meta = Meta(b"Metadata-Version: 2.1\nName: torch\nVersion: 2.10.0\n"
+                b"Requires-Dist: nvidia-a-cu12==1.0; platform_system == 'Linux'\n"
+                b"Requires-Dist: nvidia-b-cu12>=2\nRequires-Dist: helper\nRequires-Dist: sympy>=1.13\n"
+                b"Requires-Dist: nvidia-b-cu12<2; platform_machine == 'aarch64'\n", "torch")
+    assert check.differences(torch, meta) == [
+        "it requires nvidia-b-cu12>=2, which the lock does not record as its dependency"]

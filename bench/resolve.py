@@ -8,7 +8,7 @@ packages torch requires), for the rocm7.1 and cu126 variants:
 2. pip, what `fdlenv lock` ran before: `pip install --dry-run --report` of
    `torch==2.10.0` for the same fixed target (CPython 3.12, the manylinux
    ladder, `--only-binary :all:`), which reads the same metadata.
-Ratio = fdlenv / pip (goal: seconds, well under pip). Also printed: one
+Ratio = fdlenv / pip (goal: seconds, well under pip); medians, (min-max) beside them. Also printed: one
 `fdlenv env realize` on a fresh home with the variant unlocked (lock on demand
 plus realise of the small fixture wheels) and its re-dial.
 
@@ -44,6 +44,10 @@ def timed(cmd: list[str], **kw) -> float:
     return time.perf_counter() - t0
 
 
+def spread(times: list[float]) -> str:
+    return f"({min(times) * 1000:.0f}-{max(times) * 1000:.0f})"
+
+
 def fdlenv_lock(url: str, variant: str, tmp: Path) -> float:
     out = tmp / f"{variant}-{time.monotonic_ns()}.yml"
     return timed([PY, "-m", "fdlenv", "lock", "--libtorch", variant, "--envs", str(ENVS), "--platform", "linux-64",
@@ -74,15 +78,15 @@ def main() -> None:
                 ours.append(fdlenv_lock(idx.url, variant, tmp))
                 theirs.append(pip_report(idx.url, variant, tmp))
             a, b = statistics.median(ours), statistics.median(theirs)
-            print(f"lock {variant:8s} fdlenv {a * 1000:7.0f} ms   pip --dry-run --report {b * 1000:7.0f} ms"
-                  f"   ratio {a / b:.2f}")
+            print(f"lock {variant:8s} fdlenv {a * 1000:7.0f} ms {spread(ours)}   pip --dry-run --report "
+                  f"{b * 1000:7.0f} ms {spread(theirs)}   ratio {a / b:.2f}")
         home = tmp / "fresh"
         cold = timed([PY, "-m", "fdlenv", "env", "realize", "--libtorch", "rocm7.1", "--mirror",
                       f"pytorch={idx.url}", "--home", str(home), "-q"])
-        redial = statistics.median(timed([PY, "-m", "fdlenv", "env", "realize", "--libtorch", "rocm7.1",
-                                          "--home", str(home), "-q"]) for _ in range(args.reps))
+        redials = [timed([PY, "-m", "fdlenv", "env", "realize", "--libtorch", "rocm7.1", "--home", str(home), "-q"])
+                   for _ in range(args.reps)]
         print(f"env realize rocm7.1 on a fresh home (lock on demand + realise): {cold * 1000:.0f} ms; "
-              f"re-dial {redial * 1000:.0f} ms")
+              f"re-dial {statistics.median(redials) * 1000:.0f} ms {spread(redials)}")
     finally:
         idx.close()
         shutil.rmtree(tmp, ignore_errors=True)

@@ -76,6 +76,15 @@ def mapping(index: str, mirrors: dict[str, str] | None) -> str | None:
     return None
 
 
+def shown(url: str) -> str:
+    """`url` as a message may show it: without the user and password an index URL may carry."""
+    scheme, sep, rest = url.partition("://")
+    host, slash, path = rest.partition("/")
+    if not sep or "@" not in host:
+        return url
+    return f"{scheme}://{host.rpartition('@')[2]}{slash}{path}"
+
+
 def served_by(index: str, mirrors: dict[str, str] | None) -> str:
     """Who serves `index`, for a message: `--mirror pytorch/cpu=URL`, PyTorch's index, or pip's."""
     pair = mapping(index, mirrors)

@@ -1,9 +1,9 @@
 """Small PEP 503 indexes of metadata-only wheels, served over loopback HTTP, for resolver tests.
 
 Each release is one real `py3-none-any` wheel (a zip whose METADATA states
-Name, Version, Requires-Dist and, where given, Requires-Python) with its PEP
-658 `.metadata` file beside it, listed on `<root>/simple/<project>/` with
-`#sha256=`, `data-dist-info-metadata`/`data-core-metadata`, and, per release,
+Name, Version, Requires-Dist and, where given, Requires-Python; or `own`:
+other METADATA than the index serves of it) with its PEP 658 `.metadata` file
+beside it, listed on `<root>/simple/<project>/` with `#sha256=`, `data-dist-info-metadata`/`data-core-metadata`, and, per release,
 `data-requires-python` (or not: only the metadata says it) and `data-yanked`.
 The same index is read by fdlenv's resolver and by `uv pip compile`
 (tests/test_lock_vs_uv.py), served by tests/helpers_pytorch_index.Index.
@@ -30,6 +30,7 @@ class Release:
     yanked: bool = False
     metadata: bytes | None = None   # other METADATA than this release's own (a lying index)
     sha256: str | None = None       # another `#sha256=` than the file's
+    own: bytes | None = None        # the wheel's own METADATA, when not what the index serves of it
 
 
 def metadata(name: str, r: Release) -> bytes:
@@ -53,7 +54,8 @@ def lay_out(root: Path, projects: dict[str, list[Release]]) -> Path:
             path = files / f"{dist}-py3-none-any.whl"
             meta = metadata(name, r)
             with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
-                z.writestr(zipfile.ZipInfo(f"{dist}.dist-info/METADATA", (1980, 1, 1, 0, 0, 0)), meta)
+                z.writestr(zipfile.ZipInfo(f"{dist}.dist-info/METADATA", (1980, 1, 1, 0, 0, 0)),
+                           r.own if r.own is not None else meta)
                 z.writestr(zipfile.ZipInfo(f"{dist}.dist-info/WHEEL", (1980, 1, 1, 0, 0, 0)),
                            "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
                 z.writestr(zipfile.ZipInfo(f"{dist}.dist-info/RECORD", (1980, 1, 1, 0, 0, 0)), "")

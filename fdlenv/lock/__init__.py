@@ -22,11 +22,27 @@ files the env file names under `pip:` (path relative to the env file, or a
 URL), hashed from their bytes. `split_path(out, variant)` is where
 `--split` writes a variant's file.
 
-Imports of rattler and conda_lock happen inside the functions.
+Imports of rattler and conda_lock happen inside the functions, and `check_locks` and
+`lock_envs` are imported when first asked for (`__getattr__`): lock on demand
+(`lock.ondemand`) and the realise's METADATA check (`store.wheelmeta`) import modules of
+this package without the env-file checker and the conda solve (urllib, asyncio).
 """
 
-from .check import check_locks
 from ..lockpath import split_path
-from .make import lock_envs
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from .check import check_locks
+    from .make import lock_envs
 
 __all__ = ["check_locks", "lock_envs", "split_path"]
+
+
+def __getattr__(name: str):
+    if name == "check_locks":
+        from .check import check_locks
+        return check_locks
+    if name == "lock_envs":
+        from .make import lock_envs
+        return lock_envs
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

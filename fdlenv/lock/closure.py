@@ -47,12 +47,15 @@ from .. import pipindex, simpleapi
 from ..errors import Fail
 from ..progress import during
 from .entry import Entry
-from .envfile import EnvFile
-from .provider import FULL, PYTHON, Index, Meta, NoWheel, Provider, Req, requirements_of
+from .provider import (_MANYLINUX, FULL, PYTHON, Index, Meta, NoWheel, Provider, Req, is_native, requirements_of,
+                       target_environment)
 
-__all__ = ["FULL", "PYTHON", "Meta", "NoWheel", "requirements_of", "resolve", "resolve_versions"]
-# The manylinux tags a wheel may carry for each platform (the whole ladder, newest first).
-_MANYLINUX = {"linux-64": "x86_64", "linux-aarch64": "aarch64"}
+TYPE_CHECKING = False   # the env-file reader (urllib) is the caller's: not imported for the realise's check
+if TYPE_CHECKING:
+    from .envfile import EnvFile
+
+__all__ = ["FULL", "PYTHON", "Meta", "NoWheel", "is_native", "requirements_of", "resolve", "resolve_versions",
+           "target_environment"]
 ROUNDS = 2000       # resolvelib rounds (each pins one project or backtracks) before giving up
 PARALLEL = 16       # page and metadata requests side by side
 
@@ -65,14 +68,6 @@ def platform_tags(platform: str) -> list[str]:
     return tags + [f"manylinux2014_{arch}"] + ([f"manylinux2010_{arch}", f"manylinux1_{arch}"] if arch == "x86_64" else []) + [f"linux_{arch}"]
 
 
-def target_environment(platform: str) -> dict[str, str]:
-    """PEP 508 marker values of the target, every one of them (nothing of this host's)."""
-    return dict(python_version=PYTHON, python_full_version=FULL, implementation_name="cpython",
-                implementation_version=FULL, platform_python_implementation="CPython", sys_platform="linux",
-                os_name="posix", platform_system="Linux", platform_machine=_MANYLINUX[platform],
-                platform_release="", platform_version="")
-
-
 def _tag_ranks(platform: str) -> dict:
     """Every tag a target wheel may carry -> its preference (lower is better)."""
     from packaging import tags
@@ -82,14 +77,6 @@ def _tag_ranks(platform: str) -> dict:
     ordered = list(tags.cpython_tags((major, minor), [f"cp{major}{minor}"], plats))
     ordered += list(tags.compatible_tags((major, minor), f"cp{major}{minor}", plats))
     return {t: i for i, t in enumerate(ordered)}
-
-
-def is_native(filename: str) -> bool:
-    """A wheel with platform code and no Python ABI: a native runtime library."""
-    from packaging.utils import parse_wheel_filename
-
-    _, _, _, tags = parse_wheel_filename(filename)
-    return any(t.abi == "none" and t.platform != "any" for t in tags)
 
 
 def resolve_versions(requirements, base: str, platform: str, sources: dict | None = None) -> dict:

@@ -35,10 +35,27 @@ from resolvelib import AbstractProvider
 from .. import pipindex, simpleapi
 from ..errors import Fail
 from ..progress import say
-from .envfile import requirement_problem
 
 PYTHON = "3.12"
 FULL = f"{PYTHON}.0"
+# The manylinux tags a wheel may carry for each platform (the whole ladder, newest first).
+_MANYLINUX = {"linux-64": "x86_64", "linux-aarch64": "aarch64"}
+
+
+def target_environment(platform: str) -> dict[str, str]:
+    """PEP 508 marker values of the target, every one of them (nothing of this host's)."""
+    return dict(python_version=PYTHON, python_full_version=FULL, implementation_name="cpython",
+                implementation_version=FULL, platform_python_implementation="CPython", sys_platform="linux",
+                os_name="posix", platform_system="Linux", platform_machine=_MANYLINUX[platform],
+                platform_release="", platform_version="")
+
+
+def is_native(filename: str) -> bool:
+    """A wheel with platform code and no Python ABI: a native runtime library."""
+    from packaging.utils import parse_wheel_filename
+
+    _, _, _, tags = parse_wheel_filename(filename)
+    return any(t.abi == "none" and t.platform != "any" for t in tags)
 
 
 class NoWheel(Fail):
@@ -53,10 +70,9 @@ class Meta:
     __slots__ = ("name", "version", "requires_dist", "requires_python", "listing")
 
     def __init__(self, body: bytes, where: str, listing: list[str] | None = None):
-        from email.parser import BytesParser
-        from email.policy import compat32
+        from email.parser import BytesParser   # its default policy, compat32: email.policy costs 2 ms more
 
-        msg = BytesParser(policy=compat32).parsebytes(body, headersonly=True)
+        msg = BytesParser().parsebytes(body, headersonly=True)
         if not msg.get("Name") or not msg.get("Version"):
             raise Fail.permanent(f"wheel index: the metadata of {where} has no Name or Version")
         self.name, self.version = str(msg["Name"]).strip(), str(msg["Version"]).strip()
@@ -75,6 +91,8 @@ def requirements_of(meta: Meta, extras, marker_env: dict):
         try:
             req = Requirement(raw)
         except InvalidRequirement as e:
+            from .envfile import requirement_problem   # the env-file reader (urllib) only for the message
+
             raise Fail.permanent(f"wheel index: {meta.name} {meta.version} declares a malformed requirement "
                                  f"{raw!r} ({requirement_problem(e)})") from None
         if req.marker is None or any(req.marker.evaluate(dict(marker_env, extra=e)) for e in {"", *extras}):

@@ -172,8 +172,9 @@ def place(name: str) -> str | None:
 
 
 def extract(home: Home, r: Record, path: Path, pool: ThreadPoolExecutor,
-            stop: threading.Event | None = None) -> None:
-    """Unpack verified bytes at `path` into the cache entry; `stop` set: give up between members."""
+            stop: threading.Event | None = None, check=None) -> None:
+    """Unpack verified bytes at `path` into the cache entry; `stop` set: give up between members.
+    `check(r, root, sizes)`, when given, runs after RECORD's (`store.wheelmeta`), before publishing."""
     import zipfile   # only where a wheel is extracted whole: not on a link-only realise
 
     final = entry_dir(home, r.sha256)
@@ -206,7 +207,10 @@ def extract(home: Home, r: Record, path: Path, pool: ThreadPoolExecutor,
         futures: list[Future] = [pool.submit(_extract_group, path, g, tmp, stop) for g in groups]
         for f in futures:
             f.result()
-        check_record(r, tmp, {m.filename: m.file_size for m in members})
+        sizes = {m.filename: m.file_size for m in members}
+        check_record(r, tmp, sizes)
+        if check is not None:
+            check(r, tmp, sizes)
         publish(tmp, final)
     except _bad_zip() as e:
         raise Fail.permanent(f"wheel {r.filename} is not a valid zip ({type(e).__name__}: {e})") from None

@@ -14,7 +14,9 @@ A locked wheel is content like a conda package. Order, per wheel:
    `archives/`, then `zipfile` extraction) and the archive is deleted after.
 4. A local wheel is streamed the same way, read once (the whole-file path
    again for what the stream reader cannot handle). Escaping members are
-   refused on every path.
+   refused on every path. Before an entry is published, the wheel's own
+   RECORD (`wheelfile.check_record`) and METADATA (`store.wheelmeta`: its
+   name, version and requirements against the lock) are checked.
 By cause: what a mirror that syncs fixes is transient (an index page or a file
 it lists that is not there yet: `simpleapi`'s rules, and a file:// index's file
 not there yet); other bytes than the lock's are permanent (an index sha256 or
@@ -49,7 +51,7 @@ from .. import flocks, hashing, netread, pipindex, simpleapi
 from ..errors import Fail
 from ..home import Home
 from ..progress import Meter, say
-from . import fetchorder, streamzip, wheelfile
+from . import fetchorder, streamzip, wheelfile, wheelmeta
 from .wheelfile import CHUNK, entry_dir
 from ..lockfile import Record
 
@@ -104,6 +106,7 @@ def ensure(home: Home, records: list[Record], mirrors: dict[str, str],
 
     home.ensure(home.pkgs, home.archives)
     sources = where_served(todo, mirrors)
+    check = wheelmeta.Against(records, mirrors)   # each wheel's own METADATA against the lock
     # The largest wheel is the critical path (torch: 0.9 GB in, 1.8 GB and 11,000 files out, one
     # stream): it goes first whatever the index states (`fetchorder`: the lock's sizes, the
     # index's, a HEAD, else the known-largest), on a thread of its own at normal priority; the
@@ -123,7 +126,7 @@ def ensure(home: Home, records: list[Record], mirrors: dict[str, str],
         futures = []
         try:
             futures = [(big if r is first else dl).submit(_fetch_and_extract, home, r, *sources[r.sha256],
-                                                           progress, xp) for r in todo]
+                                                           progress, xp, check) for r in todo]
             wait(futures, return_when=FIRST_EXCEPTION)
             failed = next((f.exception() for f in futures if f.done() and f.exception()), None)
             if failed is not None:   # the env cannot be made: stop the other downloads now
@@ -218,19 +221,19 @@ def _local_size(url: str) -> int | None:
 
 
 def _fetch_and_extract(home: Home, r: Record, source: str, stated: int | None, progress: Bytes,
-                       pool: ThreadPoolExecutor) -> None:
+                       pool: ThreadPoolExecutor, check: wheelmeta.Against) -> None:
     """One wheel, under its own lock: two realises that need it fetch and extract it once.
     `stated`: its size as the index gives it (a cap on what is read), or None."""
     with flocks.exclusive(home.locks / f"whl-{r.sha256}.lock", f"fetching {r.filename}"):
         if entry_dir(home, r.sha256).is_dir():   # another process finished it while we waited
             progress.add(finished=1, extracted=1)
             return
-        netread.retrying(lambda: _fetch_and_extract_held(home, r, source, stated, progress, pool),
+        netread.retrying(lambda: _fetch_and_extract_held(home, r, source, stated, progress, pool, check),
                          f"wheel {r.filename}", progress.stopped.is_set)
 
 
 def _fetch_and_extract_held(home: Home, r: Record, source: str, stated: int | None, progress: Bytes,
-                            pool: ThreadPoolExecutor) -> None:
+                            pool: ThreadPoolExecutor, check: wheelmeta.Against) -> None:
     parsed = urllib.parse.urlparse(source)
     if parsed.scheme in ("http", "https"):
         resumable = (home.archives / f"{r.sha256}.whl").is_file() or (home.archives / f".{r.sha256}.part").is_file()
@@ -241,12 +244,12 @@ def _fetch_and_extract_held(home: Home, r: Record, source: str, stated: int | No
                     # a body that ends short of it raises there, so one that ends is whole.
                     whole = stated is not None or resp.headers.get("Content-Length", "").isdigit()
                     _stream(home, r, netread.chunks(resp, source, wheelfile.DOWNLOAD_LIMIT, stated, CHUNK),
-                            source, progress, whole)
+                            source, progress, check, whole)
                 return
             except streamzip.Unsupported as e:
                 say(f"wheel {r.filename} cannot be extracted while it downloads ({e}): fetching it whole")
         path = wheelfile.download(home, r, source, progress, stated)
-        _extract_whole(home, r, path, pool, progress)
+        _extract_whole(home, r, path, pool, progress, check)
         path.unlink(missing_ok=True)
     elif parsed.scheme in ("file", ""):
         path = Path(urllib.parse.unquote(parsed.path))
@@ -256,18 +259,19 @@ def _fetch_and_extract_held(home: Home, r: Record, source: str, stated: int | No
                                  "(a mirror still syncing?); tried again on the next attempt")
             raise Fail.permanent(f"wheel {r.filename} not found at {path}")
         try:
-            _stream(home, r, _file_chunks(path), str(path), progress)
+            _stream(home, r, _file_chunks(path), str(path), progress, check)
         except streamzip.Unsupported:
             wheelfile.verify_local(r, path)
-            _extract_whole(home, r, path, pool, progress)
+            _extract_whole(home, r, path, pool, progress, check)
     else:
         raise Fail.permanent(f"wheel URL {source!r}: unsupported scheme; accepted: file://, http://, https://")
 
 
-def _extract_whole(home: Home, r: Record, path: Path, pool: ThreadPoolExecutor, progress: Bytes) -> None:
+def _extract_whole(home: Home, r: Record, path: Path, pool: ThreadPoolExecutor, progress: Bytes,
+                   check: wheelmeta.Against) -> None:
     """The whole-file path for verified bytes at `path` (see store.wheelfile)."""
     progress.add(finished=1)
-    wheelfile.extract(home, r, path, pool, progress.stopped)
+    wheelfile.extract(home, r, path, pool, progress.stopped, check)
     progress.add(extracted=1)
 
 
@@ -294,7 +298,8 @@ def _file_chunks(path: Path):
             yield view[:n]
 
 
-def _stream(home: Home, r: Record, chunks, where: str, progress: Bytes, whole: bool = True) -> None:
+def _stream(home: Home, r: Record, chunks, where: str, progress: Bytes, check: wheelmeta.Against,
+            whole: bool = True) -> None:
     """Read, hash and extract in one pass (a download or a local file); the entry is published
     only on a sha256 match. By cause: bytes that end before the zip's end record, when nothing
     says they are `whole` (a declared or stated length; a local file is whole), are a cut
@@ -338,6 +343,7 @@ def _stream(home: Home, r: Record, chunks, where: str, progress: Bytes, whole: b
         except streamzip.Malformed as e:
             raise Fail.permanent(f"wheel {r.filename} is not a well-formed wheel: {e}") from None
         wheelfile.check_record(r, tmp, unzip.sizes)
+        check(r, tmp, unzip.sizes)
         tmp.mkdir(parents=True, exist_ok=True)   # a wheel with nothing to install still gets its entry
         wheelfile.publish(tmp, entry_dir(home, r.sha256))
         progress.add(extracted=1)

@@ -191,6 +191,9 @@ def _run_command_starts(head: list[str], i: int) -> bool:
 def main(argv: list[str] | None = None) -> int:
     global OWNS_PROCESS
     OWNS_PROCESS = argv is None  # run as the program, not called by a host process
+    if OWNS_PROCESS:   # malloc's policy is the program's, never a host's (fdlenv.memory)
+        from .memory import own_process
+        own_process()
     try:
         rc = _main(list(sys.argv[1:] if argv is None else argv))
         sys.stdout.flush()

@@ -4,9 +4,10 @@ The table is the one statement of who may import whom: one row per unit (a
 top-level module or a package), its layer and what it may import; this test
 reads it from the doc, so the two cannot drift. The graph is read from the
 source with `ast`: imports inside functions count (a lazy import is still a
-dependency), and so do `importlib.import_module(...)` and `__import__(...)`
+dependency), and so do `importlib.import_module(...)` and `__import__(...)` (under any alias, with
+relative names against `package=` or `level=`, and `__import__`'s `fromlist`)
 naming an fdlenv module; a dynamic import whose target the walk cannot read
-is a finding of its own.
+is a finding of its own, and so is a row allowing what nothing in its unit imports.
 
 The checker is a function of a tree and a table (`findings`), so each way of
 breaking the contract has a test below that breaks a copy of the tree.
@@ -66,20 +67,91 @@ def _absolute(name: str) -> str | None:
     return name[len("fdlenv."):] if name.startswith("fdlenv.") else None
 
 
-def _dynamic_target(call: ast.Call) -> tuple[str | None, bool]:
-    """(target, readable) of an `import_module(...)`/`__import__(...)` call, else (None, True)."""
+def _str(node: ast.AST | None) -> str | None:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+
+def _arg(call: ast.Call, i: int, name: str) -> ast.AST | None:
+    """The call's argument by position `i` or keyword `name`, else None."""
+    if len(call.args) > i:
+        return call.args[i]
+    return next((k.value for k in call.keywords if k.arg == name), None)
+
+
+def _importers(nodes: tuple[ast.AST, ...]) -> tuple[set[str], set[str]]:
+    """(names bound to `importlib.import_module`, names bound to `__import__`) in one module:
+    the builtin's own names and every alias (`from importlib import import_module as im`,
+    `im = importlib.import_module`, `imp = __import__`), followed through chains of aliases."""
+    by_module, by_dunder = {"import_module"}, {"__import__"}
+    for node in nodes:
+        if isinstance(node, ast.ImportFrom) and node.module == "importlib":
+            by_module |= {a.asname or a.name for a in node.names if a.name == "import_module"}
+    assigns = [n for n in nodes if isinstance(n, ast.Assign)]
+    grew = True
+    while grew:
+        before = len(by_module) + len(by_dunder)
+        for a in assigns:
+            v = a.value
+            names = {t.id for t in a.targets if isinstance(t, ast.Name)}
+            if (isinstance(v, ast.Attribute) and v.attr == "import_module") or (
+                    isinstance(v, ast.Name) and v.id in by_module):
+                by_module |= names
+            elif isinstance(v, ast.Name) and v.id in by_dunder:
+                by_dunder |= names
+        grew = len(by_module) + len(by_dunder) != before
+    return by_module, by_dunder
+
+
+def _relative(name: str, level: int, pkg: list[str]) -> str:
+    """`name` at `level` dots below package `pkg` -> `fdlenv.`-rooted absolute name."""
+    base = pkg[:len(pkg) - (level - 1)] if level > 1 else pkg
+    return ".".join(["fdlenv", *base, *([name] if name else [])])
+
+
+def _dynamic_targets(call: ast.Call, importers: tuple[set[str], set[str]], pkg: list[str]
+                     ) -> tuple[list[str], bool]:
+    """(absolute targets, readable) of an `import_module(...)`/`__import__(...)` call (any alias),
+    relative names resolved against `package=` (a constant or `__package__`) or `level=`, and
+    `__import__`'s `fromlist` counted as imports of those submodules; not such a call: ([], True)."""
     f = call.func
+    by_module, by_dunder = importers
     name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
-    if name not in ("import_module", "__import__") or not call.args:
-        return None, True
+    dunder = isinstance(f, ast.Name) and name in by_dunder
+    if not (dunder or name in by_module or (isinstance(f, ast.Attribute) and name == "import_module")) \
+            or not call.args:
+        return [], True
     arg = call.args[0]
-    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
-        return arg.value, True
-    if isinstance(arg, ast.JoinedStr) and arg.values and isinstance(arg.values[0], ast.Constant):
-        prefix = str(arg.values[0].value)        # f"fdlenv.commands.{name}" -> fdlenv.commands
+    if isinstance(arg, ast.JoinedStr) and arg.values and _str(arg.values[0]) is not None:
+        prefix = str(_str(arg.values[0]))        # f"fdlenv.commands.{name}" -> fdlenv.commands
         if prefix.startswith("fdlenv.") and prefix.endswith("."):
-            return prefix[:-1], True
-    return None, False
+            return [prefix[:-1]], True
+        return [], False
+    target = _str(arg)
+    if target is None:
+        return [], False
+    if dunder:
+        level_node = _arg(call, 4, "level")
+        level = level_node.value if isinstance(level_node, ast.Constant) else 0
+        if not isinstance(level, int):
+            return [], False
+        base = _relative(target, level, pkg) if level else target
+        fromlist = _arg(call, 3, "fromlist")
+        if fromlist is None:
+            return [base], True
+        if not isinstance(fromlist, (ast.List, ast.Tuple)) or any(_str(e) is None for e in fromlist.elts):
+            return [], False
+        return [base, *(f"{base}.{_str(e)}" for e in fromlist.elts)], True
+    if not target.startswith("."):
+        return [target], True
+    package = _arg(call, 1, "package")
+    if isinstance(package, ast.Name) and package.id == "__package__":
+        anchor = pkg
+    elif _str(package) is not None and (_absolute(str(_str(package))) is not None):
+        anchor = [p for p in str(_absolute(str(_str(package)))).split(".") if p]
+    else:
+        return [], False
+    dots = len(target) - len(target.lstrip("."))
+    return [_relative(target[dots:], dots, anchor)], True
 
 
 @functools.cache
@@ -95,7 +167,9 @@ def imports(mod: str, path: Path, known: set[str]) -> tuple[set[str], list[str]]
     pkg = [p for p in pkg if p]
     found: set[str] = set()
     unreadable = []
-    for node in _nodes(path.read_text()):
+    nodes = _nodes(path.read_text())
+    importers = _importers(nodes)
+    for node in nodes:
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = pkg[:len(pkg) - (node.level - 1)] if node.level > 1 else pkg
@@ -110,12 +184,11 @@ def imports(mod: str, path: Path, known: set[str]) -> tuple[set[str], list[str]]
         elif isinstance(node, ast.Import):
             found |= {t for t in (_absolute(a.name) for a in node.names) if t is not None}
         elif isinstance(node, ast.Call):
-            name, readable = _dynamic_target(node)
+            targets, readable = _dynamic_targets(node, importers, pkg)
             if not readable:
                 unreadable.append(f"fdlenv.{mod}:{node.lineno} imports a module named at run time; "
                                   "name it with a constant (or an f-string with a constant fdlenv. prefix)")
-            elif name is not None and _absolute(name) is not None:
-                found.add(_absolute(name))
+            found |= {t for t in (_absolute(n) for n in targets) if t is not None}
     found.discard(mod)
     return {f for f in found if f in known}, unreadable
 
@@ -198,6 +271,11 @@ def findings(pkg: Path = PKG, doc: Path = DOC) -> list[str]:
             elif not _allows(table, u, dep):
                 out.append(f"fdlenv.{mod} imports fdlenv.{dep}: the `{u}` row (layer {table[u][0]}) "
                            f"does not allow `{d}` (layer {table[d][0]})")
+    for unit, (_, allowed) in sorted(table.items()):
+        used = {dep for mod, deps in g.items() if unit_of(mod) == unit for dep in deps}
+        out += [f"{doc.name}: `{unit}` may import `{a}`, which nothing in it imports: drop it from the row"
+                for a in allowed if a != EVERYTHING_BELOW and unit_of(a) in table
+                and not any(unit_of(d) == a or d == a or d.startswith(a + ".") for d in used)]
     out += [f"import cycle: {c}" for c in _cycles(g)]
     return out
 
@@ -252,6 +330,19 @@ FORBIDDEN = {
     "pack reaching sideways into lock": (
         "pack/libtorch.py", "def f():\n    from ..lock.solve import declared_virtual_packages",
         "fdlenv.pack.libtorch imports fdlenv.lock.solve"),
+    # the four forms the walk once missed (issue 37)
+    "errors importing the cli by a relative name and a package": (
+        "errors.py", "def f():\n    import importlib\n    importlib.import_module('.cli', 'fdlenv')",
+        "fdlenv.errors imports fdlenv.cli"),
+    "the store importing datasets relative to __package__": (
+        "store/gc.py", "def f():\n    from importlib import import_module\n"
+        "    import_module('..datasets', package=__package__)", "fdlenv.store.gc imports fdlenv.datasets"),
+    "hashing importing a command through an aliased import_module": (
+        "hashing.py", "def f():\n    from importlib import import_module as load\n    again = load\n"
+        "    again('fdlenv.commands.env')", "fdlenv.hashing imports fdlenv.commands.env"),
+    "the store importing datasets through __import__'s fromlist": (
+        "store/gc.py", "def f():\n    __import__('fdlenv', fromlist=['datasets'])",
+        "fdlenv.store.gc imports fdlenv.datasets"),
     # the cycle the join resolver once closed: settings reads fdl.yml through config
     "config importing settings back": (
         "config/load.py", "def f():\n    from ..settings import resolve", "fdlenv.config.load imports fdlenv.settings"),
@@ -279,6 +370,14 @@ def test_a_row_that_points_up_is_a_finding(tmp_path):
     assert any("`hw` (layer 1) may import `store` (layer 2)" in line for line in got), got
 
 
+def test_a_row_that_allows_what_nothing_imports_is_a_finding(tmp_path):
+    doc = tmp_path / "ARCHITECTURE.md"
+    doc.write_text(DOC.read_text().replace("| 2 | `config` | `fdlfile`,", "| 2 | `config` | `variants`, `fdlfile`,"))
+    got = findings(PKG, doc)
+    assert "ARCHITECTURE.md: `config` may import `variants`, which nothing in it imports: drop it from the row" \
+        in got, got
+
+
 def test_a_module_cycle_inside_one_unit_is_a_finding(tmp_path):
     pkg = _copy(tmp_path)
     _add(pkg, "store/fastpath.py", "def f():\n    from . import realise")
@@ -293,6 +392,12 @@ def test_a_command_importing_another_command_is_a_finding(tmp_path):
 
 def test_an_import_named_at_run_time_is_a_finding(tmp_path):
     got = _broken(tmp_path, "variants.py", "def f(name):\n    import importlib\n    importlib.import_module(name)")
+    assert any(line.startswith("fdlenv.variants:") and "named at run time" in line for line in got), got
+
+
+def test_a_relative_import_against_a_package_named_at_run_time_is_a_finding(tmp_path):
+    got = _broken(tmp_path, "variants.py", "def f(where):\n    import importlib\n"
+                  "    importlib.import_module('.cli', where)")
     assert any(line.startswith("fdlenv.variants:") and "named at run time" in line for line in got), got
 
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import io
 import random
-import subprocess
-import sys
 import zipfile
 
 import pytest
@@ -92,42 +90,10 @@ def test_a_stream_gives_freed_memory_back_every_so_many_inflated_bytes(tmp_path,
 
     calls = []
     monkeypatch.setattr(streamzip, "TRIM_EVERY", 1 << 18)
-    monkeypatch.setattr(streamzip, "give_back", lambda: calls.append(1))
+    monkeypatch.setattr(streamzip.memory, "give_back", lambda: calls.append(1))
     files = members(3)
     unzip = stream(write_zip(files, io.BytesIO()), tmp_path / "out", 3)
     assert unzip.written == sum(len(b) for b in files.values())
     # once per boundary crossed (a write of one inflated step may cross several at once)
     assert unzip.written // ((1 << 18) + streamzip.OUT_STEP) <= len(calls) <= unzip.written // (1 << 18)
     assert len(calls) >= 3
-
-
-def test_giving_memory_back_runs_on_this_c_library():
-    from fdlenv.store.streamzip import give_back
-
-    give_back()
-    give_back()   # found once, called again
-
-
-_STEPS = """
-import resource, sys, threading
-from fdlenv.store import streamzip
-if sys.argv[1] == "held":
-    streamzip.hold_memory()
-def steps():   # a stream's shape: a read, a step copied out of it, an inflated step, freed in turn
-    for i in range(200):
-        a = bytearray(1 << 20); b = bytes(a[: (1 << 20) - i * 1000]); c = bytearray(3 << 19)
-        del a; d = bytes(c); del b, c, d
-f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-t = threading.Thread(target=steps); t.start(); t.join()
-print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
-"""
-
-
-def test_held_memory_takes_a_streams_freed_steps_again_instead_of_faulting_fresh_pages_in():
-    def faults(mode: str) -> int:
-        out = subprocess.run([sys.executable, "-c", _STEPS, mode], capture_output=True, text=True, check=True)
-        return int(out.stdout)
-
-    default, held = faults("default"), faults("held")
-    assert default > 50_000            # glibc maps most of these 600 MiB of steps afresh
-    assert held * 10 < default

@@ -74,12 +74,14 @@ def _proxy_class(paramiko):
             except BaseException:
                 self.err.close()
                 raise
+            assert self.process.stdout is not None   # stdout=PIPE: typed Optional, never None
+            self.out = self.process.stdout
             self.timeout = None
 
         def recv(self, size):
             try:
-                r, _, _ = select.select([self.process.stdout], [], [], self.timeout)
-                data = os.read(self.process.stdout.fileno(), size) if r else None
+                r, _, _ = select.select([self.out], [], [], self.timeout)
+                data = os.read(self.out.fileno(), size) if r else None
             except (OSError, ValueError) as e:
                 raise paramiko.ProxyCommandFailure(self.command, str(e)) from None
             if data is None:
@@ -110,9 +112,10 @@ def _proxy_class(paramiko):
                     self.process.wait()
                 except OSError:
                     pass
-            for f in (self.process.stdin, self.process.stdout, self.err):
+            for f in (self.process.stdin, self.out, self.err):
                 try:
-                    f.close()
+                    if f is not None:
+                        f.close()
                 except OSError:
                     pass
     return Proxy

@@ -1,8 +1,8 @@
 """One locked package of one platform: what a conda-lock entry holds.
 
-Both solvers make them (rattler for conda packages in `solve`, pip for wheels
-in `pipresolve`), the writer and the checker read them; it lives apart so
-neither solver imports the other's module to get it.
+Both solvers make them (rattler for conda packages in `solve`, the index walk
+for wheels in `closure`), the writer and the checker read them; it lives apart
+so neither solver imports the other's module to get it.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from ..errors import Fail, os_failure
 from ..home import Home
 from ..progress import during, say
 from .archives import Archive, evict_cache_entry, locate, verify
-from . import cudahome, linktree, ownfiles, sizes, wheels
+from . import cudahome, linktree, ownfiles, sizes, wheelfile, wheels
 from .env import MANIFEST, libtorch_root
 from ..lockfile import Record
 
@@ -327,7 +327,7 @@ def _link_report(home: Home, stage: Path, records: list[Record]) -> dict:
     site = next(iter(stage.glob("lib/python*/site-packages")), None)
     for r in records:
         if r.manager == "pip":
-            sample = _first_file(wheels.entry_dir(home, r.sha256) / "site", set())
+            sample = _first_file(wheelfile.entry_dir(home, r.sha256) / "site", set())
             if sample and site and (site / sample).is_file():
                 if (site / sample).lstat().st_nlink > 1:
                     linked += 1

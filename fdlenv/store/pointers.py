@@ -87,11 +87,6 @@ def variant_of_label(label: str | None) -> str | None:
     return next((v.name for v in variants.VARIANTS.values() if v.flodl_name == name), None)
 
 
-def active_variant(home: Home) -> str | None:
-    """The variant `.active` names (flodl's label mapped back), or None."""
-    return variant_of_label(active_label(home))
-
-
 def env_of(path: Path) -> Env | None:
     """The fdlenv env `path` lies in (through links), or None."""
     target = Path(os.path.realpath(path))

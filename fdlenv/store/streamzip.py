@@ -35,7 +35,7 @@ from pathlib import Path
 from collections.abc import Callable
 from typing import Any
 
-from .. import confine
+from .. import confine, memory
 
 try:   # ISA-L's inflate is about twice zlib's speed: inflating is most of a cold realise's CPU
     from isal.isal_zlib import decompressobj as _decompressobj
@@ -55,51 +55,10 @@ TAIL_LIMIT = 64 << 20     # the central directory (torch's: 1.2 MB for 12,000 me
 OUT_STEP = 1 << 20        # inflated bytes per call: what one member may hold in memory at once
 RATIO = 32                # wheels inflate 2-5x; a whole archive past 32x is a bomb
 SLACK = 16 << 20          # ... beyond a first 16 MiB, which small text-heavy wheels may need
-TRIM_EVERY = 64 << 20    # inflated bytes between two `give_back`s of one stream
+TRIM_EVERY = 64 << 20    # inflated bytes between two `memory.give_back`s of one stream
 # What broken bytes raise while parsed: reported as Malformed, never as themselves.
 PARSE_ERRORS = (struct.error, UnicodeDecodeError, ValueError, IndexError, OverflowError)
 NAME_ERRNOS = (errno.ENAMETOOLONG, errno.EISDIR, errno.ENOTDIR, errno.EEXIST, errno.EINVAL, errno.ELOOP)
-
-
-_LIBC: list = []   # [glibc's (malloc_trim, mallopt), or None where the C library has neither], found once
-_HELD: list = []   # [True] once hold_memory has run
-HOLD_BELOW = 8 << 20      # blocks under this come from malloc's arenas, not a mapping of their own
-TRIM_ABOVE = 32 << 20     # an arena's free top is handed back only past this (give_back does the rest)
-
-
-def _libc():
-    if not _LIBC:
-        try:
-            import ctypes
-
-            c = ctypes.CDLL(None)
-            _LIBC.append((c.malloc_trim, c.mallopt))
-        except (OSError, AttributeError):
-            _LIBC.append(None)
-    return _LIBC[0]
-
-
-def hold_memory() -> None:
-    """Once per process: malloc keeps the pages a stream's per-step buffers (reads, inflated
-    steps, unconsumed input) free and take again, instead of mapping them afresh each time
-    (glibc's mallopt; a fresh page faults in at about 5 us on a VM: the cu128 env took 485,000
-    faults, 92,000 with this). `give_back` still trims every TRIM_EVERY bytes, so the peak RSS
-    is unchanged. Elsewhere (musl, macOS) nothing happens."""
-    if _HELD:
-        return
-    _HELD.append(True)
-    if (libc := _libc()) is not None:
-        libc[1](-3, HOLD_BELOW)    # M_MMAP_THRESHOLD
-        libc[1](-1, TRIM_ABOVE)    # M_TRIM_THRESHOLD
-
-
-def give_back() -> None:
-    """Hand the memory freed in every malloc arena back to the OS (glibc's malloc_trim). A stream
-    allocates and frees a few times its bytes, in blocks glibc then keeps per thread: four
-    streams held some 20 MiB more at their peak (82 MiB against 60 MiB for a cu128 realise).
-    Elsewhere (musl, macOS) nothing happens."""
-    if (libc := _libc()) is not None:
-        libc[0](0)
 
 
 def escapes(name: str) -> bool:
@@ -150,7 +109,7 @@ class StreamUnzip:
     """Feed it the bytes of a zip in order; members land under `root` at `place(name)`."""
 
     def __init__(self, root: Path, place: Callable[[str], str | None], stop=None):
-        hold_memory()
+        memory.hold()
         self.root, self.place = root, place
         self.stop = stop            # an Event: once set, feed() raises Stopped at the next member
         self.buf = bytearray()
@@ -329,7 +288,7 @@ class StreamUnzip:
         if out is not None:
             out.write(data)
         if self.written // TRIM_EVERY != (self.written - len(data)) // TRIM_EVERY:
-            give_back()
+            memory.give_back()
 
     def _end_member(self, out) -> None:
         if self.inflate is not None and not self.inflate.eof:

@@ -37,23 +37,20 @@ one `lib/python<X.Y>/site-packages`, so `torch/lib/libtorch_cuda.so` finds
 
 from __future__ import annotations
 
-import errno
 import os
-import shutil
 import threading
 import time
-import urllib.parse
 from pathlib import Path
 
-from .. import flocks, hashing, netread, pipindex, simpleapi
 from ..errors import Fail
 from ..home import Home
 from ..progress import Meter, say
-from . import fetchorder, streamzip, wheelfile
-from .wheelfile import CHUNK, entry_dir
 from ..lockfile import Record
 
-TYPE_CHECKING = False   # concurrent.futures (and logging) only where a wheel is fetched
+# What only a fetch needs is imported where a wheel is fetched: a realise whose wheels are all
+# in the cache (a second env: only linking) imports neither the index client (simpleapi,
+# pipindex, netread), the zip streamer nor concurrent.futures (and logging).
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
 
@@ -92,7 +89,7 @@ def ensure(home: Home, records: list[Record], mirrors: dict[str, str],
     `stop`, once set (the caller was interrupted), makes every download give up at its next chunk.
     `variant`: its torch must be that variant's build, by its record before anything is fetched
     and by its files once it is extracted (`check_torch`)."""
-    out = {r.sha256: entry_dir(home, r.sha256) for r in records}
+    out = {r.sha256: home.wheel_entry(r.sha256) for r in records}
     if variant is not None:
         check_torch(variant, records, mirrors)
     todo = [r for r in records if not out[r.sha256].is_dir()]
@@ -101,6 +98,8 @@ def ensure(home: Home, records: list[Record], mirrors: dict[str, str],
             check_torch(variant, records, mirrors, out)
         return out
     from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+
+    from . import fetchorder
 
     home.ensure(home.pkgs, home.archives)
     sources = where_served(todo, mirrors)
@@ -150,7 +149,7 @@ def check_torch(variant: str, records: list[Record], mirrors: dict[str, str],
     """Refuse a locked torch that is not `variant`'s build (`variants.build_mismatch`): by its
     version and requirements, and with `entries` (extracted) by its CUDA/HIP libraries too.
     Nothing is realised: the caller publishes nothing after a failure."""
-    from .. import variants
+    from .. import pipindex, variants
 
     for r in records:
         if r.manager != "pip" or r.name != "torch":
@@ -171,6 +170,8 @@ def check_torch(variant: str, records: list[Record], mirrors: dict[str, str],
 
 def where_served(records: list[Record], mirrors: dict[str, str]) -> dict[str, tuple[str, int | None]]:
     """sha256 -> (URL or local path, size when the index says it); index pages read side by side."""
+    from .. import netread, pipindex, simpleapi
+
     bases: dict[str, str] = {}
 
     def one(r: Record) -> tuple[str, int | None]:
@@ -208,6 +209,8 @@ def _lower_priority() -> None:
 
 
 def _local_size(url: str) -> int | None:
+    import urllib.parse
+
     parsed = urllib.parse.urlparse(url)
     if parsed.scheme not in ("file", ""):
         return None
@@ -221,8 +224,10 @@ def _fetch_and_extract(home: Home, r: Record, source: str, stated: int | None, p
                        pool: ThreadPoolExecutor) -> None:
     """One wheel, under its own lock: two realises that need it fetch and extract it once.
     `stated`: its size as the index gives it (a cap on what is read), or None."""
+    from .. import flocks, netread
+
     with flocks.exclusive(home.locks / f"whl-{r.sha256}.lock", f"fetching {r.filename}"):
-        if entry_dir(home, r.sha256).is_dir():   # another process finished it while we waited
+        if home.wheel_entry(r.sha256).is_dir():   # another process finished it while we waited
             progress.add(finished=1, extracted=1)
             return
         netread.retrying(lambda: _fetch_and_extract_held(home, r, source, stated, progress, pool),
@@ -231,6 +236,11 @@ def _fetch_and_extract(home: Home, r: Record, source: str, stated: int | None, p
 
 def _fetch_and_extract_held(home: Home, r: Record, source: str, stated: int | None, progress: Bytes,
                             pool: ThreadPoolExecutor) -> None:
+    import urllib.parse
+
+    from .. import netread, pipindex
+    from . import streamzip, wheelfile
+
     parsed = urllib.parse.urlparse(source)
     if parsed.scheme in ("http", "https"):
         resumable = (home.archives / f"{r.sha256}.whl").is_file() or (home.archives / f".{r.sha256}.part").is_file()
@@ -240,7 +250,8 @@ def _fetch_and_extract_held(home: Home, r: Record, source: str, stated: int | No
                     # A length the server declares or the index states is enforced by netread:
                     # a body that ends short of it raises there, so one that ends is whole.
                     whole = stated is not None or resp.headers.get("Content-Length", "").isdigit()
-                    _stream(home, r, netread.chunks(resp, source, wheelfile.DOWNLOAD_LIMIT, stated, CHUNK),
+                    _stream(home, r, netread.chunks(resp, source, wheelfile.DOWNLOAD_LIMIT, stated,
+                                                          wheelfile.CHUNK),
                             source, progress, whole)
                 return
             except streamzip.Unsupported as e:
@@ -266,6 +277,8 @@ def _fetch_and_extract_held(home: Home, r: Record, source: str, stated: int | No
 
 def _extract_whole(home: Home, r: Record, path: Path, pool: ThreadPoolExecutor, progress: Bytes) -> None:
     """The whole-file path for verified bytes at `path` (see store.wheelfile)."""
+    from . import wheelfile
+
     progress.add(finished=1)
     wheelfile.extract(home, r, path, pool, progress.stopped)
     progress.add(extracted=1)
@@ -273,6 +286,8 @@ def _extract_whole(home: Home, r: Record, path: Path, pool: ThreadPoolExecutor, 
 
 def _open_whole(url: str):
     """The response to a whole-file request (a 206 to it, or no answer, is transient)."""
+    from .. import netread
+
     try:
         resp = netread.open_url(url)
     except OSError as e:
@@ -287,6 +302,8 @@ def _file_chunks(path: Path):
     """A local file in CHUNK pieces read into one buffer: each piece is a view its consumer is
     done with before the next read (a fresh object per piece faults its pages in anew, about
     5 us per 4 KiB page on a VM)."""
+    from .wheelfile import CHUNK
+
     buf = bytearray(CHUNK)
     view = memoryview(buf)
     with open(path, "rb", buffering=0) as f:
@@ -300,6 +317,12 @@ def _stream(home: Home, r: Record, chunks, where: str, progress: Bytes, whole: b
     says they are `whole` (a declared or stated length; a local file is whole), are a cut
     (transient, restarted next time); bytes that are no well-formed wheel, or whole bytes with
     another sha256, are permanent; nothing is published either way."""
+    import errno
+    import shutil
+
+    from .. import hashing, netread
+    from . import streamzip, wheelfile
+
     tmp = home.pkgs / f".whl-{r.sha256}.{os.getpid()}.{threading.get_ident()}"
     shutil.rmtree(tmp, ignore_errors=True)
     sha = hashing.Digest()
@@ -339,7 +362,7 @@ def _stream(home: Home, r: Record, chunks, where: str, progress: Bytes, whole: b
             raise Fail.permanent(f"wheel {r.filename} is not a well-formed wheel: {e}") from None
         wheelfile.check_record(r, tmp, unzip.sizes)
         tmp.mkdir(parents=True, exist_ok=True)   # a wheel with nothing to install still gets its entry
-        wheelfile.publish(tmp, entry_dir(home, r.sha256))
+        wheelfile.publish(tmp, home.wheel_entry(r.sha256))
         progress.add(extracted=1)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -96,7 +96,7 @@ LINK_ONLY_MODULES = REDIAL_MODULES | {
 NEVER_LINK_ONLY = ("urllib.request", "http.client", "ssl", "socket", "concurrent.futures", "subprocess", "typing",
                    "tempfile", "shutil", "zipfile", "rattler", "conda_lock", "fdlenv.simpleapi", "fdlenv.netread",
                    "fdlenv.store.streamzip", "fdlenv.store.wheelfile", "fdlenv.store.fetchorder",
-                   "fdlenv.store.archives", "fdlenv.store.install_worker")
+                   "fdlenv.store.wheelfetch", "fdlenv.store.archives", "fdlenv.store.install_worker")
 
 
 def test_a_second_env_whose_wheels_are_all_cached_imports_no_module_of_the_fetch_path(tmp_path):

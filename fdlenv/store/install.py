@@ -138,7 +138,9 @@ def _located(home: Home, conda: list[Record], mirrors: dict[str, str]) -> list[A
 def _sweep_own_extractions(home: Home) -> None:
     """After a failure or Ctrl-C: wait (briefly) for this process's download threads to stop,
     then remove the extraction dirs they leave (`pkgs/.whl-<sha>.<pid>.*`)."""
-    deadline = time.monotonic() + wheels.GRACE
+    from .wheelfetch import GRACE   # a failed or interrupted realise: the fetch's own bound
+
+    deadline = time.monotonic() + GRACE
     for t in threading.enumerate():
         if t.name.startswith("fdlenv-") and t is not threading.current_thread():
             t.join(max(0.0, deadline - time.monotonic()))
@@ -202,7 +204,9 @@ def _install(home: Home, worker: WorkerProcess | None, archives: list[Archive], 
     except BaseException:    # Ctrl-C: the downloads stop and clean up before the caller's cleanup
         stop.set()
         if fetcher.is_alive():
-            fetcher.join(wheels.GRACE + 0.5)
+            from .wheelfetch import GRACE
+
+            fetcher.join(GRACE + 0.5)
         raise
     try:
         if wheel_failures:

@@ -4,7 +4,8 @@
 so no `.pth` file (this interpreter's editable finder, certifi's) imports pathlib, re or
 anything else before fdlenv runs, and a module found in `sys.modules` afterwards was imported
 by the command (or by `runpy` itself, which imports none of the modules these tests ban).
-The checkout and this interpreter's site-packages are on the child's path as plain entries.
+The checkout and this interpreter's `sys.path` (site-packages, a user site, what .pth files
+add) are on the child's path as plain entries.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import json
 import os
 import subprocess
 import sys
-import sysconfig
 import textwrap
 from pathlib import Path
 
@@ -36,7 +36,8 @@ def imported(argv: list[str], env: dict[str, str] | None = None) -> tuple[int, s
         import json
         print(json.dumps({{"code": code, "new": new}}), file=sys.stderr)
     """)
-    paths = [str(ROOT), *dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib"))]
+    # This interpreter's path as `site` and the .pth files left it, their import lines not run.
+    paths = [str(ROOT), *dict.fromkeys(p for p in sys.path if p and os.path.isdir(p))]
     child = {**os.environ, **(env or {}), "PYTHONPATH": os.pathsep.join(paths)}
     res = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, env=child)
     lines = res.stderr.strip().splitlines()

@@ -1,41 +1,60 @@
 """What `fdlenv detect --json` costs beyond starting Python (not a test).
 
-Runs `python -m fdlenv detect --json` and `python -c pass` interleaved, so
-machine noise hits both alike, and prints the medians and their difference.
-On a box with no GPU the difference is fdlenv's own cost (budget: 50 ms).
+Times a regular install's `fdlenv detect --json` (bench/regular.py: a fresh venv, this checkout
+installed without dependencies, its `fdlenv` command) against that venv's `python -c pass`,
+interleaved so machine noise hits both alike, and prints min/median/max and the difference of
+medians. On a box with no GPU the difference is fdlenv's own cost (goal: 10 ms). `--also DIR`
+installs another checkout too (e.g. a worktree of main) into its own venv and times it in the
+same rounds, so a before and an after are measured in one sitting.
 
-    python bench/detect.py [N]      (default N=30)
+    python bench/detect.py [N] [--also CHECKOUT ...]      (default N=30)
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
-DETECT = [sys.executable, "-m", "fdlenv", "detect", "--json"]
-BARE = [sys.executable, "-c", "pass"]
+REPO = Path(__file__).resolve().parent.parent
+sys.path[0] = str(REPO)     # bench/ itself must not be importable (bench/build.py)
+
+from bench.regular import ENV, regular_install  # noqa: E402
 
 
 def once(argv: list[str]) -> float:
     t = time.perf_counter()
-    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, env=ENV)
     return time.perf_counter() - t
 
 
 def main() -> None:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 30
-    once(DETECT)  # warm the page cache and __pycache__
-    detect, bare = [], []
-    for _ in range(n):
-        detect.append(once(DETECT))
-        bare.append(once(BARE))
-    d, b = statistics.median(detect), statistics.median(bare)
-    print(f"runs: {n} each, interleaved")
-    print(f"fdlenv detect --json  median {d * 1000:7.1f} ms")
-    print(f"python -c pass        median {b * 1000:7.1f} ms")
-    print(f"difference                   {(d - b) * 1000:7.1f} ms")
+    ap = argparse.ArgumentParser()
+    ap.add_argument("n", nargs="?", type=int, default=30)
+    ap.add_argument("--also", type=Path, action="append", default=[], help="another checkout, timed beside")
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="fdlenv-bench-detect-") as tmp:
+        sides: dict[str, list[str]] = {}
+        for i, source in enumerate([REPO, *a.also]):
+            bin_dir = regular_install(Path(tmp) / str(i), deps=False, source=source.resolve())
+            sides[f"detect ({source.resolve().name})"] = [str(bin_dir / "fdlenv"), "detect", "--json"]
+        sides["python -c pass"] = [str(bin_dir / "python"), "-c", "pass"]
+        for argv in sides.values():
+            once(argv)      # warm the page cache and write __pycache__
+        times: dict[str, list[float]] = {k: [] for k in sides}
+        for _ in range(a.n):
+            for k, argv in sides.items():
+                times[k].append(once(argv))
+    bare = statistics.median(times["python -c pass"])
+    print(f"runs: {a.n} each, interleaved; regular installs")
+    for k, xs in times.items():
+        own = "" if k == "python -c pass" else f"   own {(statistics.median(xs) - bare) * 1000:6.1f} ms"
+        print(f"{k:<28} min {min(xs) * 1000:6.1f} median {statistics.median(xs) * 1000:6.1f} "
+              f"max {max(xs) * 1000:6.1f} ms{own}")
 
 
 if __name__ == "__main__":

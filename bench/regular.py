@@ -15,13 +15,13 @@ REPO = Path(__file__).resolve().parent.parent
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
-def regular_install(where: Path, deps: bool = True) -> Path:
-    """`where/regular-venv` with this checkout installed; returns its bin dir. `deps`: fdlenv's
-    dependencies too, at the versions of constraints.txt (from the index pip is configured with);
-    a bench whose commands import none of them can go without."""
+def regular_install(where: Path, deps: bool = True, source: Path = REPO) -> Path:
+    """`where/regular-venv` with this checkout (or the checkout `source`) installed; returns its
+    bin dir. `deps`: fdlenv's dependencies too, at the versions of constraints.txt (from the
+    index pip is configured with); a bench whose commands import none of them can go without."""
     venv = where / "regular-venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    how = ["-c", str(REPO / "constraints.txt")] if deps else ["--no-deps"]
-    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", *how, str(REPO)],
+    how = ["-c", str(source / "constraints.txt")] if deps else ["--no-deps"]
+    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", *how, str(source)],
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
     return venv / "bin"

@@ -6,6 +6,13 @@ a 6 GB deletion another side left, while the network is in a mood) changes each 
 round prints every side's seconds and fdlenv's ratio to each other side in that round; the row
 ends with min/median/max per side and, per goal, the ratio of medians against the goal.
 Peak RSS (the process or any child it waited for: `wait4`'s maxrss) is kept where asked.
+
+Between sides (before every side's run, the first included) the rounds `sync` and wait a
+settle time (`settle_between`, printed; 0 unless a bench sets it), the same for every side:
+on ext4 without a journal, files created right after a 6.5 GB tree was deleted are slower
+to make (the allocator skips recently deleted inodes; torch's stream took 20.1 s right after
+a deletion and 16.9 s after a 65 s pause), so without a pause whoever runs after a deletion
+is handicapped.
 """
 
 from __future__ import annotations
@@ -50,6 +57,21 @@ def timed(cmd: list[str], cwd: Path | None = None, rss: list[float] | None = Non
     return dt
 
 
+_SETTLE = [0.0]     # seconds between sides: `settle_between`
+
+
+def settle_between(seconds: float) -> None:
+    """From now on, every side of every row waits `seconds` after a `sync` before it runs."""
+    _SETTLE[0] = seconds
+    print(f"between sides: sync, then {seconds:g} s to settle (the same for every side)", flush=True)
+
+
+def settle() -> None:
+    if _SETTLE[0] > 0:
+        subprocess.run(["sync"], check=True)
+        time.sleep(_SETTLE[0])
+
+
 def rm(path: Path) -> None:
     if path.is_symlink() or path.is_file():
         path.unlink()
@@ -59,11 +81,13 @@ def rm(path: Path) -> None:
 
 class Side:
     """One side of a row: `run(i, rss)` times round i (appending its peak RSS to `rss` when the
-    row keeps RSS); `out(i)`, if given, is removed after each round's run."""
+    row keeps RSS); `out(i)`, if given, is removed after each round's run; `before(i)`, if
+    given, runs untimed before the settle time that precedes the run (a deletion the run
+    needs done gets the same pause as the other sides' deletions)."""
 
     def __init__(self, label: str, run: Callable[[int, list[float]], float],
-                 out: Callable[[int], Path] | None = None):
-        self.label, self.run, self.out = label, run, out
+                 out: Callable[[int], Path] | None = None, before: Callable[[int], None] | None = None):
+        self.label, self.run, self.out, self.before = label, run, out, before
         self.times: list[float] = []
         self.rss: list[float] = []
 
@@ -81,6 +105,9 @@ def row(name: str, sides: list[Side], reps: int, goals: dict[str, float],
         k = i % len(sides)
         order = sides[k:] + sides[:k]
         for s in order:
+            if s.before is not None:
+                s.before(i)
+            settle()
             s.times.append(s.run(i, s.rss))
             if s.out is not None:
                 rm(s.out(i))

@@ -14,7 +14,8 @@ min/median/max per side and the ratio of medians against the goal).
 4. loopback-sized: the same, pages PEP 691 JSON stating PEP 700 sizes
              / uv from the same index                                    (goal <= 0.75x uv)
 5. second:   a second env sharing every wheel (the package cache warm: only linking; the env,
-             the fast-path cache, roots and pointers deleted before each of its runs)
+             the fast-path cache, roots and pointers deleted before each of its runs, before
+             the settle time)
              / `cp -al` of that env's whole tree                         (goal <= 1.05x cp -al)
 6. verify:   `env verify --full` of that env (page cache warm: the realise just wrote it;
              nothing is dropped) / one `openssl dgst -sha256` over the same files, all of them
@@ -28,13 +29,17 @@ Range, as it would from a real index. Its `--link-mode` is `hardlink`, like fdle
 into its package cache): uv's default (clone, falling back to a copy on ext4) would write every
 byte twice and flatter fdlenv. fdlenv verifies every wheel's sha256 against the lock; uv, given
 no hashes to require, checks what the index states.
+Before each side runs (every round, every side alike) the rounds `sync` and wait `--settle`
+seconds (default 20, printed; bench/rounds.py): `/` here is ext4 without a journal, where files
+made right after a 6.5 GB tree was deleted are slower to create (torch's stream 20.1 s right
+after a deletion, 16.9 s after a 65 s pause), so the side that follows a deletion would lose.
 Every timing of rows 1-5 runs until the data is on disk (`sync` before, untimed, and after,
 timed): fdlenv fsyncs its manifest before publishing and uv does not. fdlenv runs as
 `python -m fdlenv` in rows 1-4 (~25 s: imports do not show) and as a regular install's
 `fdlenv` command (bench/regular.py) in rows 5-6. Each env is ~6.5 GB: every side's output is
 deleted once timed, and at most two envs' data is on disk at once (plus the wheels).
 
-    python bench/wheels.py [--reps N] [--only cold,extract,loopback,loopback-sized,second,verify]
+    python bench/wheels.py [--reps N] [--settle S] [--only cold,extract,loopback,loopback-sized,second,verify]
                            [--lock conda-lock.yml] [--work DIR] [--wheels DIR] [--index URL]
 
 `--wheels DIR`: a PEP 503-style directory (`DIR/<project>/<file>`) already holding the lock's
@@ -64,7 +69,7 @@ import yaml  # noqa: E402
 from bench import serve  # noqa: E402
 from bench.floor import floor  # noqa: E402
 from bench.regular import regular_install  # noqa: E402
-from bench.rounds import Side, row, rm, table, timed  # noqa: E402
+from bench.rounds import Side, row, rm, settle_between, table, timed  # noqa: E402
 from fdlenv import pipindex, simpleapi  # noqa: E402
 
 PY = sys.executable
@@ -212,9 +217,11 @@ def bench_env(work: Path, lock: Path, mirror: str | None, reps: int, which: list
     whl = sorted(p.name for p in (home / "pkgs").glob("whl-*"))
     out: list[dict] = []
     if "second" in which:
-        def second(i: int, rss: list[float]) -> float:
+        def forget(i: int) -> None:
             for d in (home / "envs", home / "cache" / "fast", home / "roots", home / "libtorch"):
                 rm(d)
+
+        def second(i: int, rss: list[float]) -> float:
             t = timed(realise_cmd(home, lock, mirror, exe))
             if sorted(p.name for p in (home / "pkgs").glob("whl-*")) != whl:
                 sys.exit("wheels.py: second: the package cache changed; the run was not link-only")
@@ -222,7 +229,7 @@ def bench_env(work: Path, lock: Path, mirror: str | None, reps: int, which: list
         # cp -al copies the env left by the setup or by fdlenv's last run: the same tree.
         cpal = Side("cp -al", lambda i, rss: timed(["cp", "-al", str(env_dir(home)), str(work / f"cpal{i}")]),
                     lambda i: work / f"cpal{i}")
-        out += row("second", [Side("fdlenv", second), cpal], reps, {"cp -al": 1.05})
+        out += row("second", [Side("fdlenv", second, before=forget), cpal], reps, {"cp -al": 1.05})
     if "verify" in which:
         env = env_dir(home)
         names = work / "verify-files"
@@ -243,6 +250,8 @@ def bench_env(work: Path, lock: Path, mirror: str | None, reps: int, which: list
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--settle", type=float, default=20.0,
+                    help="seconds every side waits, after a sync, before it runs (default 20; see the docstring)")
     ap.add_argument("--only", default=",".join(ROWS), help=f"comma-separated: {','.join(ROWS)}")
     ap.add_argument("--lock", type=Path, default=REPO / "conda-lock.yml", help="default: conda-lock.yml at the repo root")
     ap.add_argument("--work", type=Path, default=None,
@@ -260,6 +269,8 @@ def main() -> None:
         ap.error(f"--only: unknown {', '.join(sorted(bad))}; known: {', '.join(ROWS)}")
     if a.reps < 1:
         ap.error("--reps: at least 1")
+    if a.settle < 0:
+        ap.error("--settle: seconds, 0 or more")
     lock = a.lock.absolute()
     if not lock.is_file():
         ap.error(f"--lock: no file {lock}")
@@ -271,6 +282,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="fdlenv-bench-wheels-", dir="/var/tmp")) if own_work else a.work.absolute()
     work.mkdir(parents=True, exist_ok=True)
     print(f"{len(wheels)} wheels of {VARIANT} from {lock}; work dir {work}; {a.reps} round(s)", flush=True)
+    settle_between(a.settle)
     results = []
     index: Path | None = None
     try:

@@ -57,7 +57,7 @@ def export(home, lock_files: list[Path], variants: list[str] | None, platforms: 
     todo += [(r, rel) for r in conda if not _kept(out, done, rel := _conda_path(out, r), r.sha256)]
     copied = 0
     if todo:
-        from .store.wheels import where_served
+        from .store.wheelfetch import where_served
 
         served = where_served([r for r, _ in todo if r in pip], mirrors)
         for r, rel in todo:

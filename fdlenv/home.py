@@ -32,6 +32,11 @@ class Home(namedtuple("Home", "root")):
     # channel alias `flodl` that envs/*.yml name, so `--mirror flodl=URL` maps it.
     channel = property(lambda self: self.root / "channels" / "flodl")
 
+    def wheel_entry(self, sha256: str) -> Path:
+        """A wheel's package-cache entry (`store.wheels`), complete once it exists (published by
+        rename). Here, not in the store's fetch modules: the link-only realise reads none."""
+        return self.pkgs / f"whl-{sha256}"
+
     def ensure(self, *dirs: Path) -> None:
         for d in dirs:
             d.mkdir(parents=True, exist_ok=True)

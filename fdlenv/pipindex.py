@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -279,7 +278,10 @@ def bundled_pip_wheels() -> list[Path]:
 def _pip_default() -> str | None:
     """pip's own default index URL: from pip where this Python imports it, else from the pip
     wheel bundled with this Python (a wheel is importable as it is). In a child process, so
-    pip's logging set-up stays out of fdlenv's."""
+    pip's logging set-up stays out of fdlenv's (subprocess imported here: only `pypi` without a
+    configured index comes this far)."""
+    import subprocess
+
     try:
         proc = subprocess.run([sys.executable, "-c", _PIP_DEFAULT, *map(str, bundled_pip_wheels()[:1])],
                               capture_output=True, text=True, timeout=60)

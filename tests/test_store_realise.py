@@ -5,13 +5,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
-import textwrap
 
 import pytest
 from conda_lock.lockfile import parse_conda_lock_file
 from helpers_conda import Pkg, make_channel
+from helpers_imports import imported, of_fdlenv
 from helpers_store import bump_variant, fdlenv, make_world, realise_json
 
 from fdlenv.errors import Fail
@@ -58,6 +56,7 @@ REDIAL_MODULES = {
     "fdlenv.store", "fdlenv.store.realise", "fdlenv.store.fastpath", "fdlenv.store.env",
     "fdlenv.store.envkey", "fdlenv.store.pointers", "fdlenv.store.leases", "fdlenv.flocks", "fdlenv.output",
     "fdlenv.platforms", "fdlenv.hotpath", "fdlenv.confine", "fdlenv.leasefile", "fdlenv.buildtree", "fdlenv.hotmemo", "fdlenv.shells",
+    "fdlenv.memory",
 }
 NEVER_ON_REDIAL = ("typing", "dataclasses", "shutil", "rattler", "conda_lock", "yaml", "filelock")
 
@@ -65,25 +64,12 @@ NEVER_ON_REDIAL = ("typing", "dataclasses", "shutil", "rattler", "conda_lock", "
 def test_second_realise_is_the_fast_path_on_the_declared_modules_only(tmp_path):
     w = make_world(tmp_path)
     first = realise_json(w)
-    code = textwrap.dedent(f"""
-        import json, runpy, sys
-        before = set(sys.modules)   # what the interpreter's start-up (site, .pth files) imported
-        sys.argv = ["fdlenv", "env", "realize", "--libtorch", "cpu", "--lock", {str(w.lock)!r},
-                    "--home", {str(w.home.root)!r}, "--json"]
-        try:
-            runpy.run_module("fdlenv", run_name="__main__")
-        except SystemExit as e:
-            code = e.code
-        mods = sorted(m for m in sys.modules if m == "fdlenv" or m.startswith("fdlenv."))
-        banned = [m for m in {NEVER_ON_REDIAL!r} + ("hashlib",) * ("_sha256" in sys.modules or "_sha2" in sys.modules)
-                  if m in sys.modules and m not in before]
-        print(json.dumps({{"code": code, "fdlenv": mods, "banned": banned}}), file=sys.stderr)
-    """)
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    out = json.loads(res.stderr.strip().splitlines()[-1])
-    assert json.loads(res.stdout)["key"] == first["key"] and json.loads(res.stdout)["created"] is False
-    assert out["code"] == 0 and out["banned"] == []
-    assert set(out["fdlenv"]) <= REDIAL_MODULES, set(out["fdlenv"]) - REDIAL_MODULES
+    code, out, mods = imported(["env", "realize", "--libtorch", "cpu", "--lock", str(w.lock),
+                                "--home", str(w.home.root), "--json"])
+    banned = set(NEVER_ON_REDIAL) | ({"hashlib"} if mods & {"_sha256", "_sha2"} else set())
+    assert json.loads(out)["key"] == first["key"] and json.loads(out)["created"] is False
+    assert code == 0 and not mods & banned, mods & banned
+    assert of_fdlenv(mods) <= REDIAL_MODULES, of_fdlenv(mods) - REDIAL_MODULES
 
 
 def test_reader_agrees_with_conda_lock_parser(tmp_path):

@@ -21,7 +21,7 @@ from helpers_wheels import write_wheel_env
 from fdlenv.home import Home
 from fdlenv.lock import lock_envs
 from fdlenv.lockfile import SIZES_KEY, load_lock, read_variant
-from fdlenv.store.wheels import DOWNLOADS
+from fdlenv.store.wheelfetch import DOWNLOADS
 
 NATIVE = "py3-none-manylinux_2_27_x86_64"
 # Payload bytes per project; lock order is by name (a..e, then torch), size order is not.

@@ -6,11 +6,15 @@ has the SAME MAJOR compute capability (SASS runs across minors of a major);
 an AMD device needs its exact bare gfx target. Tokens are parsed, never
 substring-matched (the old `"5" in "7.5"` test gave false passes), and a
 token that does not parse (`cpu`) covers nothing.
+
+The parsers are `str` methods, not `re` (which `detect` would import for three patterns,
+~2.5 ms), with the same answers: `str.isdecimal` is what a `re` digit class matches (Unicode
+category Nd), `str.isalnum` or `_` a word character, and `str.split()` splits on what `re`
+takes for whitespace.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 
 from .model import AMD, NVIDIA, Device
@@ -26,9 +30,23 @@ ARCHS: dict[str, tuple[str, ...]] = {
     "rocm7.1": _ROCM,
 }
 
-_DOTTED = re.compile(r"(\d+)\.(\d+)")
-_SM = re.compile(r"sm_?(\d+)(\d)")       # last digit is the minor: sm_120 = 12.0
-_GFX = re.compile(r"gfx[0-9a-f]+")
+_HEX = frozenset("0123456789abcdef")
+
+
+def dotted(text: str) -> tuple[int, int] | None:
+    """All of `text` as `MAJOR.MINOR` (`(\\d+)\\.(\\d+)`, whole) -> the two numbers."""
+    major, dot, minor = text.partition(".")
+    return (int(major), int(minor)) if dot and major.isdecimal() and minor.isdecimal() else None
+
+
+def leading_version(text: str) -> tuple[int, int] | None:
+    """`MAJOR.MINOR` at the start of `text`, anything after (`6.2.1`, `12.8rc`): what
+    `re.match(r"(\\d+)\\.(\\d+)", text)` finds."""
+    major, dot, rest = text.partition(".")
+    n = 0
+    while n < len(rest) and rest[n].isdecimal():
+        n += 1
+    return (int(major), int(rest[:n])) if dot and n and major.isdecimal() else None
 
 
 def parse_cc(token: str) -> tuple[int, int] | None:
@@ -36,20 +54,22 @@ def parse_cc(token: str) -> tuple[int, int] | None:
     t = token.strip().lower()
     if t.endswith("+ptx"):
         t = t[:-4]
-    m = _DOTTED.fullmatch(t) or _SM.fullmatch(t)
-    return (int(m.group(1)), int(m.group(2))) if m else None
+    if t.startswith("sm"):      # sm_?(\d+)(\d): the last digit is the minor, sm_120 = 12.0
+        digits = t[3:] if t.startswith("sm_") else t[2:]
+        return (int(digits[:-1]), int(digits[-1])) if len(digits) > 1 and digits.isdecimal() else None
+    return dotted(t)
 
 
 def parse_gfx(token: str) -> str | None:
     """`gfx90a`, also with a feature suffix (`gfx90a:xnack-`) -> bare `gfx90a`."""
     t = token.strip().lower().split(":", 1)[0]
-    return t if _GFX.fullmatch(t) else None
+    return t if t.startswith("gfx") and len(t) > 3 and _HEX.issuperset(t[3:]) else None
 
 
 def split_archs(archs: str | Iterable[str]) -> list[str]:
     """A `.arch` `archs=` value (`;`, `,` or space separated) or a list, as tokens."""
     if isinstance(archs, str):
-        return [t for t in re.split(r"[;,\s]+", archs) if t]
+        return archs.replace(";", " ").replace(",", " ").split()
     return list(archs)
 
 

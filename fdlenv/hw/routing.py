@@ -29,11 +29,10 @@ flodl's own routing rules as the floor, in this order:
 
 from __future__ import annotations
 
-import re
 from collections import namedtuple
 
 from ..errors import Fail
-from .coverage import ARCHS, parse_cc, variant_covers
+from .coverage import ARCHS, leading_version, parse_cc, variant_covers
 from .model import AMD, NVIDIA, Device, Survey
 
 CU128_DRIVER = (12, 8)
@@ -63,8 +62,7 @@ class Route(namedtuple("Route", "variant reason candidates brief routed realised
 
 
 def _version(text: str | None) -> tuple[int, int] | None:
-    m = re.match(r"(\d+)\.(\d+)", text or "")
-    return (int(m.group(1)), int(m.group(2))) if m else None
+    return leading_version(text or "")
 
 
 def _labels(devices) -> str:

@@ -10,7 +10,6 @@ real hardware.
 from __future__ import annotations
 
 import json
-import re
 from collections import namedtuple
 
 from ..errors import Fail
@@ -23,7 +22,6 @@ FORMS = ('a JSON list of {"vendor": "nvidia"|"amd", "arch": "8.6"|"sm_86"|"gfx90
 
 _ENVELOPE = {"devices", "driver_cuda", "host_rocm"}
 _ENTRY = {"vendor", "arch", "vram_mb", "name", "uuid"}
-_VERSION = re.compile(r"\d+\.\d+[\w.+-]*")
 
 
 Spoof = namedtuple("Spoof", "devices driver_cuda host_rocm")
@@ -33,11 +31,18 @@ def _bad(why: str) -> Fail:
     return Fail.permanent(f"{SPOOF_VAR}: {why}; accepted: {FORMS}")
 
 
+def _is_version(text: str) -> bool:
+    """`text` is `\\d+\\.\\d+[\\w.+-]*` whole, by `str` methods (see `coverage`)."""
+    major, dot, rest = text.partition(".")
+    return (bool(dot) and major.isdecimal() and rest[:1].isdecimal()
+            and all(c.isalnum() or c in "_.+-" for c in rest))
+
+
 def _version(value, key: str) -> str | None:
     if value is None:
         return None
     text = str(value) if isinstance(value, (str, float)) else ""
-    if not _VERSION.fullmatch(text):
+    if not _is_version(text):
         raise _bad(f"{key} must be a version like \"12.8\", got {value!r}")
     return text
 

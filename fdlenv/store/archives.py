@@ -133,9 +133,7 @@ def _download(home: Home, r: Record, url: str, dest: Path) -> None:
 def evict_cache_entry(home: Home, r: Record) -> None:
     """Drop the package cache's extraction of `r` (it may hold bytes that failed verification)."""
     if r.manager == "pip":
-        from .wheelfile import entry_dir
-
-        atomic.discard(entry_dir(home, r.sha256))
+        atomic.discard(home.wheel_entry(r.sha256))
         return
     stem = r.filename.removesuffix(".conda").removesuffix(".tar.bz2")
     entry = confine.inside(home.pkgs, stem, f"the lock entry {r.name} ({r.url})")

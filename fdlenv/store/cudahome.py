@@ -105,14 +105,13 @@ def _merge(src: Path, rel: str, at: dict[str, Path | None]) -> None:
 def _template(templates: Path, layout: dict[str, str | None]) -> Path | None:
     """The layout's symlinks made once in `templates/cudahome-<digest>`, published by rename;
     None when the cache cannot hold one (the env's symlinks are then made in place)."""
-    import shutil
-
     from ..hashing import of_text
 
     digest = of_text("".join(f"{rel}\0{text or ''}\n" for rel, text in layout.items()))[:32]
     final = templates / f"cudahome-{digest}"
     if (final / ".complete").is_file():
         return final
+    import shutil   # only to make one: a second env of the same layout links the one made
     tmp = templates / f".cudahome-{digest}.{os.getpid()}"
     try:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -7,7 +7,7 @@ loopback index whose pages state no sizes). A file's size comes from, in order:
 1. the lock (`lockfile.SIZES_KEY`, which `fdlenv lock` and lock on demand write),
    so a realise from an fdlenv-written lock asks nothing more;
 2. the index (PEP 700 `size` in a JSON page) or the file itself, when local
-   (`wheels.where_served`, which reads the pages anyway);
+   (`wheelfetch.where_served`, which reads the pages anyway);
 3. a HEAD, only for the files neither states, all side by side and bounded
    (`simpleapi.sizes_of`); one that fails leaves the size unknown, never an error;
 4. the known-largest rule for what is still unknown: `torch` is the largest

@@ -19,7 +19,6 @@ import contextlib
 import errno
 import json
 import os
-import shutil
 import sys
 import threading
 import time
@@ -30,13 +29,16 @@ from .. import __version__, atomic, flocks, variants
 from ..errors import Fail, os_failure
 from ..home import Home
 from ..progress import during, say
-from .archives import Archive, evict_cache_entry, locate, verify
-from . import cudahome, linktree, ownfiles, sizes, wheelfile, wheels
+from . import cudahome, linktree, ownfiles, sizes, wheels
 from .env import MANIFEST, libtorch_root
 from ..lockfile import Record
 
-TYPE_CHECKING = False   # the worker's module (subprocess, signal, typing) only for conda packages
+# The worker's module (subprocess, signal, typing) and `store.archives` (tempfile) only for conda
+# packages, and shutil only to remove what a failed run left: an env of wheels whose entries
+# are all cached (a second env) imports none of them.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from .archives import Archive
     from .install_worker import Request, WorkerProcess
 
 
@@ -48,7 +50,7 @@ def _cache_in_use(home: Home):
         # Nobody installs right now: what hidden dirs remain are debris of killed runs.
         for p in home.pkgs.iterdir():
             if p.name.startswith(".") and p.is_dir():
-                shutil.rmtree(p, ignore_errors=True)
+                _rmtree(p)
 
     return flocks.shared(home.locks / "pkgs.lock", "installing", first=clear_debris)
 
@@ -56,7 +58,13 @@ def _cache_in_use(home: Home):
 def _clear_debris(home: Home, key: str) -> None:
     if home.staging.is_dir():
         for p in home.staging.glob(f"{key}-*"):
-            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+            _rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
+
+
+def _rmtree(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def build(home: Home, variant: str, key: str, records: list[Record], final: Path,
@@ -74,7 +82,7 @@ def build(home: Home, variant: str, key: str, records: list[Record], final: Path
         worker = WorkerProcess()
     stage = home.staging / f"{key}-{os.getpid()}"
     try:
-        archives = [locate(home, r, mirrors) for r in records if r.manager == "conda"]
+        archives = _located(home, [r for r in records if r.manager == "conda"], mirrors)
         wheel_records = [r for r in records if r.manager == "pip"]
         with _cache_in_use(home):
             entries = _install(home, worker, archives, wheel_records, mirrors, stage, final, variant)
@@ -106,12 +114,12 @@ def build(home: Home, variant: str, key: str, records: list[Record], final: Path
     except OSError as e:
         if worker is not None:
             worker.abandon()
-        shutil.rmtree(stage, ignore_errors=True)
+        _rmtree(stage)
         raise os_failure(e, str(home.root)) from None
     except BaseException:
         if worker is not None:
             worker.abandon()
-        shutil.rmtree(stage, ignore_errors=True)
+        _rmtree(stage)
         for leftover in (Path(str(stage) + ".ok"), Path(str(stage) + ".err")):
             leftover.unlink(missing_ok=True)
         _sweep_own_extractions(home)
@@ -119,10 +127,20 @@ def build(home: Home, variant: str, key: str, records: list[Record], final: Path
     say(f"realised {variant} in {time.monotonic() - t0:.1f}s")
 
 
+def _located(home: Home, conda: list[Record], mirrors: dict[str, str]) -> list[Archive]:
+    if not conda:
+        return []
+    from .archives import locate
+
+    return [locate(home, r, mirrors) for r in conda]
+
+
 def _sweep_own_extractions(home: Home) -> None:
     """After a failure or Ctrl-C: wait (briefly) for this process's download threads to stop,
     then remove the extraction dirs they leave (`pkgs/.whl-<sha>.<pid>.*`)."""
-    deadline = time.monotonic() + wheels.GRACE
+    from .wheelfetch import GRACE   # a failed or interrupted realise: the fetch's own bound
+
+    deadline = time.monotonic() + GRACE
     for t in threading.enumerate():
         if t.name.startswith("fdlenv-") and t is not threading.current_thread():
             t.join(max(0.0, deadline - time.monotonic()))
@@ -130,7 +148,7 @@ def _sweep_own_extractions(home: Home) -> None:
     # the first sweep: a second one follows once threads had one more chance to end.
     for last in (False, True):
         for tmp in home.pkgs.glob(f".whl-*.{os.getpid()}.*") if home.pkgs.is_dir() else ():
-            shutil.rmtree(tmp, ignore_errors=True)
+            _rmtree(tmp)
         if last or not any(t.name.startswith("fdlenv-") and t.is_alive() for t in threading.enumerate()):
             break
         time.sleep(0.05)
@@ -186,12 +204,16 @@ def _install(home: Home, worker: WorkerProcess | None, archives: list[Archive], 
     except BaseException:    # Ctrl-C: the downloads stop and clean up before the caller's cleanup
         stop.set()
         if fetcher.is_alive():
-            fetcher.join(wheels.GRACE + 0.5)
+            from .wheelfetch import GRACE
+
+            fetcher.join(GRACE + 0.5)
         raise
     try:
         if wheel_failures:
             raise wheel_failures[0]
         if failures:
+            from .archives import evict_cache_entry
+
             for a in archives:
                 if not a.fetched:
                     evict_cache_entry(home, a.record)  # it may hold the bad bytes
@@ -248,6 +270,8 @@ def _run_beside(fetcher: threading.Thread, wheel_records: list[Record], archives
 
     def hash_all():
         from concurrent.futures import ThreadPoolExecutor
+
+        from .archives import verify
 
         with ThreadPoolExecutor(max_workers=2) as pool:
             for a, fut in [(a, pool.submit(verify, home, a)) for a in archives]:
@@ -327,7 +351,7 @@ def _link_report(home: Home, stage: Path, records: list[Record]) -> dict:
     site = next(iter(stage.glob("lib/python*/site-packages")), None)
     for r in records:
         if r.manager == "pip":
-            sample = _first_file(wheelfile.entry_dir(home, r.sha256) / "site", set())
+            sample = _first_file(home.wheel_entry(r.sha256) / "site", set())
             if sample and site and (site / sample).is_file():
                 if (site / sample).lstat().st_nlink > 1:
                     linked += 1

@@ -37,10 +37,6 @@ CHUNK = 1 << 20
 DOWNLOAD_LIMIT = 16 << 30
 
 
-def entry_dir(home: Home, sha256: str) -> Path:
-    return home.pkgs / f"whl-{sha256}"
-
-
 def publish(tmp: Path, final: Path) -> None:
     try:
         os.rename(tmp, final)
@@ -177,7 +173,7 @@ def extract(home: Home, r: Record, path: Path, pool: ThreadPoolExecutor,
     `check(r, root, sizes)`, when given, runs after RECORD's (`store.wheelmeta`), before publishing."""
     import zipfile   # only where a wheel is extracted whole: not on a link-only realise
 
-    final = entry_dir(home, r.sha256)
+    final = home.wheel_entry(r.sha256)
     if final.is_dir():
         return
     tmp = home.pkgs / f".whl-{r.sha256}.{os.getpid()}.{threading.get_ident()}"

@@ -208,6 +208,31 @@ def test_verify_checks_wheel_files_against_their_record_and_repair_restores_them
     assert lib.read_text() == "c10"
 
 
+def test_verify_full_reports_every_flipped_file_whichever_core_hashes_it_largest_first(world):
+    home, lock, url, _ = world
+    env = json.loads(realise(home, lock, url).stdout)
+    site = Path(env["libtorch_root"]).parent
+    recorded = {row.split(",")[0] for record in site.glob("*.dist-info/RECORD")
+                for row in record.read_text().splitlines() if ",sha256=" in row}
+    files = sorted((site / r for r in recorded if ".dist-info" not in r and (site / r).stat().st_size > 0),
+                   key=lambda p: (p.stat().st_size, str(p)))
+    flipped = [files[0], files[len(files) // 2], files[-1]]   # on both lanes, whatever their sizes
+    for f in flipped:
+        data = bytearray(f.read_bytes())
+        data[-1] ^= 0xFF
+        with open(f, "r+b") as out:                  # in place, same size: only the hash tells
+            out.write(data)
+    res = fdlenv("env", "verify", "cu128", "--home", str(home.root), "--full", "--json")
+    assert res.returncode == 2, res.stdout + res.stderr
+    problems = json.loads(res.stdout)["envs"][0]["problems"]
+    assert {p["what"] for p in problems} == {"content differs"}, problems
+    shown = [p["path"] for p in problems]
+    want = [str(f.relative_to(site)) for f in flipped]
+    assert sorted(shown) == sorted(want)
+    sizes = [(site / p).stat().st_size for p in shown]
+    assert sizes == sorted(sizes, reverse=True)      # told largest first, as they were dealt
+
+
 def test_auto_on_a_spoofed_nvidia_box_with_a_cuda_12_8_driver_realises_cu128(world):
     home, lock, url, _ = world
     gpu = json.dumps({"devices": [{"vendor": "nvidia", "arch": "9.0", "vram_mb": 81000, "name": "H100"}],

@@ -105,9 +105,9 @@ class _Watch:
 _local = threading.local()
 _OPENER = None
 # One TLS context for every request of the process: each context loads the CA store (~1 MiB),
-# and urllib makes one per connection when given none (16 index pages and 7 downloads side by
-# side: a cold cu128 realise peaked 82 MiB against 61 over loopback http). Verification is
-# the default context's (system CAs, SSL_CERT_FILE / SSL_CERT_DIR), hostnames checked.
+# and urllib makes one per connection when given none (16 for 16 index pages side by side).
+# Verification is the default context's (system CAs, SSL_CERT_FILE / SSL_CERT_DIR), hostnames
+# checked.
 _CONTEXT_LOCK = threading.Lock()
 
 

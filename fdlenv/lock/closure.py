@@ -47,7 +47,7 @@ from .. import pipindex, simpleapi
 from ..errors import Fail
 from ..progress import during
 from .entry import Entry
-from .provider import (_MANYLINUX, FULL, PYTHON, Index, Meta, NoWheel, Provider, Req, is_native, requirements_of,
+from .provider import (FULL, MACHINES, PYTHON, Index, Meta, NoWheel, Provider, Req, is_native, requirements_of,
                        target_environment)
 
 TYPE_CHECKING = False   # the env-file reader (urllib) is the caller's: not imported for the realise's check
@@ -61,9 +61,9 @@ PARALLEL = 16       # page and metadata requests side by side
 
 
 def platform_tags(platform: str) -> list[str]:
-    arch = _MANYLINUX.get(platform)
+    arch = MACHINES.get(platform)
     if arch is None:
-        raise Fail.permanent(f"--platform: wheel variants lock for {', '.join(_MANYLINUX)} only, not {platform}")
+        raise Fail.permanent(f"--platform: wheel variants lock for {', '.join(MACHINES)} only, not {platform}")
     tags = [f"manylinux_2_{n}_{arch}" for n in range(39, 16, -1)]
     return tags + [f"manylinux2014_{arch}"] + ([f"manylinux2010_{arch}", f"manylinux1_{arch}"] if arch == "x86_64" else []) + [f"linux_{arch}"]
 

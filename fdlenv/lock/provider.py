@@ -38,15 +38,15 @@ from ..progress import say
 
 PYTHON = "3.12"
 FULL = f"{PYTHON}.0"
-# The manylinux tags a wheel may carry for each platform (the whole ladder, newest first).
-_MANYLINUX = {"linux-64": "x86_64", "linux-aarch64": "aarch64"}
+# Each platform's machine: its marker value and the arch of its manylinux tags (`closure.platform_tags`).
+MACHINES = {"linux-64": "x86_64", "linux-aarch64": "aarch64"}
 
 
 def target_environment(platform: str) -> dict[str, str]:
     """PEP 508 marker values of the target, every one of them (nothing of this host's)."""
     return dict(python_version=PYTHON, python_full_version=FULL, implementation_name="cpython",
                 implementation_version=FULL, platform_python_implementation="CPython", sys_platform="linux",
-                os_name="posix", platform_system="Linux", platform_machine=_MANYLINUX[platform],
+                os_name="posix", platform_system="Linux", platform_machine=MACHINES[platform],
                 platform_release="", platform_version="")
 
 

@@ -55,6 +55,8 @@ def listing(home: Home) -> list[EnvInfo]:
 
 
 Problem = namedtuple("Problem", "path what package")
+# A file `verify --full` re-hashes: shown as `shown`, `expected` in "hex" or "b64" (`how`), `size` bytes.
+Queued = namedtuple("Queued", "path shown expected how package size")
 
 
 class Report:
@@ -93,7 +95,7 @@ def verify(env_dir: Path, full: bool = False) -> Report:
     root = manifest.get("libtorch_root") or built
     if os.path.commonpath([root, built]) == built and not (env_dir / os.path.relpath(root, built) / "lib").is_dir():
         rep.problems.append(Problem(os.path.relpath(root, built) + "/lib", "missing", "(libtorch)"))
-    hashes: list[tuple] = []   # (file, shown as, expected, how, package, size): see _hash_all
+    hashes: list[Queued] = []
     if full or old is not None:
         _walk_conda(env_dir, metas, {r["name"]: r["sha256"] for r in conda}, old, full, rep, hashes)
     if wheels:
@@ -133,26 +135,25 @@ def _walk_conda(env_dir: Path, metas: list[Path], want_sha: dict[str, str], old:
                     and size != p["size_in_bytes"]:
                 rep.problems.append(Problem(p["_path"], "size differs", rec["name"]))
             elif expected:
-                hashes.append((path, p["_path"], expected, "hex", rec["name"], size))
+                hashes.append(Queued(path, p["_path"], expected, "hex", rec["name"], size))
 
 
-def _hash_all(hashes: list[tuple]) -> list[Problem]:
+def _hash_all(hashes: list[Queued]) -> list[Problem]:
     """Every queued file re-hashed on every core (hashlib lets go of the GIL while it hashes).
-    Each queued item is (path, shown, expected, "hex" | "b64", package, size). The files are
-    dealt once to one lane per core, largest first onto the lightest lane, so the lanes finish
-    together; each lane is one thread looping over its files (a future per file cost ~0.3 s of
-    GIL-held bookkeeping on the 13,800 files of a cu128 env, the cores trading it)."""
+    The files are dealt once to one lane per core, largest first onto the lightest lane, so the
+    lanes finish together; each lane is one thread looping over its files (a future per file and
+    four stats per file cost ~0.6 s on the 13,800 files of a cu128 env: 3.00 s against 2.38 s)."""
     import base64
     import threading
 
-    order = sorted(range(len(hashes)), key=lambda i: hashes[i][5], reverse=True)
+    order = sorted(range(len(hashes)), key=lambda i: hashes[i].size, reverse=True)
     n = max(1, min(os.cpu_count() or 1, len(order)))
     lanes: list[list[int]] = [[] for _ in range(n)]
     loads = [0] * n
     for i in order:
         lightest = loads.index(min(loads))
         lanes[lightest].append(i)
-        loads[lightest] += hashes[i][5] + 4096     # a file costs its bytes and an open
+        loads[lightest] += hashes[i].size + 4096     # a file costs its bytes and an open
     found: list[tuple[int, Problem]] = []
     failed: list[BaseException] = []
 
@@ -232,7 +233,7 @@ def _verify_wheels(env_dir: Path, wheels: list[dict], full: bool, rep: Report, h
                 elif row[2] and st.st_size != int(row[2]):
                     rep.problems.append(Problem(row[0], "size differs", w["name"]))
                 elif row[1].startswith("sha256="):
-                    hashes.append((path, row[0], row[1][7:], "b64", w["name"], st.st_size))
+                    hashes.append(Queued(path, row[0], row[1][7:], "b64", w["name"], st.st_size))
 
 
 def repair(home: Home, env_dir: Path, report: Report, mirrors: dict[str, str] | None = None) -> None:

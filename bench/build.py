@@ -36,7 +36,7 @@ REDIAL = """
 import sys
 from pathlib import Path
 from fdlenv import cli
-from fdlenv import libtorch
+from fdlenv.app import libtorch
 from fdlenv.store import activation
 from fdlenv.store.env import Env
 cli.COMMANDS = ("build",)

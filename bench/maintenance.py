@@ -34,7 +34,7 @@ from bench.rounds import Side, row  # noqa: E402
 from helpers_conda import Pkg, make_channel, write_env  # noqa: E402
 from helpers_store import base_pkgs, variant_pkg  # noqa: E402
 
-from fdlenv.home import Home  # noqa: E402
+from fdlenv.names.home import Home  # noqa: E402
 from fdlenv.lock import lock_envs  # noqa: E402
 
 

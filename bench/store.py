@@ -2,7 +2,7 @@
 
 1. own cost of the hot commands on a realised env, each minus `python -c pass`: the re-dial
    `env realize`, `shell-hook`, `run true` (goal <= 15 ms each, answered from their memo:
-   fdlenv/hotpath.py; also shown without it) and `detect` (goal <= 30 ms),
+   fdlenv/hot/replay.py; also shown without it) and `detect` (goal <= 30 ms),
    in both install modes: this checkout (`python -m fdlenv`) and a regular install's
    `fdlenv` command (a fresh venv, `pip install --no-deps` of this checkout: scripts/fdlenv)
 2. warm realise (new key, packages cached) of a 20,000-file package / `cp -al` of its payload   (goal <= 2)
@@ -31,7 +31,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 from bench.regular import ENV, regular_install  # noqa: E402
 from helpers_conda import Pkg, make_channel, write_env  # noqa: E402
 
-from fdlenv.home import Home  # noqa: E402
+from fdlenv.names.home import Home  # noqa: E402
 from fdlenv.lock import lock_envs  # noqa: E402
 
 PY = sys.executable

@@ -70,7 +70,7 @@ from bench import serve  # noqa: E402
 from bench.floor import floor  # noqa: E402
 from bench.regular import regular_install  # noqa: E402
 from bench.rounds import Side, row, rm, settle_between, table, timed  # noqa: E402
-from fdlenv import pipindex, simpleapi  # noqa: E402
+from fdlenv.index import pipindex, simpleapi  # noqa: E402
 
 PY = sys.executable
 VARIANT = "cu128"

@@ -1,7 +1,7 @@
-"""`python -m fdlenv`: the same front as the installed `fdlenv` command (scripts/fdlenv, fdlenv.cli)."""
+"""`python -m fdlenv`: the same front as the installed `fdlenv` command (scripts/fdlenv, fdlenv.front.cli)."""
 
 import sys
 
-from .cli import main
+from .front.cli import main
 
 sys.exit(main())

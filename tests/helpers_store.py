@@ -18,7 +18,7 @@ from pathlib import Path
 
 from helpers_conda import PLACEHOLDER, Pkg, make_channel, make_wheel, write_env
 
-from fdlenv.home import Home
+from fdlenv.names.home import Home
 from fdlenv.lock import lock_envs
 
 

@@ -14,7 +14,7 @@ import pickle
 import tempfile
 from pathlib import Path
 
-from fdlenv.errors import Fail
+from fdlenv.base.errors import Fail
 
 NOBODY = 65534
 

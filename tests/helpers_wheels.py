@@ -59,7 +59,7 @@ def make_wheels(directory: Path, version: str = "2.10.0", label: str = "cu128") 
 
 def make_index(root: Path, wheels: list[Path]) -> str:
     """A PEP 503 index at `root` (files under root/files/); returns its file:// URL."""
-    from fdlenv.pipindex import normalize
+    from fdlenv.index.pipindex import normalize
 
     files = root / "files"
     files.mkdir(parents=True, exist_ok=True)

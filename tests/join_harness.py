@@ -10,7 +10,7 @@ from pathlib import Path
 
 from fdlenv.config.model import JoinSettings
 from fdlenv.join.loop import run_join
-from fdlenv.prepare import Prepared
+from fdlenv.app.prepare import Prepared
 from fdlenv.store.env import Env
 
 out, code, mode = sys.argv[1], sys.argv[2], sys.argv[3]

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from fdlenv import cli
-from fdlenv.cliparse import build_parser
+from fdlenv.front import cli
+from fdlenv.front.parser import build_parser
 
 READ_HERE = [
     ["shell-hook"],
@@ -59,7 +59,7 @@ def test_every_other_shape_is_left_to_argparse(argv):
 
 
 def test_the_hot_commands_never_import_argparse():
-    code = ("import sys; from fdlenv import cli; "
+    code = ("import sys; from fdlenv.front import cli; "
             "[cli._quick(a) for a in (['shell-hook', '--libtorch', 'cpu'], ['run', 'true'], ['env', 'realize', 'cpu'], "
             "['detect'])]; "
             "print(sorted(m for m in ('argparse', 'gettext', 'locale') if m in sys.modules))")

@@ -23,8 +23,8 @@ import pytest
 from helpers_pytorch_index import serve
 from helpers_source import environ_for, fake_env, write_tree
 
-from fdlenv.errors import Fail
-from fdlenv.home import Home
+from fdlenv.base.errors import Fail
+from fdlenv.names.home import Home
 from fdlenv.source import build, nvcc
 from fdlenv.source.build import Recipe
 
@@ -226,7 +226,7 @@ def test_a_recipe_on_a_terminal_keeps_cargos_colours_and_progress_through_the_pi
     env = fake_env(tmp_path, "cpu")
     tree = write_tree(tmp_path / "tree", {"x": ""})
     code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
-            "from pathlib import Path\nfrom fdlenv.home import Home\nfrom fdlenv.source import build\n"
+            "from pathlib import Path\nfrom fdlenv.names.home import Home\nfrom fdlenv.source import build\n"
             "from helpers_source import FakeEnv, environ_for\n"
             f"env = FakeEnv('cpu', 'e' * 64, Path({str(env.path)!r}), Path({str(env.libtorch_root)!r}))\n"
             "recipe = build.Recipe('mkdir -p out && echo \"tty=$CARGO_TERM_COLOR/$CARGO_TERM_PROGRESS_WHEN\" | "

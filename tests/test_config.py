@@ -8,8 +8,8 @@ import math
 import pytest
 
 from fdlenv.config.load import load_project
-from fdlenv.fdlfile import find_config
-from fdlenv.errors import Fail
+from fdlenv.config.fdlfile import find_config
+from fdlenv.base.errors import Fail
 
 
 def write(p, text):

@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from fdlenv.config.grammar import (local_hostname, parse_controller, parse_devices,
-                                   parse_ssh_spec)
+from fdlenv.config.grammar import local_hostname, parse_controller, parse_devices, parse_ssh_spec
 from fdlenv.config.model import FdlenvBlock, JoinBlock, JoinFlags, Project, SourceSpec, SshConfig
-from fdlenv.joinsettings import check_given_bin, resolve, resolve_prepare
-from fdlenv.errors import Fail
+from fdlenv.app.joinsettings import check_given_bin, resolve, resolve_prepare
+from fdlenv.base.errors import Fail
 
 ACCEPT_NEW = "StrictHostKeyChecking=accept-new"
 

@@ -1,5 +1,5 @@
 """One helper keeps paths made from data inside their root and fdlenv's own files off links
-(fdlenv/confine.py); each caller has its own end-to-end test (export: test_mirror_export,
+(fdlenv/base/confine.py); each caller has its own end-to-end test (export: test_mirror_export,
 the env builder: test_env_confinement, the package cache: test_streamzip and
 test_store_faults, the replay: test_hotpath)."""
 
@@ -9,8 +9,8 @@ import os
 
 import pytest
 
-from fdlenv import confine
-from fdlenv.errors import Fail
+from fdlenv.base import confine
+from fdlenv.base.errors import Fail
 
 
 @pytest.mark.parametrize(("name", "why"), [

@@ -25,7 +25,7 @@ from helpers_conda import make_wheel, write_env
 from helpers_store import fdlenv
 from helpers_wheels import make_index
 
-from fdlenv.home import Home
+from fdlenv.names.home import Home
 from fdlenv.lock import lock_envs
 from fdlenv.store.activation import host_rocm_lib
 

@@ -1,5 +1,5 @@
 """Every wait ends: a request has one total deadline and a lock wait has one, each a setting
-(fdlenv/deadlines.py, netread, flocks).
+(fdlenv/base/deadlines.py, netread, flocks).
 
 The stalled server is a real socket on 127.0.0.1 that answers a status line and then one
 header line per tick, each tick sent by the test: every socket operation of the client
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from fdlenv import flocks
+from fdlenv.base import flocks
 
 MARGIN = 15.0     # seconds past the deadline a realise may take to start, fail and exit
 

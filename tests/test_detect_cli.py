@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from fdlenv.commands import detect
-from fdlenv.errors import Fail
+from fdlenv.front.commands import detect
+from fdlenv.base.errors import Fail
 from fdlenv.hw.model import SPOOF_VAR as VAR
 
 BOX = {"devices": [{"vendor": "nvidia", "arch": "sm_120", "vram_mb": 32607, "name": "RTX 5090"},

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from fdlenv.errors import Fail
+from fdlenv.base.errors import Fail
 from fdlenv.hw.masks import apply, mask_var
 from fdlenv.hw.model import AMD, MASK_APPLIED, NVIDIA, Device, SPOOF_VAR as VAR
 from fdlenv.hw.routing import route

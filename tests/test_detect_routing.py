@@ -2,7 +2,7 @@
 
 import pytest
 
-from fdlenv.errors import Fail
+from fdlenv.base.errors import Fail
 from fdlenv.hw.coverage import ARCHS, covers, parse_cc, parse_gfx, variant_covers
 from fdlenv.hw.model import AMD, NVIDIA, VENDOR_MISMATCH, Device, Finding, Survey
 from fdlenv.hw.routing import choose, route

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from fdlenv.config.model import FdlenvBlock, JoinBlock, JoinFlags, Project
-from fdlenv.errors import Fail
+from fdlenv.base.errors import Fail
 from fdlenv.hw.model import AMD, NVIDIA, Device, Survey
-from fdlenv.joinsettings import resolve
-from fdlenv.prepare import PrepareRequest, check_devices
+from fdlenv.app.joinsettings import resolve
+from fdlenv.app.prepare import PrepareRequest, check_devices
 
 H100 = Device(NVIDIA, 0, "NVIDIA H100 80GB HBM3", "9.0", 81559)
 MI = (Device(AMD, 0, "MI300X", "gfx942", 196000), Device(AMD, 1, "MI300X", "gfx942", 196000))

@@ -13,13 +13,13 @@ import pytest
 
 from fdlenv.config.grammar import check_share, split_host_port
 from fdlenv.config.schema import validate
-from fdlenv.errors import Fail, classify
+from fdlenv.base.errors import Fail, classify
 
 # A real `fdlenv` process whose `detect` command has a bug planted (a KeyError in its body).
 _PLANTED = """
 import sys
-import fdlenv.cli as cli
-import fdlenv.commands.detect as detect
+import fdlenv.front.cli as cli
+import fdlenv.front.commands.detect as detect
 
 detect.run = lambda args: {}["planted"]      # the command's body, however its argv is read
 sys.exit(cli.main())

@@ -64,7 +64,7 @@ def test_the_bake_scripts_default_covers_every_variant_auto_may_pick():
 
     from fdlenv.hw.model import Device, Survey
     from fdlenv.hw.routing import route
-    from fdlenv.variants import VARIANTS
+    from fdlenv.names.variants import VARIANTS
 
     default = re.search(r'VARIANTS=\$\{VARIANTS:-"([^"]+)"\}', (EXAMPLES / "bake" / "bake.sh").read_text())
     assert default is not None

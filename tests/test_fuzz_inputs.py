@@ -18,10 +18,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fdlenv import simpleapi
-from fdlenv.errors import Fail
+from fdlenv.index import simpleapi
+from fdlenv.base.errors import Fail
 from fdlenv.store import activation, streamzip, wheelfile
-from fdlenv.lockfile import Record, read_variant
+from fdlenv.lock.file import Record, read_variant
 
 # 60 examples per reader in the suite; FDLENV_FUZZ_EXAMPLES=N for a longer hunt.
 BUDGET = settings(max_examples=int(os.environ.get("FDLENV_FUZZ_EXAMPLES", "60")), deadline=None, suppress_health_check=list(HealthCheck), database=None)
@@ -132,7 +132,7 @@ def test_the_stream_reader_takes_any_bytes_without_a_traceback(tmp_path_factory,
 @BUDGET
 @given(changes=mutations)
 def test_the_whole_file_extractor_takes_any_bytes_without_a_traceback(tmp_path_factory, changes):
-    from fdlenv.home import Home
+    from fdlenv.names.home import Home
 
     tmp = tmp_path_factory.mktemp("w")
     path = tmp / "w-1.0-py3-none-any.whl"

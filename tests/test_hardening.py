@@ -20,10 +20,10 @@ from helpers_store import fdlenv, make_world, realise_json, visible_envs
 from test_join_loop import _gone
 from test_store_faults import tmpfs
 
-from fdlenv import yamlfile
+from fdlenv.base import yamlfile
 from fdlenv.config.load import load_project
-from fdlenv.errors import Fail
-from fdlenv.home import Home
+from fdlenv.base.errors import Fail
+from fdlenv.names.home import Home
 from fdlenv.lock import lock_envs
 
 
@@ -171,7 +171,7 @@ def test_a_full_disk_at_any_step_is_transient_names_the_home_and_leaves_no_debri
 def test_a_full_disk_error_that_names_no_file_names_the_home_not_the_working_directory(tmp_path, monkeypatch):
     """A write that fills the disk raises ENOSPC with no file name: the home the command settled
     is named, with its free space, never "the working directory"."""
-    from fdlenv import errors
+    from fdlenv.base import errors
 
     monkeypatch.setattr(errors, "_HOME", None)    # restored after: the home is this test's
     with tmpfs(tmp_path / "tiny", "1m") as tiny:
@@ -239,8 +239,8 @@ def test_kill_9_of_fdlenv_build_ends_its_recipe_and_the_next_call_builds_once(tm
 def test_a_recipe_outliving_its_fdlenv_keeps_the_source_claim_until_it_is_gone(tmp_path):
     """The claim's descriptor is inherited: the tree stays claimed while any of its holders runs,
     so a new fdlenv can never start a recipe beside a stale one."""
-    from fdlenv.flocks import exclusive, held
-    from fdlenv.groupguard import spawn
+    from fdlenv.base.flocks import exclusive, held
+    from fdlenv.base.groupguard import spawn
 
     lock = tmp_path / "locks" / "source-x.lock"
     with exclusive(lock, "the test") as fd:

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from fdlenv import hashing
+from fdlenv.base import hashing
 
 
 @pytest.mark.parametrize("size", [0, 1, 63, 64, 65, 200, 1000])

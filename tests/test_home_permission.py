@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from fdlenv import cli, errors, output
+from fdlenv.front import cli
+from fdlenv.base import errors, output
 from helpers_user import unprivileged, world_dir
 
 ORIGINS = ["--home", "$FLODL_HOME", "fdl.yml", "default"]

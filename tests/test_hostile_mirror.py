@@ -21,9 +21,9 @@ import pytest
 from helpers_store import fdlenv
 from helpers_wheels import make_index, make_wheels, sha256, write_wheel_env
 
-from fdlenv import netread
-from fdlenv.errors import Fail
-from fdlenv.home import Home
+from fdlenv.base import netread
+from fdlenv.base.errors import Fail
+from fdlenv.names.home import Home
 from fdlenv.lock import lock_envs
 
 
@@ -265,7 +265,7 @@ def test_an_endless_page_is_cut_at_its_cap_as_permanent(trickle):
 
 def test_an_index_naming_local_files_is_never_read_from(tmp_path):
     """JSON `url`s and HTML hrefs of file:// from a remote index are dropped before anything opens them."""
-    from fdlenv import simpleapi
+    from fdlenv.index import simpleapi
 
     secret = tmp_path / "secret-1.0-py3-none-any.whl"
     secret.write_bytes(b"local")

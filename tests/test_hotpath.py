@@ -1,8 +1,8 @@
-"""The hot commands answered from a memo (fdlenv/hotpath.py, fdlenv/hotmemo.py): the same
+"""The hot commands answered from a memo (fdlenv/hot/replay.py, fdlenv/hot/memo.py): the same
 answer as the slow path, and never an answer the files no longer give.
 
 Whether a call was replayed is read from `python -X importtime`: a replay never imports
-`fdlenv.store`. A memo is written by the first call that finds its files settled, so a
+`fdlenv.app` (the settings and the resolver). A memo is written by the first call that finds its files settled, so a
 helper calls again (a bounded number of times, each a process start, longer than a file
 system's clock tick) until one is replayed."""
 
@@ -17,7 +17,7 @@ import sys
 import pytest
 from helpers_store import bump_variant, make_world, realise_json
 
-from fdlenv import hotmemo, hotpath
+from fdlenv.hot import memo as hotmemo, replay as hotpath
 
 SLOW = {"FDLENV_NO_HOTPATH": "1"}
 
@@ -28,7 +28,7 @@ def call(*args: str, env: dict | None = None, cwd=None) -> tuple[subprocess.Comp
                          text=True, env={**os.environ, **(env or {})}, cwd=cwd)
     imports = [ln for ln in res.stderr.splitlines() if ln.startswith("import time:")]
     res.stderr = "\n".join(ln for ln in res.stderr.splitlines() if not ln.startswith("import time:"))
-    return res, not any(ln.rstrip().endswith(" fdlenv.store") for ln in imports)
+    return res, not any(ln.rstrip().endswith(" fdlenv.app") for ln in imports)
 
 
 def replayed(*args: str, **kw) -> subprocess.CompletedProcess:
@@ -124,7 +124,7 @@ def test_after_a_change_the_answer_is_the_slow_paths_again(world, change, lock):
 def test_no_memo_is_written_when_a_dependency_moved_while_the_slow_path_ran(world, monkeypatch):
     from types import SimpleNamespace
 
-    from fdlenv.settings import resolve
+    from fdlenv.app.settings import resolve
     from fdlenv.store.active import of_env
     from fdlenv.store.pointers import pointed_env
 
@@ -167,7 +167,7 @@ def test_a_regular_installs_command_replays_without_re_json_or_pathlib(world, tm
         mods = {ln.rsplit("|", 1)[-1].strip() for ln in res.stderr.splitlines() if ln.startswith("import time:")}
         if "fdlenv.store" not in mods:
             break
-    assert "fdlenv.store" not in mods and "fdlenv.hotpath" in mods
+    assert "fdlenv.store" not in mods and "fdlenv.hot.replay" in mods
     assert not mods & {"re", "json", "pathlib", "argparse", "typing"}, mods & {"re", "json", "pathlib", "argparse", "typing"}
 
 

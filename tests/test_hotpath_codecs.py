@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fdlenv import hotmemo, hotpath
-from fdlenv.output import dumps
-from fdlenv.shells import quote, valid_name
+from fdlenv.hot import memo as hotmemo, replay as hotpath
+from fdlenv.base.output import dumps
+from fdlenv.base.shells import quote, valid_name
 
 EXAMPLES = int(os.environ.get("FDLENV_FUZZ_EXAMPLES", "60"))
 

@@ -1,5 +1,5 @@
 """The re-dial `env realize` without `--lock` is answered from its memo, as the others are
-(fdlenv/hotmemo.py signs the far locks it may reach), and never after a change that moves it.
+(fdlenv/hot/memo.py signs the far locks it may reach), and never after a change that moves it.
 
 The variant's lock is the home's on-demand lock (`lockfiles/<variant>.conda-lock.yml`, where
 `lock.ondemand` writes one): the far lock a box without a project re-dials from. Whether a
@@ -14,7 +14,7 @@ import pytest
 from helpers_store import bump_variant, make_world, realise_json
 from test_hotpath import SLOW, call, replayed
 
-from fdlenv.lockpath import home_lock, split_path
+from fdlenv.lock.paths import home_lock, split_path
 from fdlenv.store import pointers
 
 

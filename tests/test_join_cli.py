@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from fdlenv import cli
-from fdlenv.commands import join as J
-from fdlenv.commands import recipe as R
+from fdlenv.front import cli
+from fdlenv.front.commands import join as J
+from fdlenv.front.commands import recipe as R
 from fdlenv.recipes import systemd_quote, systemd_unit
 
 
@@ -152,8 +152,8 @@ def test_join_is_registered_in_the_cli():
 
 def test_the_redial_path_does_not_import_paramiko():
     import subprocess
-    code = ("import sys; from fdlenv.commands import join; from fdlenv.join import loop; "
-            "from fdlenv.config import load; from fdlenv import joinsettings; print('paramiko' in sys.modules)")
+    code = ("import sys; from fdlenv.front.commands import join; from fdlenv.join import loop; "
+            "from fdlenv.config import load; from fdlenv.app import joinsettings; print('paramiko' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env={**os.environ}, check=True)
     assert out.stdout.strip() == "False"

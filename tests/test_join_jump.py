@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from fdlenv.config.model import SshConfig
-from fdlenv.errors import Fail
+from fdlenv.base.errors import Fail
 from fdlenv.join import knownhosts
 from fdlenv.join.sshhop import failure
 from fdlenv.join.sshplan import HopPlan, parse_jump, plan_hop

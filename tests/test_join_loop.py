@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from fdlenv.config.model import JoinSettings, SshConfig
-from fdlenv.errors import Fail
+from fdlenv.base.errors import Fail
 from fdlenv.join import loop as L
 from fdlenv.join.spec import decode
-from fdlenv.prepare import Prepared
+from fdlenv.app.prepare import Prepared
 from fdlenv.store.env import Env
 
 HERE = Path(__file__).parent

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from fdlenv import cli
+from fdlenv.front import cli
 from fdlenv.config.model import FdlenvBlock, JoinBlock, JoinFlags, Project
-from fdlenv.joinsettings import resolve
+from fdlenv.app.joinsettings import resolve
 from fdlenv.config.token import CREDENTIAL_FIELD, read_chosen_file, read_token_file
-from fdlenv.errors import Fail
+from fdlenv.base.errors import Fail
 from fdlenv.join.spec import decode
 
 TOKEN = "f00dfeed-5ecret-tok"
@@ -137,7 +137,7 @@ def test_one_trailing_newline_is_dropped_and_nothing_else(tmp_path):
 def test_cli_join_refuses_an_unreadable_token_file_with_exit_2_before_preparing(tmp_path, monkeypatch,
                                                                                 capsys):
     prepared = []
-    monkeypatch.setattr("fdlenv.commands.join.real_prepare", lambda *a, **k: prepared.append(a))
+    monkeypatch.setattr("fdlenv.front.commands.join.real_prepare", lambda *a, **k: prepared.append(a))
     monkeypatch.chdir(tmp_path)
     (tmp_path / "tokdir").mkdir()
     rc = cli.main(["join", "--bin", "/bin/true", "--persist", "--token-file", str(tmp_path / "tokdir")])
@@ -152,7 +152,7 @@ def test_cli_join_refuses_an_unreadable_token_file_with_exit_2_before_preparing(
 def test_a_token_file_not_there_yet_is_transient_exit_1_like_a_missing_identity(tmp_path, monkeypatch,
                                                                                   capsys):
     prepared = []
-    monkeypatch.setattr("fdlenv.commands.join.real_prepare", lambda *a, **k: prepared.append(a))
+    monkeypatch.setattr("fdlenv.front.commands.join.real_prepare", lambda *a, **k: prepared.append(a))
     monkeypatch.chdir(tmp_path)
     rc = cli.main(["join", "--bin", "/bin/true", "--token-file", str(tmp_path / "missing")])
     errs = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("error: ")]

@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from fdlenv.config.model import SshConfig
-from fdlenv.errors import Fail
+from fdlenv.base.errors import Fail
 from fdlenv.join.tunnel import open_tunnel, parse_options, plan_hop
 
 

@@ -63,7 +63,7 @@ def emulated(name: str) -> bool:
 
 
 def prepare_for(tmp_path: Path, calls: list):
-    from fdlenv.prepare import Prepared
+    from fdlenv.app.prepare import Prepared
 
     def prepare(settings):
         calls.append(settings)

@@ -20,7 +20,7 @@ import pytest
 from helpers_conda import make_wheel, write_env
 from helpers_store import fdlenv, make_world
 
-from fdlenv.home import Home
+from fdlenv.names.home import Home
 from fdlenv.lock import lock_envs
 from fdlenv.store.maintain import env_dirs, verify
 

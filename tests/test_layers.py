@@ -27,12 +27,15 @@ ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "fdlenv"
 DOC = ROOT / "docs" / "ARCHITECTURE.md"
 EVERYTHING_BELOW = "every unit below layer"
+ONLY = "only "   # a row that names all it may import, layer-0 units included (the memo's replay)
 
 
 # ------------------------------------------------------------------ the table
 
-def read_table(doc: Path = DOC) -> dict[str, tuple[int, tuple[str, ...]]]:
-    """{unit: (layer, allowed imports)} from the rows between the table's markers."""
+def read_table(doc: Path = DOC, only: set[str] | None = None) -> dict[str, tuple[int, tuple[str, ...]]]:
+    """{unit: (layer, allowed imports)} from the rows between the table's markers; the units whose
+    row begins with `only` (no layer-0 unit beyond those it names) are added to `only`."""
+    only = set() if only is None else only
     text = doc.read_text()
     body = text.split("<!-- units: read by tests/test_layers.py -->", 1)[1].split("<!-- end of units -->", 1)[0]
     table = {}
@@ -43,6 +46,8 @@ def read_table(doc: Path = DOC) -> dict[str, tuple[int, tuple[str, ...]]]:
         layer, unit, allowed = int(cells[0]), cells[1].strip("`"), cells[2]
         table[unit] = (layer, (EVERYTHING_BELOW,) if allowed.startswith(EVERYTHING_BELOW)
                        else tuple(re.findall(r"`([^`]+)`", allowed)))
+        if allowed.startswith(ONLY):
+            only.add(unit)
     assert table, f"{doc}: no rows between the units markers"
     return table
 
@@ -122,7 +127,7 @@ def _dynamic_targets(call: ast.Call, importers: tuple[set[str], set[str]], pkg: 
         return [], True
     arg = call.args[0]
     if isinstance(arg, ast.JoinedStr) and arg.values and _str(arg.values[0]) is not None:
-        prefix = str(_str(arg.values[0]))        # f"fdlenv.commands.{name}" -> fdlenv.commands
+        prefix = str(_str(arg.values[0]))        # f"fdlenv.front.commands.{name}" -> fdlenv.front.commands
         if prefix.startswith("fdlenv.") and prefix.endswith("."):
             return [prefix[:-1]], True
         return [], False
@@ -204,6 +209,9 @@ def graph(pkg: Path = PKG) -> tuple[dict[str, set[str]], list[str]]:
 
 # ------------------------------------------------------------------ the contract
 
+COMMANDS = "front.commands."   # one module per command: none imports another
+
+
 def unit_of(mod: str) -> str:
     return mod.split(".")[0] if mod else "fdlenv"
 
@@ -230,19 +238,20 @@ def _cycles(g: dict[str, set[str]]) -> list[str]:
     return cycles
 
 
-def _allows(table, unit: str, dep: str) -> bool:
+def _allows(table, unit: str, dep: str, only: set[str] = frozenset()) -> bool:
     layer, allowed = table[unit]
     dep_unit = unit_of(dep)
     if allowed == (EVERYTHING_BELOW,):
         return table[dep_unit][0] < layer
-    if layer > 0 and table[dep_unit][0] == 0:
+    if layer > 0 and table[dep_unit][0] == 0 and unit not in only:
         return True
     return any(dep_unit == a or dep == a or dep.startswith(a + ".") for a in allowed)
 
 
 def findings(pkg: Path = PKG, doc: Path = DOC) -> list[str]:
     """Every way the tree at `pkg` breaks the table in `doc`, one line each."""
-    table = read_table(doc)
+    only: set[str] = set()
+    table = read_table(doc, only)
     g, out = graph(pkg)
     units = {unit_of(m) for m in g}
     out += [f"fdlenv.{m} is in no unit: give `{unit_of(m)}` a row in {doc.name}'s Layers table"
@@ -266,9 +275,9 @@ def findings(pkg: Path = PKG, doc: Path = DOC) -> list[str]:
             if u not in table or d not in table:
                 continue
             if u == d:
-                if u == "commands" and mod and dep != "commands":
+                if mod.startswith(COMMANDS) and dep.startswith(COMMANDS):
                     out.append(f"fdlenv.{mod} imports fdlenv.{dep}: a command never imports another")
-            elif not _allows(table, u, dep):
+            elif not _allows(table, u, dep, only):
                 out.append(f"fdlenv.{mod} imports fdlenv.{dep}: the `{u}` row (layer {table[u][0]}) "
                            f"does not allow `{d}` (layer {table[d][0]})")
     for unit, (_, allowed) in sorted(table.items()):
@@ -290,7 +299,7 @@ def test_the_tree_keeps_every_row_of_the_layers_table():
 def test_the_table_has_a_row_for_every_unit_and_layers_0_to_5():
     table = read_table()
     assert {layer for layer, _ in table.values()} == set(range(6))
-    assert {"store", "lock", "config", "settings", "cli", "commands"} <= set(table)
+    assert {"base", "names", "index", "store", "lock", "config", "hot", "app", "front"} <= set(table)
 
 
 # ------------------------------------------------------------------ each break a test of its own
@@ -315,16 +324,16 @@ def _broken(tmp_path: Path, rel: str, code: str) -> list[str]:
 # Each case the issue named, one test each: (the module changed, the code added, the finding).
 FORBIDDEN = {
     "errors importing the cli through importlib": (
-        "errors.py", "def f():\n    import importlib\n    importlib.import_module('fdlenv.cli')",
-        "fdlenv.errors imports fdlenv.cli"),
+        "base/errors.py", "def f():\n    import importlib\n    importlib.import_module('fdlenv.front.cli')",
+        "fdlenv.base.errors imports fdlenv.front.cli"),
     "hashing importing a command through __import__": (
-        "hashing.py", "def f():\n    __import__('fdlenv.commands.env')", "fdlenv.hashing imports fdlenv.commands.env"),
+        "base/hashing.py", "def f():\n    __import__('fdlenv.front.commands.env')", "fdlenv.base.hashing imports fdlenv.front.commands.env"),
     "the store importing datasets": (
-        "store/gc.py", "def f():\n    from .. import datasets", "fdlenv.store.gc imports fdlenv.datasets"),
+        "store/gc.py", "def f():\n    from ..app import datasets", "fdlenv.store.gc imports fdlenv.app.datasets"),
     "the store importing pack": (
         "store/gc.py", "def f():\n    from ..pack import condapkg", "fdlenv.store.gc imports fdlenv.pack.condapkg"),
-    "settings reaching sideways into the store": (
-        "settings.py", "def f():\n    from .store.envkey import env_key", "fdlenv.settings imports fdlenv.store.envkey"),
+    "an app module reaching sideways into the memo": (
+        "app/settings.py", "def f():\n    from ..hot.memo import start", "fdlenv.app.settings imports fdlenv.hot.memo"),
     "lock reaching sideways into the store": (
         "lock/make.py", "def f():\n    from ..store import envkey", "fdlenv.lock.make imports fdlenv.store.envkey"),
     "pack reaching sideways into lock": (
@@ -332,20 +341,20 @@ FORBIDDEN = {
         "fdlenv.pack.libtorch imports fdlenv.lock.solve"),
     # the four forms the walk once missed (issue 37)
     "errors importing the cli by a relative name and a package": (
-        "errors.py", "def f():\n    import importlib\n    importlib.import_module('.cli', 'fdlenv')",
-        "fdlenv.errors imports fdlenv.cli"),
+        "base/errors.py", "def f():\n    import importlib\n    importlib.import_module('.front.cli', 'fdlenv')",
+        "fdlenv.base.errors imports fdlenv.front.cli"),
     "the store importing datasets relative to __package__": (
         "store/gc.py", "def f():\n    from importlib import import_module\n"
-        "    import_module('..datasets', package=__package__)", "fdlenv.store.gc imports fdlenv.datasets"),
+        "    import_module('..app.datasets', package=__package__)", "fdlenv.store.gc imports fdlenv.app.datasets"),
     "hashing importing a command through an aliased import_module": (
-        "hashing.py", "def f():\n    from importlib import import_module as load\n    again = load\n"
-        "    again('fdlenv.commands.env')", "fdlenv.hashing imports fdlenv.commands.env"),
+        "base/hashing.py", "def f():\n    from importlib import import_module as load\n    again = load\n"
+        "    again('fdlenv.front.commands.env')", "fdlenv.base.hashing imports fdlenv.front.commands.env"),
     "the store importing datasets through __import__'s fromlist": (
-        "store/gc.py", "def f():\n    __import__('fdlenv', fromlist=['datasets'])",
-        "fdlenv.store.gc imports fdlenv.datasets"),
+        "store/gc.py", "def f():\n    __import__('fdlenv.app', fromlist=['datasets'])",
+        "fdlenv.store.gc imports fdlenv.app.datasets"),
     # the cycle the join resolver once closed: settings reads fdl.yml through config
     "config importing settings back": (
-        "config/load.py", "def f():\n    from ..settings import resolve", "fdlenv.config.load imports fdlenv.settings"),
+        "config/load.py", "def f():\n    from ..app.settings import resolve", "fdlenv.config.load imports fdlenv.app.settings"),
 }
 
 
@@ -358,9 +367,10 @@ def test_each_forbidden_import_is_a_finding(tmp_path, case):
 
 def test_a_row_that_allows_a_cycle_is_a_finding(tmp_path):
     doc = tmp_path / "ARCHITECTURE.md"
-    doc.write_text(DOC.read_text().replace("| 2 | `config` | `fdlfile`,", "| 2 | `config` | `settings`, `fdlfile`,"))
+    doc.write_text(DOC.read_text().replace("| 1 | `config` | `names.roots` |", "| 1 | `config` | `index`, `names.roots` |")
+                   .replace("| 1 | `index` | — |", "| 1 | `index` | `config` |"))
     got = findings(PKG, doc)
-    assert any("the rows allow a cycle" in line and "settings" in line for line in got), got
+    assert any("the rows allow a cycle" in line and "index" in line for line in got), got
 
 
 def test_a_row_that_points_up_is_a_finding(tmp_path):
@@ -370,11 +380,23 @@ def test_a_row_that_points_up_is_a_finding(tmp_path):
     assert any("`hw` (layer 1) may import `store` (layer 2)" in line for line in got), got
 
 
+def test_an_only_row_allows_no_layer_0_module_it_does_not_name(tmp_path):
+    got = _broken(tmp_path, "hot/replay.py", "def f():\n    from ..base import netread")
+    assert any(line.startswith("fdlenv.hot.replay imports fdlenv.base.netread: the `hot` row") for line in got), got
+
+
+def test_app_and_below_never_import_the_front_or_the_memo(tmp_path):
+    for rel, code in (("app/libtorch.py", "def f():\n    from ..front import options"),
+                      ("store/gc.py", "def f():\n    from ..hot import replay")):
+        got = _broken(tmp_path / rel.replace("/", "-"), rel, code)
+        assert any("does not allow" in line and ("`front`" in line or "`hot`" in line) for line in got), got
+
+
 def test_a_row_that_allows_what_nothing_imports_is_a_finding(tmp_path):
     doc = tmp_path / "ARCHITECTURE.md"
-    doc.write_text(DOC.read_text().replace("| 2 | `config` | `fdlfile`,", "| 2 | `config` | `variants`, `fdlfile`,"))
+    doc.write_text(DOC.read_text().replace("| 1 | `config` | `names.roots` |", "| 1 | `config` | `hw`, `names.roots` |"))
     got = findings(PKG, doc)
-    assert "ARCHITECTURE.md: `config` may import `variants`, which nothing in it imports: drop it from the row" \
+    assert "ARCHITECTURE.md: `config` may import `hw`, which nothing in it imports: drop it from the row" \
         in got, got
 
 
@@ -386,19 +408,19 @@ def test_a_module_cycle_inside_one_unit_is_a_finding(tmp_path):
 
 
 def test_a_command_importing_another_command_is_a_finding(tmp_path):
-    got = _broken(tmp_path, "commands/run.py", "def f():\n    from . import env")
-    assert "fdlenv.commands.run imports fdlenv.commands.env: a command never imports another" in got, got
+    got = _broken(tmp_path, "front/commands/run.py", "def f():\n    from . import env")
+    assert "fdlenv.front.commands.run imports fdlenv.front.commands.env: a command never imports another" in got, got
 
 
 def test_an_import_named_at_run_time_is_a_finding(tmp_path):
-    got = _broken(tmp_path, "variants.py", "def f(name):\n    import importlib\n    importlib.import_module(name)")
-    assert any(line.startswith("fdlenv.variants:") and "named at run time" in line for line in got), got
+    got = _broken(tmp_path, "names/variants.py", "def f(name):\n    import importlib\n    importlib.import_module(name)")
+    assert any(line.startswith("fdlenv.names.variants:") and "named at run time" in line for line in got), got
 
 
 def test_a_relative_import_against_a_package_named_at_run_time_is_a_finding(tmp_path):
-    got = _broken(tmp_path, "variants.py", "def f(where):\n    import importlib\n"
+    got = _broken(tmp_path, "names/variants.py", "def f(where):\n    import importlib\n"
                   "    importlib.import_module('.cli', where)")
-    assert any(line.startswith("fdlenv.variants:") and "named at run time" in line for line in got), got
+    assert any(line.startswith("fdlenv.names.variants:") and "named at run time" in line for line in got), got
 
 
 def test_a_new_module_outside_every_unit_is_a_finding(tmp_path):
@@ -409,8 +431,8 @@ def test_a_new_module_outside_every_unit_is_a_finding(tmp_path):
 
 def test_a_row_for_a_unit_that_is_gone_is_a_finding(tmp_path):
     pkg = _copy(tmp_path)
-    (pkg / "platforms.py").unlink()
-    assert any("unit `platforms` is not in the tree" in line for line in findings(pkg))
+    shutil.rmtree(pkg / "recipes")
+    assert any("unit `recipes` is not in the tree" in line for line in findings(pkg))
 
 
 

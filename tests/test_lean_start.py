@@ -24,11 +24,13 @@ from test_wheels_store import locked_world, make_wheels
 from fdlenv.hw import coverage, gates, routing, spoof
 
 DETECT_MODULES = {
-    "fdlenv", "fdlenv.__main__", "fdlenv.cli", "fdlenv.errors", "fdlenv.output", "fdlenv.buildtree",
-    "fdlenv.confine", "fdlenv.leasefile", "fdlenv.hotpath", "fdlenv.commands", "fdlenv.commands.detect",
-    "fdlenv.variants", "fdlenv.libtorch", "fdlenv.hw", "fdlenv.hw.survey", "fdlenv.hw.gates", "fdlenv.hw.masks",
+    "fdlenv", "fdlenv.__main__", "fdlenv.front.cli", "fdlenv.base.errors", "fdlenv.base.output", "fdlenv.names.buildtree",
+    "fdlenv.base.confine", "fdlenv.names.leasefile", "fdlenv.hot.replay", "fdlenv.front.commands", "fdlenv.front.commands.detect",
+    "fdlenv.names.variants", "fdlenv.app.libtorch", "fdlenv.hw", "fdlenv.hw.survey", "fdlenv.hw.gates", "fdlenv.hw.masks",
     "fdlenv.hw.model", "fdlenv.hw.coverage", "fdlenv.hw.routing", "fdlenv.source", "fdlenv.source.nvcc",
-    "fdlenv.memory",
+    "fdlenv.base.memory", "fdlenv.names.roots", "fdlenv.store.statecodec",
+    # the packages those live in (each an __init__ of a docstring)
+    "fdlenv.app", "fdlenv.base", "fdlenv.front", "fdlenv.hot", "fdlenv.names", "fdlenv.store",
 }
 NEVER_ON_DETECT = ("re", "pathlib", "fnmatch", "tempfile", "typing", "dataclasses", "argparse", "shutil",
                    "subprocess", "urllib.parse")
@@ -90,12 +92,12 @@ def test_the_str_parsers_answer_as_the_regular_expressions_they_replaced():
 # from the lock: YAML parsed, so yaml is imported), the install and the linker. No module of
 # the fetch path (the index client, the zip streamer, the whole-file path, conda's worker).
 LINK_ONLY_MODULES = REDIAL_MODULES | {
-    "fdlenv.lockfile", "fdlenv.yamlfile", "fdlenv.store.install", "fdlenv.store.wheels", "fdlenv.store.linktree",
-    "fdlenv.store.cudahome", "fdlenv.store.ownfiles", "fdlenv.store.sizes", "fdlenv.pipindex", "fdlenv.hw",
+    "fdlenv.lock.file", "fdlenv.base.yamlfile", "fdlenv.store.install", "fdlenv.store.wheels", "fdlenv.store.linktree",
+    "fdlenv.store.cudahome", "fdlenv.store.ownfiles", "fdlenv.store.sizes", "fdlenv.index.pipindex", "fdlenv.hw",
     "fdlenv.hw.model", "fdlenv.hw.coverage", "fdlenv.source", "fdlenv.source.nvcc",
 }
 NEVER_LINK_ONLY = ("urllib.request", "http.client", "ssl", "socket", "concurrent.futures", "subprocess", "typing",
-                   "tempfile", "shutil", "zipfile", "rattler", "conda_lock", "fdlenv.simpleapi", "fdlenv.netread",
+                   "tempfile", "shutil", "zipfile", "rattler", "conda_lock", "fdlenv.index.simpleapi", "fdlenv.base.netread",
                    "fdlenv.store.streamzip", "fdlenv.store.wheelfile", "fdlenv.store.fetchorder",
                    "fdlenv.store.wheelfetch", "fdlenv.store.archives", "fdlenv.store.install_worker")
 

@@ -7,8 +7,8 @@ import json
 import pytest
 from helpers_conda import Pkg, channel_url, make_channel, make_wheel, write_env
 
-from fdlenv import cli
-from fdlenv.home import Home
+from fdlenv.front import cli
+from fdlenv.names.home import Home
 from fdlenv.lock import check_locks, lock_envs
 
 

@@ -20,9 +20,9 @@ import pytest
 from helpers_pytorch_index import serve
 from sshd import free_port
 
-from fdlenv.home import Home
-from fdlenv.lockpath import shipped_lock
-from fdlenv.lockview import LockView
+from fdlenv.names.home import Home
+from fdlenv.lock.paths import shipped_lock
+from fdlenv.app.lockview import LockView
 
 STANDIN = str(Path(__file__).resolve().parent / "join_standin.py")
 # A plain install: the `lock` extra's modules are absent (importing them fails).
@@ -210,7 +210,7 @@ def test_lock_for_linux_aarch64_from_x86_64_evaluates_markers_for_the_target(box
 
 
 def test_a_variant_pytorch_does_not_build_for_the_platform_is_one_error_naming_what_is(box, index, monkeypatch):
-    from fdlenv.errors import Fail
+    from fdlenv.base.errors import Fail
     from fdlenv.lock import ondemand
 
     with pytest.raises(Fail) as e:
@@ -221,7 +221,7 @@ def test_a_variant_pytorch_does_not_build_for_the_platform_is_one_error_naming_w
 def test_flodl_names_the_cpu_build_on_aarch64_cpu_aarch64(monkeypatch):
     import os as _os
 
-    from fdlenv import variants
+    from fdlenv.names import variants
 
     real = _os.uname()
     monkeypatch.setattr(_os, "uname", lambda: type(real)((real.sysname, real.nodename, real.release,
@@ -234,8 +234,8 @@ def test_a_hostile_index_is_bounded_and_cannot_point_at_local_files(tmp_path, mo
     import http.server
     import threading
 
-    from fdlenv import simpleapi
-    from fdlenv.errors import Fail
+    from fdlenv.index import simpleapi
+    from fdlenv.base.errors import Fail
 
     secret = tmp_path / "secret.whl"
     secret.write_text("not for an index to hand out")
@@ -271,7 +271,7 @@ def test_a_hostile_index_is_bounded_and_cannot_point_at_local_files(tmp_path, mo
 
 
 def test_a_malformed_requirement_in_an_indexs_metadata_is_one_error_naming_the_project():
-    from fdlenv.errors import Fail
+    from fdlenv.base.errors import Fail
     from fdlenv.lock.closure import Meta, requirements_of, target_environment
 
     meta = Meta(b"Metadata-Version: 2.1\nName: torch\nVersion: 2.10.0\nRequires-Dist: nvidia-x ==[1\n", "t")

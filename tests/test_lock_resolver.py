@@ -19,7 +19,7 @@ import zipfile
 import pytest
 from helpers_simple_index import Release, serve
 
-from fdlenv.errors import Fail
+from fdlenv.base.errors import Fail
 from fdlenv.lock.closure import NoWheel, resolve_versions
 
 
@@ -109,8 +109,8 @@ def test_a_metadata_member_stated_as_1_gib_is_refused_transient_and_never_inflat
                 out.write(chunk)
     child = textwrap.dedent(f"""
         import sys
-        from fdlenv import simpleapi
-        from fdlenv.errors import Fail
+        from fdlenv.index import simpleapi
+        from fdlenv.base.errors import Fail
         f = simpleapi.IndexFile({wheel.name!r}, {wheel.as_uri()!r}, None, None, None, False, None)
         try:
             simpleapi.core_metadata(f)

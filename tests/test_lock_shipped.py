@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fdlenv import pipindex
-from fdlenv.lockpath import shipped_lock
-from fdlenv.variants import VARIANTS
+from fdlenv.index import pipindex
+from fdlenv.lock.paths import shipped_lock
+from fdlenv.names.variants import VARIANTS
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "conda-lock.yml"
@@ -80,8 +80,8 @@ def test_a_regular_install_carries_the_lock_the_env_files_and_the_example(tmp_pa
                     str(target), str(wheel)], check=True, capture_output=True)
     empty = tmp_path / "empty"
     empty.mkdir()
-    probe = ("from fdlenv.lockpath import shipped_lock; from fdlenv.walkthrough import example_dir; "
-             "from fdlenv.commands.lock import envs_dir; "
+    probe = ("from fdlenv.lock.paths import shipped_lock; from fdlenv.app.walkthrough import example_dir; "
+             "from fdlenv.front.commands.lock import envs_dir; "
              "print(shipped_lock()); print(example_dir()); print(envs_dir(None))")
     out = subprocess.run([sys.executable, "-c", probe], cwd=empty, capture_output=True, text=True, check=True,
                          env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"}).stdout.split()

@@ -6,9 +6,9 @@ import pytest
 from conda_lock.lockfile import parse_conda_lock_file
 from helpers_conda import Pkg, make_channel, write_env
 
-from fdlenv import cli
-from fdlenv.errors import Fail
-from fdlenv.home import Home
+from fdlenv.front import cli
+from fdlenv.base.errors import Fail
+from fdlenv.names.home import Home
 from fdlenv.lock import check_locks, lock_envs, split_path
 
 

@@ -48,7 +48,7 @@ import pytest
 from helpers_pytorch_index import Index
 from helpers_simple_index import Release, lay_out
 
-from fdlenv.errors import Fail
+from fdlenv.base.errors import Fail
 from fdlenv.lock.closure import resolve_versions
 
 pytestmark = pytest.mark.slow

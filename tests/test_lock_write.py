@@ -9,10 +9,10 @@ import pytest
 from conda_lock.lockfile import parse_conda_lock_file
 from helpers_conda import Pkg, channel_url, make_channel, make_wheel, write_env
 
-from fdlenv.errors import Fail
-from fdlenv.home import Home
+from fdlenv.base.errors import Fail
+from fdlenv.names.home import Home
 from fdlenv.lock import lock_envs
-from fdlenv.lockfile import read_variant
+from fdlenv.lock.file import read_variant
 
 
 def _pkgs():
@@ -223,7 +223,7 @@ def _conda_lock_bytes(solved, out: Path) -> str:
     from conda_lock.lockfile.v2prelim.models import LockedDependency, Lockfile
 
     from fdlenv.lock.write import VARIANTS_KEY, _relative, content_hash
-    from fdlenv.lockfile import SIZES_KEY
+    from fdlenv.lock.file import SIZES_KEY
 
     platforms = sorted({p for s in solved for p in s.entries})
     by_key: dict = {}

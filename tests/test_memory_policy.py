@@ -1,6 +1,6 @@
 """malloc's policy is the program's: `fdlenv` run as a command tunes it, a host importing fdlenv keeps its own.
 
-fdlenv.memory holds glibc's two settings a wheel stream wants (arenas keep the steps' pages,
+fdlenv.base.memory holds glibc's two settings a wheel stream wants (arenas keep the steps' pages,
 trimmed every so often); `cli.main` owns the process only when it runs as the program. Each
 test runs in a fresh interpreter, so what one sets is not seen by another.
 """
@@ -12,7 +12,7 @@ import sys
 
 _STEPS = """
 import resource, sys, threading
-from fdlenv import memory
+from fdlenv.base import memory
 if sys.argv[1] == "held":
     memory.own_process()
     memory.hold()
@@ -29,7 +29,7 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
 _HOST = """
 import io, sys, tempfile, zipfile
 from pathlib import Path
-from fdlenv import memory
+from fdlenv.base import memory
 from fdlenv.store import streamzip
 if sys.argv[1] == "owner":
     memory.own_process()
@@ -60,7 +60,7 @@ def test_the_program_that_owns_its_process_tunes_malloc_for_the_stream():
 
 def test_the_fdlenv_command_owns_its_process_and_a_caller_of_main_does_not(tmp_path):
     args = f"['env', 'list', '--home', {str(tmp_path / 'home')!r}, '--json']"
-    code = ("import sys; from fdlenv import cli, memory\n"
+    code = ("import sys; from fdlenv.front import cli; from fdlenv.base import memory\n"
             f"if sys.argv[1] == 'host':\n    cli.main({args})\n"
             f"else:\n    sys.argv = ['fdlenv', *{args}]; cli.main()\n"
             "print(bool(memory._OWNED))")

@@ -21,7 +21,7 @@ import pytest
 from helpers_pytorch_index import serve
 from helpers_store import fdlenv, make_world
 
-from fdlenv.lockfile import holds, read_variant
+from fdlenv.lock.file import holds, read_variant
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -113,7 +113,7 @@ def test_a_grown_lock_exports_only_what_is_new_and_a_file_not_matching_the_lock_
 def test_export_pages_state_each_files_size_as_pep_700_json_that_fdlenvs_reader_reads(tmp_path, upstream):
     from helpers_pytorch_index import Index
 
-    from fdlenv import simpleapi
+    from fdlenv.index import simpleapi
 
     lock = tmp_path / "cu126.yml"
     fdlenv("lock", "--libtorch", "cu126", "--platform", "linux-64", "--envs", str(ROOT / "envs"), "--out", str(lock),

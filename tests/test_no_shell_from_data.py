@@ -11,7 +11,7 @@ import subprocess
 import pytest
 from helpers_store import fdlenv, make_world
 
-from fdlenv.home import Home
+from fdlenv.names.home import Home
 
 
 @pytest.mark.parametrize("odd", ['h$(touch "$MARK")x', "h`touch $MARK`x", 'h"quote', "h$HOME"])

@@ -14,9 +14,9 @@ import pytest
 from conda_lock.lockfile import parse_conda_lock_file
 from helpers_conda import write_env
 
-from fdlenv import cli
-from fdlenv.errors import Fail
-from fdlenv.home import Home
+from fdlenv.front import cli
+from fdlenv.base.errors import Fail
+from fdlenv.names.home import Home
 from fdlenv.lock import lock_envs
 from fdlenv.pack.libtorch import PACK_META, pack_libtorch
 

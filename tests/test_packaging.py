@@ -80,7 +80,7 @@ def test_fdlenv_lock_check_without_the_lock_extra_names_it_in_one_line(tmp_path)
     """conda-lock not importable, as in a plain install: exit 2, one `error:` line (writing a lock
     needs no extra: tests/test_lock_on_demand.py locks with neither conda-lock nor pip)."""
     for blocked, args in (("conda_lock", ["lock", "--check", "--out", str(ROOT / "conda-lock.yml")]),):
-        code = f"import sys; sys.modules[{blocked!r}] = None; from fdlenv.cli import main; sys.exit(main())"
+        code = f"import sys; sys.modules[{blocked!r}] = None; from fdlenv.front.cli import main; sys.exit(main())"
         res = subprocess.run([sys.executable, "-c", code, *args, "--home", str(tmp_path / "home")], cwd=tmp_path,
                              capture_output=True, text=True, env=clean_environ())
         assert res.returncode == 2, res.stderr

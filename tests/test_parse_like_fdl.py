@@ -20,15 +20,15 @@ from helpers_store import fdlenv
 from test_join_loop import agent_record, fake_prepare
 from test_join_loop import settings as loop_settings
 
-from fdlenv import cli
+from fdlenv.front import cli
 from fdlenv.config.grammar import bracketed, host_port, parse_ssh_spec
 from fdlenv.config.load import load_project
-from fdlenv.datasets import SshfsSource, parse_data_source
-from fdlenv.errors import Fail
-from fdlenv.home import Home
+from fdlenv.app.datasets import SshfsSource, parse_data_source
+from fdlenv.base.errors import Fail
+from fdlenv.names.home import Home
 from fdlenv.join import loop as L
 from fdlenv.join.spec import decode
-from fdlenv.prepare import PrepareRequest, prepare
+from fdlenv.app.prepare import PrepareRequest, prepare
 from fdlenv.source.spec import parse as parse_source
 
 

@@ -16,8 +16,8 @@ import pytest
 
 from helpers_install import ROOT, clean_environ, plain_venv
 
-from fdlenv import pipindex
-from fdlenv.errors import Fail
+from fdlenv.index import pipindex
+from fdlenv.base.errors import Fail
 
 A, B, C, D = (f"file:///srv/index-{x}/simple" for x in "abcd")
 
@@ -109,7 +109,7 @@ def test_without_pip_the_default_comes_from_the_pip_wheel_python_bundles(tmp_pat
         pytest.skip("this Python bundles no pip wheel for ensurepip (its distribution moved it out)")
     py = plain_venv(tmp_path / "venv")
     assert subprocess.run([py, "-c", "import pip"], capture_output=True).returncode != 0
-    probe = ("import os, sys; from fdlenv import pipindex; "
+    probe = ("import os, sys; from fdlenv.index import pipindex; "
              "print(*pipindex.configured_index({'HOME': sys.argv[1], 'PIP_CONFIG_FILE': os.devnull, "
              "'UV_NO_CONFIG': '1'}), sep='\\n')")
     out = subprocess.run([py, "-c", probe, str(tmp_path / "home")], capture_output=True, text=True,
@@ -124,7 +124,7 @@ def test_with_no_index_anywhere_the_walkthrough_names_the_mirror_flag_and_pip_in
     py = plain_venv(tmp_path / "venv")
     stripped = ("import sys, sysconfig; sys.modules['ensurepip'] = None; get = sysconfig.get_config_var; "
                 "sysconfig.get_config_var = lambda n: None if n == 'WHEEL_PKG_DIR' else get(n); "
-                "from fdlenv.cli import main; sys.exit(main())")
+                "from fdlenv.front.cli import main; sys.exit(main())")
     env = clean_environ(PYTHONPATH=str(ROOT), PIP_CONFIG_FILE=os.devnull, UV_NO_CONFIG="1")
     home = tmp_path / "home"
     res = subprocess.run([py, "-c", stripped, "walkthrough", "--home", str(home), "--lock",

@@ -1,4 +1,4 @@
-"""fdlenv.prepare: the step order, the GPU and arch gates, the env and build steps, notes.
+"""fdlenv.app.prepare: the step order, the GPU and arch gates, the env and build steps, notes.
 
 Steps run in-process against a real store (a real channel and lock from
 helpers_store) with an injected survey, $HOME, temp dir and mounts table.
@@ -14,11 +14,10 @@ from helpers_source import write_tree
 from helpers_store import make_world
 
 from fdlenv.config.model import JoinSettings, SourceSpec, SshConfig
-from fdlenv.errors import Fail
-from fdlenv.home import Home
+from fdlenv.base.errors import Fail
+from fdlenv.names.home import Home
 from fdlenv.hw.model import AMD, NVIDIA, Device, Finding, Survey
-from fdlenv.prepare import (Prepared, PrepareRequest, arch_gate, gpu_gate, prepare, read_archs,
-                            request_from_settings)
+from fdlenv.app.prepare import Prepared, PrepareRequest, arch_gate, gpu_gate, prepare, read_archs, request_from_settings
 from fdlenv.source import manifest
 from fdlenv.source.manifest import RunManifest
 from fdlenv.store.env import Env
@@ -281,7 +280,7 @@ def test_a_build_with_another_rustc_than_the_publishers_gets_a_note(tmp_path, wo
 
 
 def test_the_data_source_gets_the_ssh_blocks_identity_and_options(tmp_path, monkeypatch):
-    from fdlenv import datasets as data
+    from fdlenv.app import datasets as data
 
     seen = []
     monkeypatch.setattr(data, "_sshfs", lambda src, mp, options, identity, proc: seen.append((src, mp, options,
@@ -314,7 +313,7 @@ def test_a_request_carries_every_prepare_field_of_the_settings():
 
 
 def test_join_prepares_with_the_gpu_gate(tmp_path, world, monkeypatch):
-    from fdlenv.commands.join import real_prepare
+    from fdlenv.front.commands.join import real_prepare
 
     monkeypatch.setenv("HOME", str(tmp_path))
     settings = JoinSettings(host="h", libtorch="cpu", lock=str(world.lock), bin="/b", home=str(tmp_path / "home"))

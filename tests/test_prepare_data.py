@@ -1,4 +1,4 @@
-"""Prepare steps 2 and 3 (fdlenv.datasets): the dataset root, sshfs, /proc/mounts, node-local dirs.
+"""Prepare steps 2 and 3 (fdlenv.app.datasets): the dataset root, sshfs, /proc/mounts, node-local dirs.
 
 The reference's prepare tests (anchor-join §7.2) for these steps, plus the
 sshfs invocation through a fake `sshfs` on PATH that records its argv and
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from fdlenv import datasets as data
-from fdlenv.datasets import Mount, SshfsSource, dataset_root, node_local_dirs, parse_data_source, sshfs_argv
-from fdlenv.errors import Fail
+from fdlenv.app import datasets as data
+from fdlenv.app.datasets import Mount, SshfsSource, dataset_root, node_local_dirs, parse_data_source, sshfs_argv
+from fdlenv.base.errors import Fail
 from helpers_user import unprivileged, world_dir
 
 FAKE_SSHFS = """#!/bin/sh

@@ -12,7 +12,7 @@ import termios
 
 from helpers_store import fdlenv, make_world
 
-from fdlenv import progress
+from fdlenv.base import progress
 
 
 def _realise_on_a_terminal(w) -> str:

@@ -186,7 +186,7 @@ def test_the_generating_console_script_is_named_when_the_unit_path_finds_another
 def test_the_unit_keeps_env_fdlenv_when_the_one_on_its_path_is_this_one(tmp_path):
     mine = tmp_path / "u" / ".local" / "bin" / "fdlenv"         # a console script running this python
     mine.parent.mkdir(parents=True)
-    mine.write_text(f"#!{sys.executable}\nfrom fdlenv.cli import main\nmain()\n")
+    mine.write_text(f"#!{sys.executable}\nfrom fdlenv.front.cli import main\nmain()\n")
     mine.chmod(0o755)
     assert start_command(str(tmp_path / "u"), argv0="/x/fdlenv/__main__.py") == (["/usr/bin/env", "fdlenv"], None)
     assert start_command(str(tmp_path / "u"), argv0=str(mine)) == (["/usr/bin/env", "fdlenv"], None)
@@ -418,7 +418,7 @@ def test_cloud_init_installs_fdlenv_the_way_this_one_was_installed(monkeypatch, 
     import json
     from importlib import metadata
 
-    from fdlenv.errors import Fail
+    from fdlenv.base.errors import Fail
     from fdlenv.recipes import plan
 
     class Dist:

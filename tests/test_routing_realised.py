@@ -3,10 +3,10 @@ hand-built surveys (pure: no hardware, no home; docs/ROUTING.md's table)."""
 
 import pytest
 
-from fdlenv.errors import Fail
+from fdlenv.base.errors import Fail
 from fdlenv.hw.model import AMD, NVIDIA, Device, Survey
 from fdlenv.hw.routing import choose, route
-from fdlenv.libtorch import auto_route
+from fdlenv.app.libtorch import auto_route
 
 
 def nv(arch, i=0):

@@ -16,11 +16,12 @@ from helpers_wheels import make_index, make_wheels, write_wheel_env
 from test_pack_libtorch import official_zip
 from test_walkthrough import FAKE_CXX
 
-from fdlenv import cli, settings
-from fdlenv.home import Home
-from fdlenv.errors import Fail
+from fdlenv.front import cli
+from fdlenv.app import settings
+from fdlenv.names.home import Home
+from fdlenv.base.errors import Fail
 from fdlenv.lock import lock_envs
-from fdlenv.lockpath import shipped_lock
+from fdlenv.lock.paths import shipped_lock
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from helpers_store import fdlenv, make_world, realise_json
 
-from fdlenv.flocks import exclusive
+from fdlenv.base.flocks import exclusive
 from fdlenv.store.leases import store_lock
 
 SHELLS = ("bash", "zsh", "fish", "dash")

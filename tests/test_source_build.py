@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from fdlenv.errors import Fail
-from fdlenv.home import Home
+from fdlenv.base.errors import Fail
+from fdlenv.names.home import Home
 from fdlenv.source import build, toolkit
 from fdlenv.source.build import Recipe, build_key, resolve
 from fdlenv.source.manifest import RunManifest
@@ -203,7 +203,7 @@ RACER = textwrap.dedent("""
     from pathlib import Path
     sys.path.insert(0, sys.argv[3])
     from helpers_source import fake_env, environ_for
-    from fdlenv.home import Home
+    from fdlenv.names.home import Home
     from fdlenv.source import build
     tmp = Path(sys.argv[1])
     env = fake_env(tmp)

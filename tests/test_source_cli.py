@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from fdlenv import cli
+from fdlenv.front import cli
 from fdlenv.store.env import Env as FakeStoreEnv
 from fdlenv.source import manifest
 from fdlenv.source.manifest import RunManifest

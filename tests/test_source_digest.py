@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from fdlenv import hashing
-from fdlenv.errors import Fail
+from fdlenv.base import hashing
+from fdlenv.base.errors import Fail
 from fdlenv.source import digest
 from fdlenv.source.state import State
 

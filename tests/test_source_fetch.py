@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from fdlenv.config.model import SshConfig
-from fdlenv.errors import Fail
-from fdlenv.home import Home
+from fdlenv.base.errors import Fail
+from fdlenv.names.home import Home
 from fdlenv.source import fetch
 from fdlenv.source.spec import parse
 
@@ -144,7 +144,7 @@ def test_a_full_commit_id_is_a_pin(tmp_path):
 REDIAL = textwrap.dedent("""
     import sys
     from pathlib import Path
-    from fdlenv.home import Home
+    from fdlenv.names.home import Home
     from fdlenv.source import fetch
     from fdlenv.source.spec import parse
     home, spec = Home(Path(sys.argv[1])), parse(sys.argv[2])

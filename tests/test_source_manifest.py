@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from fdlenv.errors import Fail
+from fdlenv.base.errors import Fail
 from fdlenv.source import manifest
 from fdlenv.source.manifest import Digest, RunManifest
 from helpers_source import wait_out_racy_window

@@ -2,7 +2,7 @@
 
 import pytest
 
-from fdlenv.errors import EXIT_PERMANENT, Fail
+from fdlenv.base.errors import EXIT_PERMANENT, Fail
 from fdlenv.source.spec import ACCEPTED, GitSpec, LocalSpec, RsyncSpec, parse, spec_hash
 
 GOOD = [

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from helpers_wheels import make_index, make_wheels, write_wheel_env
 
-from fdlenv.home import Home
+from fdlenv.names.home import Home
 from fdlenv.lock import lock_envs
 
 MEMBER = "torch/lib/libtorch.so"

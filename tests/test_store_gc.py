@@ -81,7 +81,7 @@ def _modules(res) -> set[str]:
 
 def test_gc_keeps_the_lock_holdings_a_kept_envs_re_dial_asks_and_drops_them_once_none_does(tmp_path):
     from fdlenv.lock import lock_envs
-    from fdlenv.lockpath import split_path
+    from fdlenv.lock.paths import split_path
     from fdlenv.store import fastpath
 
     w = make_world(tmp_path, variants=("cpu", "cu126"))
@@ -101,7 +101,7 @@ def test_gc_keeps_the_lock_holdings_a_kept_envs_re_dial_asks_and_drops_them_once
     # after gc the re-dial is as cheap as before: the fast cache answers, the lock is not parsed
     res = fdlenv("env", "realize", "--libtorch", "cpu", "--lock", str(w.lock), *_home(w),
                  env={"FDLENV_NO_HOTPATH": "1", "PYTHONPROFILEIMPORTTIME": "1"}, check=True)
-    assert "fdlenv.store.realise" in _modules(res) and "fdlenv.lockfile" not in _modules(res)
+    assert "fdlenv.store.realise" in _modules(res) and "fdlenv.lock.file" not in _modules(res)
     fdlenv("env", "remove", "cpu", *_home(w), check=True)   # no env of cpu left: nothing asks them
     assert not any(p.exists() for p in asked)
 
@@ -212,7 +212,7 @@ def test_gc_drops_a_root_whose_env_was_deleted_by_hand(tmp_path):
 def test_gc_sweeps_the_trash_killed_deletes_left_in_envs_pkgs_and_staging(tmp_path):
     """A killed delete leaves its tree under `.trash-<name>.<pid>` (atomic.discard): beside the
     env (a delete without a trash dir), in pkgs/, or in staging/ (where remove puts an env)."""
-    from fdlenv import atomic
+    from fdlenv.base import atomic
 
     w = make_world(tmp_path, wheel=True)
     env = Path(realise_json(w)["path"])
@@ -241,7 +241,7 @@ def test_gc_sweeps_the_trash_killed_deletes_left_in_envs_pkgs_and_staging(tmp_pa
 def test_removing_an_env_sweeps_its_hot_memos_and_keeps_the_others(tmp_path):
     from test_hotpath import replayed
 
-    from fdlenv import hotpath
+    from fdlenv.hot import replay as hotpath
 
     w = make_world(tmp_path, variants=("cpu", "cu126"))
     for v in ("cpu", "cu126"):

@@ -15,7 +15,7 @@ import sys
 import pytest
 from helpers_store import bump_variant, fdlenv, make_world, realise_json
 
-from fdlenv.flocks import exclusive, shared
+from fdlenv.base.flocks import exclusive, shared
 from fdlenv.store.leases import store_lock
 
 

@@ -12,10 +12,10 @@ from helpers_conda import Pkg, make_channel
 from helpers_imports import imported, of_fdlenv
 from helpers_store import bump_variant, fdlenv, make_world, realise_json
 
-from fdlenv.errors import Fail
+from fdlenv.base.errors import Fail
 from fdlenv.lock import lock_envs
-from fdlenv.platforms import this_platform
-from fdlenv.lockfile import read_variant
+from fdlenv.names.platforms import this_platform
+from fdlenv.lock.file import read_variant
 from fdlenv.store.realise import realise
 
 
@@ -50,13 +50,16 @@ def test_realise_installs_links_rewrites_and_publishes(tmp_path):
 # typing nor dataclasses is imported, nor hashlib (CPython's own sha256 module serves the lock's
 # digest) nor shutil (cli's parser computes the help width itself).
 REDIAL_MODULES = {
-    "fdlenv", "fdlenv.__main__", "fdlenv.cli", "fdlenv.errors", "fdlenv.progress", "fdlenv.hashing", "fdlenv.atomic",
-    "fdlenv.commands", "fdlenv.commands.env", "fdlenv.flags", "fdlenv.settings", "fdlenv.libtorch", "fdlenv.lockview", "fdlenv.store.active",
-    "fdlenv.home", "fdlenv.mirrors", "fdlenv.lockpath", "fdlenv.fdlfile", "fdlenv.variants",
+    "fdlenv", "fdlenv.__main__", "fdlenv.front.cli", "fdlenv.base.errors", "fdlenv.base.progress", "fdlenv.base.hashing", "fdlenv.base.atomic",
+    "fdlenv.front.commands", "fdlenv.front.commands.env", "fdlenv.front.options", "fdlenv.app.settings", "fdlenv.app.libtorch", "fdlenv.app.lockview", "fdlenv.store.active",
+    "fdlenv.names.home", "fdlenv.index.mirrors", "fdlenv.lock.paths", "fdlenv.config.fdlfile", "fdlenv.names.variants",
     "fdlenv.store", "fdlenv.store.realise", "fdlenv.store.fastpath", "fdlenv.store.env",
-    "fdlenv.store.envkey", "fdlenv.store.pointers", "fdlenv.store.leases", "fdlenv.flocks", "fdlenv.output",
-    "fdlenv.platforms", "fdlenv.hotpath", "fdlenv.confine", "fdlenv.leasefile", "fdlenv.buildtree", "fdlenv.hotmemo", "fdlenv.shells",
-    "fdlenv.memory",
+    "fdlenv.store.envkey", "fdlenv.store.pointers", "fdlenv.store.leases", "fdlenv.base.flocks", "fdlenv.base.output",
+    "fdlenv.names.platforms", "fdlenv.hot.replay", "fdlenv.base.confine", "fdlenv.names.leasefile", "fdlenv.names.buildtree", "fdlenv.hot.memo", "fdlenv.base.shells",
+    "fdlenv.base.memory", "fdlenv.names.roots", "fdlenv.store.statecodec",
+    # the packages those live in (each an __init__ of a docstring)
+    "fdlenv.app", "fdlenv.base", "fdlenv.config", "fdlenv.front", "fdlenv.hot", "fdlenv.index", "fdlenv.lock",
+    "fdlenv.names",
 }
 NEVER_ON_REDIAL = ("typing", "dataclasses", "shutil", "rattler", "conda_lock", "yaml", "filelock")
 

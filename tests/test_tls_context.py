@@ -40,7 +40,7 @@ _CLIENT = textwrap.dedent("""
     real = ssl.SSLContext.__new__
     ssl.SSLContext.__new__ = lambda cls, *a, **k: made.append(1) or real(cls, *a, **k)
     from concurrent.futures import ThreadPoolExecutor
-    from fdlenv import netread
+    from fdlenv.base import netread
     def one(i):
         with netread.open_url(f"{sys.argv[1]}/page{i}") as r:
             return r.read().decode()

@@ -18,9 +18,9 @@ from helpers_pytorch_index import Index, lay_out
 from helpers_store import fdlenv
 from helpers_wheels import write_wheel_env
 
-from fdlenv.home import Home
+from fdlenv.names.home import Home
 from fdlenv.lock import lock_envs
-from fdlenv.lockfile import SIZES_KEY, load_lock, read_variant
+from fdlenv.lock.file import SIZES_KEY, load_lock, read_variant
 from fdlenv.store.wheelfetch import DOWNLOADS
 
 NATIVE = "py3-none-manylinux_2_27_x86_64"

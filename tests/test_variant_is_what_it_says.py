@@ -21,9 +21,9 @@ from helpers_conda import make_wheel
 from helpers_pytorch_index import PYDEPS, TORCH, Index, _torch_files, build, lay_out, serve
 from helpers_store import fdlenv
 
-from fdlenv.home import Home
+from fdlenv.names.home import Home
 from fdlenv.lock.ondemand import _env_file, write
-from fdlenv.lockfile import read_variant
+from fdlenv.lock.file import read_variant
 
 
 @pytest.fixture(scope="module")
@@ -111,8 +111,8 @@ def test_the_variants_own_indexes_and_the_shipped_cu128_lock_pass_the_check(tmp_
         res = fdlenv("env", "realize", "--libtorch", variant, "--mirror", f"pytorch={index.url}",
                      "--mirror", f"pypi={index.simple}", "--home", str(tmp_path / "h"), "--json")
         assert res.returncode == 0, res.stderr
-    from fdlenv import variants
-    from fdlenv.lockpath import shipped_lock
+    from fdlenv.names import variants
+    from fdlenv.lock.paths import shipped_lock
 
     torch = next(r for r in read_variant(shipped_lock(), "cu128", "linux-64") if r.name == "torch")
     assert "+" not in torch.version and variants.build_mismatch("cu128", torch.version, dict(torch.dependencies)) is None

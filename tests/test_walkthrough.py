@@ -23,7 +23,7 @@ import pytest
 from helpers_install import clean_environ, fdlenv_wheel, install_wheel, plain_venv
 from helpers_wheels import make_index, make_wheels, write_wheel_env
 
-from fdlenv.home import Home
+from fdlenv.names.home import Home
 from fdlenv.lock import lock_envs
 
 FAKE_CXX = """#!/bin/sh
@@ -81,7 +81,7 @@ def test_the_walkthrough_runs_from_a_regular_install_with_no_pip_and_no_lock_ext
     cwd = tmp_path / "elsewhere"
     cwd.mkdir()
     assert subprocess.run([py, "-c", "import pip"], cwd=cwd, env=env, capture_output=True).returncode != 0
-    probe = ("from fdlenv.walkthrough import example_dir; from fdlenv.lockpath import shipped_lock; "
+    probe = ("from fdlenv.app.walkthrough import example_dir; from fdlenv.lock.paths import shipped_lock; "
              "print(example_dir()); print(shipped_lock())")
     shipped = subprocess.run([py, "-c", probe], cwd=cwd, env=env, capture_output=True, text=True, check=True)
     for path in map(Path, shipped.stdout.split()):

@@ -16,7 +16,7 @@ from helpers_conda import write_env
 from helpers_simple_index import Release, serve
 from helpers_store import fdlenv
 
-from fdlenv.home import Home
+from fdlenv.names.home import Home
 from fdlenv.lock import lock_envs
 
 
@@ -81,7 +81,7 @@ def test_a_wheel_whose_metadata_matches_the_lock_realises_as_before(tmp_path):
 
 
 def test_the_index_a_refusal_names_is_shown_without_its_credentials():
-    from fdlenv.lockfile import Record
+    from fdlenv.lock.file import Record
     from fdlenv.store.wheelmeta import Against
 
     r = Record("pip", "a", "1.0", "", "pip+index://pypi/a/a-1.0-py3-none-any.whl", "0" * 64, None, "linux-64")
@@ -90,8 +90,8 @@ def test_the_index_a_refusal_names_is_shown_without_its_credentials():
 
 
 def test_a_native_wheel_the_metadata_requires_must_be_an_edge_the_lock_records_and_python_packages_pass():
-    from fdlenv.lock.provider import Meta
-    from fdlenv.lockfile import Record
+    from fdlenv.index.provider import Meta
+    from fdlenv.lock.file import Record
     from fdlenv.store.wheelmeta import Against
 
     def entry(name, version, tag, deps=None):

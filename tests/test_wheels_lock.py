@@ -12,11 +12,11 @@ from conda_lock.lockfile import parse_conda_lock_file
 from helpers_conda import make_wheel
 from helpers_wheels import CLOSURE, TORCH_TAG, make_index, make_wheels, sha256, torch_files, write_wheel_env
 
-from fdlenv import cli
-from fdlenv.errors import Fail
-from fdlenv.home import Home
+from fdlenv.front import cli
+from fdlenv.base.errors import Fail
+from fdlenv.names.home import Home
 from fdlenv.lock import check_locks, lock_envs
-from fdlenv.lockpath import split_path
+from fdlenv.lock.paths import split_path
 
 
 @pytest.fixture
@@ -107,7 +107,7 @@ def test_an_index_name_nothing_maps_is_one_error_naming_the_flag(tmp_path, capsy
 
 
 def test_pytorch_index_names_default_to_pytorchs_own_index_and_a_mirror_overrides_them():
-    from fdlenv.pipindex import base_url
+    from fdlenv.index.pipindex import base_url
 
     assert base_url("pytorch/rocm7.1", {}) == "https://download.pytorch.org/whl/rocm7.1"
     assert base_url("pytorch/cpu", {"pytorch": "http://m.example/whl/"}) == "http://m.example/whl/cpu"

@@ -19,9 +19,9 @@ import pytest
 from helpers_store import fdlenv
 from helpers_wheels import CLOSURE, Pipe, make_index, make_wheels, sha256, write_wheel_env
 
-from fdlenv.home import Home
+from fdlenv.names.home import Home
 from fdlenv.lock import lock_envs
-from fdlenv.lockpath import split_path
+from fdlenv.lock.paths import split_path
 
 
 def locked_world(tmp_path, wheels):

@@ -11,7 +11,7 @@ package is split so that each caller imports only what it uses:
   `--devices`, gpu_ram_share) and the local host name.
 - `schema`: validates the merged mapping into the model; strict, so an
   unknown key is a load error, as in flodl.
-- `load`: `load_project()` finds fdl.yml (through `fdlenv.fdlfile`), merges its
+- `load`: `load_project()` finds fdl.yml (through `fdlenv.config.fdlfile`), merges its
   `inherit-from:` chain and the `FDL_ENV` overlay, then hands the result to
   `schema`.
 - `resolve`: `resolve()` puts the command-line flags over the `join:` and

@@ -23,7 +23,7 @@ import os
 from typing import Any
 from collections.abc import Mapping
 
-from ..errors import Fail
+from ..base.errors import Fail
 from .model import DEFAULT_CONTROLLER_PORT, SshConfig
 
 

@@ -2,7 +2,7 @@
 
 Why it exists: `fdlenv join` and `fdlenv prepare` read the same fdl.yml as
 flodl's `fdl join`, with the same merge rules, so one file serves both tools.
-Finding the file is `fdlenv.fdlfile` (a few stats, no parse); this module pays
+Finding the file is `fdlenv.config.fdlfile` (a few stats, no parse); this module pays
 for the parse and the merge only when a file was found.
 
 Order that matters:
@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Mapping
 
-from ..errors import Fail
-from ..fdlfile import find_config, read_mapping
-from ..yamlfile import YamlError
+from ..base.errors import Fail
+from .fdlfile import find_config, read_mapping
+from ..base.yamlfile import YamlError
 from .model import Project
 from .schema import validate
 

@@ -131,7 +131,7 @@ class JoinSettings(NamedTuple):
     libtorch: str | None = None             # canonical token or "auto"; None = keep active
     lock: str | None = None
     mirrors: Mapping[str, str] = MappingProxyType({})
-    home: str = ""                          # the home root, settled by fdlenv.settings
+    home: str = ""                          # the home root, settled by fdlenv.app.settings
     devices: tuple[int, ...] | None = None  # None = all
     persist: bool = False
     data_path: str | None = None

@@ -19,10 +19,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..errors import Fail
+from ..base.errors import Fail
 from .grammar import check_share, type_name
-from .model import (CLUSTER_JOIN_KEYS, CLUSTER_JOIN_START, FDLENV_KEYS, JOIN_KEYS, SOURCE_KEYS,
-                    SSH_KEYS, FdlenvBlock, JoinBlock, SourceSpec, SshConfig)
+from .model import CLUSTER_JOIN_KEYS, CLUSTER_JOIN_START, FDLENV_KEYS, JOIN_KEYS, SOURCE_KEYS, SSH_KEYS, FdlenvBlock, JoinBlock, SourceSpec, SshConfig
 
 
 def _strict_keys(d: Any, where: str, allowed: tuple[str, ...]) -> dict:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 
-from ..errors import Fail
+from ..base.errors import Fail
 from .model import JoinSettings
 
 CREDENTIAL = "fdlenv-token"            # the credential's name, `LoadCredential=fdlenv-token:PATH`
@@ -68,7 +68,7 @@ def read_token_file(path: str, field: str, *, may_arrive: bool = False) -> str:
         raise Fail.permanent(f"{where}: the token holds a newline or another control character; "
                              f"{ACCEPTED}")
     if field != CREDENTIAL_FIELD and mode & 0o077 and os.path.isfile(path):
-        from ..progress import say
+        from ..base.progress import say
 
         say(f"warning: {where} is readable by other users (mode {mode & 0o777:04o}); "
             f"make it root- or owner-only: chmod 600 {path}")

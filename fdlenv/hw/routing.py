@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections import namedtuple
 
-from ..errors import Fail
+from ..base.errors import Fail
 from .coverage import ARCHS, leading_version, parse_cc, variant_covers
 from .model import AMD, NVIDIA, Device, Survey
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections import namedtuple
 
-from ..errors import Fail
+from ..base.errors import Fail
 from .coverage import parse_cc, parse_gfx
 from .model import AMD, NVIDIA, SPOOF_VAR, VENDORS, Device
 

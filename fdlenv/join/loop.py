@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from .. import variants
+from ..names import variants
 from ..config.model import JoinSettings
-from ..output import error_line
-from ..errors import EXIT_PERMANENT, EXIT_TRANSIENT, Fail, classify
-from ..progress import note
+from ..base.output import error_line
+from ..base.errors import EXIT_PERMANENT, EXIT_TRANSIENT, Fail, classify
+from ..base.progress import note
 from .probe import ENV_PROBE, Prober
 from .runnable import not_runnable
 from .spec import ENV_AGENT_JSON, AgentSpec
@@ -84,7 +84,7 @@ class _EnvLike(Protocol):
 
 
 class Prepared(Protocol):
-    """What a dial reads of `fdlenv.prepare.Prepared`: prepare is handed to the runner
+    """What a dial reads of `fdlenv.app.prepare.Prepared`: prepare is handed to the runner
     (`Runner.prepare`), never imported by join."""
 
     variant: str | None
@@ -102,7 +102,7 @@ class Prepared(Protocol):
 @dataclass
 class Runner:
     settings: JoinSettings
-    prepare: Callable[[JoinSettings], Prepared]        # fdlenv.prepare's, handed in
+    prepare: Callable[[JoinSettings], Prepared]        # fdlenv.app.prepare's, handed in
     open_tunnel: Callable | None = None                # default: join.tunnel.open_tunnel
     prober: Prober | None = None
     clock: Callable[[], float] = time.monotonic

@@ -29,8 +29,8 @@ import time
 from dataclasses import dataclass, field
 from collections.abc import Callable, Mapping
 
-from .. import hashing
-from ..progress import say as _say
+from ..base import hashing
+from ..base.progress import say as _say
 
 ENV_PROBE = "FLODL_INTERNAL_MODEL_SIG_PROBE"
 LINE_PREFIX = "flodl-model-sig: "

@@ -18,7 +18,7 @@ import os
 import shutil
 import struct
 
-from ..errors import Fail
+from ..base.errors import Fail
 
 # e_machine -> the name `uname -m` gives that machine (the common ones; others by number)
 MACHINES = {3: "i386", 8: "mips", 20: "ppc", 21: "ppc64", 22: "s390x", 40: "arm", 62: "x86_64",

@@ -35,7 +35,7 @@ import socket
 import subprocess
 import tempfile
 
-from ..errors import Fail
+from ..base.errors import Fail
 from .sshplan import HopPlan
 
 _SHELL = "/bin/sh"

@@ -42,7 +42,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..config.model import SshConfig
-from ..errors import Fail
+from ..base.errors import Fail
 
 TUNNEL_READY_BUDGET = 20.0     # connect + auth + forward check, seconds
 DEFAULT_KEEPALIVE = 30          # ServerAliveInterval

@@ -112,7 +112,7 @@ def spawn_agent(argv: list[str], *, cwd: str | None, env: Mapping[str, str],
     """Start the agent: own session/process group, stdin at end-of-file, output inherited,
     `keep_fds` (the env's lease) passed down; `groupguard.spawn` starts it only once a watcher
     will kill the group if fdlenv dies first (`proc.guard`, released by `wait_agent`)."""
-    from ..groupguard import spawn
+    from ..base.groupguard import spawn
 
     def start() -> subprocess.Popen:
         return spawn(argv, cwd=cwd, env=dict(env), pass_fds=keep_fds)

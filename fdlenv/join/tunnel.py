@@ -39,8 +39,8 @@ import threading
 from collections.abc import Callable
 
 from ..config.model import SshConfig
-from ..errors import Fail
-from ..progress import say as _say
+from ..base.errors import Fail
+from ..base.progress import say as _say
 from . import knownhosts
 from .sshhop import connect_hop, failure, open_stream, quiet_library_logs
 from .sshplan import TUNNEL_READY_BUDGET, HopPlan, parse_options, plan_hop

@@ -28,7 +28,7 @@ Imports of rattler and conda_lock happen inside the functions, and `check_locks`
 this package without the env-file checker and the conda solve (urllib, asyncio).
 """
 
-from ..lockpath import split_path
+from .paths import split_path
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

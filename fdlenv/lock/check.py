@@ -20,13 +20,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..errors import Fail
-from ..home import Home
-from ..variants import VARIANTS
-from ..mirrors import ChannelMap
+from ..base.errors import Fail
+from ..names.home import Home
+from ..names.variants import VARIANTS
+from ..index.mirrors import ChannelMap
 from .envfile import EnvFile, channel_map, discover, load_layer, with_layer
 from .extra import require
-from ..lockpath import split_path
+from .paths import split_path
 from .solve import channel_urls, declared_virtual_packages, solver_spec
 from .write import LAYERS_KEY, VARIANTS_KEY
 
@@ -45,7 +45,7 @@ def covered_variants(lockfile) -> list[str]:
 def _parse(path: Path, parse_conda_lock_file):
     """conda-lock's own parse of `path`, after fdlenv's reader has refused what would crash it
     (nesting, non-UTF-8, not v1); what conda-lock still rejects is one permanent error."""
-    from ..lockfile import load_lock
+    from .file import load_lock
 
     load_lock(path, "--out")
     try:
@@ -159,7 +159,7 @@ def _check_requirements(env: EnvFile, pip: dict, lines: list[str], platform: str
     from packaging.requirements import Requirement
     from packaging.specifiers import SpecifierSet
 
-    from .. import pipindex
+    from ..index import pipindex
 
     from .closure import target_environment
 

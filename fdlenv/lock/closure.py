@@ -9,7 +9,7 @@ share one site-packages (ROCm wheels carry their HIP runtime inside
 The resolver is fdlenv's own on resolvelib (pure Python), so locking needs no pip and no extra (a plain
 `pip install fdlenv` or `uv tool install fdlenv` locks a variant on demand)
 and takes seconds: it reads project pages and PEP 658 metadata through
-`fdlenv.simpleapi`, side by side, and never downloads a wheel. It resolves
+`fdlenv.index.simpleapi`, side by side, and never downloads a wheel. It resolves
 for a fixed target, never this host: CPython `PYTHON` and the manylinux tags
 of the env's platform, markers evaluated for that platform (so an x86_64 host
 locks linux-aarch64 correctly). Order:
@@ -43,12 +43,11 @@ import dataclasses
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from .. import pipindex, simpleapi
-from ..errors import Fail
-from ..progress import during
+from ..index import pipindex, simpleapi
+from ..base.errors import Fail
+from ..base.progress import during
 from .entry import Entry
-from .provider import (FULL, MACHINES, PYTHON, Index, Meta, NoWheel, Provider, Req, is_native, requirements_of,
-                       target_environment)
+from ..index.provider import FULL, MACHINES, PYTHON, Index, Meta, NoWheel, Provider, Req, is_native, requirements_of, target_environment
 
 TYPE_CHECKING = False   # the env-file reader (urllib) is the caller's: not imported for the realise's check
 if TYPE_CHECKING:
@@ -185,7 +184,7 @@ def resolve(env: EnvFile, platform: str, mirrors: dict[str, str], check: bool = 
 
 def _check_torch(env: EnvFile, platform: str, meta: Meta, marker_env: dict, mirrors: dict[str, str]) -> None:
     """Refuse a torch that is not `env.variant`'s build, naming who served it; nothing is written."""
-    from .. import variants
+    from ..names import variants
 
     requires = {name: str(req.specifier) for name, req in requirements_of(meta, (), marker_env)}
     why = variants.build_mismatch(env.variant, meta.version, requires, meta.listing)

@@ -5,7 +5,7 @@ The file name is the variant (`envs/cu128.yml` -> `cu128`); `name`,
 environment.yml. fdlenv's extensions, in a `pip:` sub-list:
 - requirement strings (`torch ==2.10.0`), resolved by `fdlenv lock` through
   the wheel index named by the top-level `pip-index:` (default `pypi`, the
-  index your pip uses; see `fdlenv.pipindex`) into the libtorch closure;
+  index your pip uses; see `fdlenv.index.pipindex`) into the libtorch closure;
 - wheel *files* (a path relative to the env file, a `file://` URL or an
   http(s) URL of a `.whl`), each hashed from its real bytes when the env is
   read, so such a lock entry is as real as a conda one.
@@ -24,11 +24,12 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import hashing, yamlfile
-from ..errors import Fail
-from ..home import Home
-from ..mirrors import ChannelMap
-from ..variants import VARIANTS, parse_token
+from ..base import hashing, yamlfile
+from ..base.errors import Fail
+from ..index import pipindex
+from ..names.home import Home
+from ..index.mirrors import ChannelMap
+from ..names.variants import VARIANTS, parse_token
 
 ENV_FILE_FORMS = ("name: STR; channels: [alias or URL, ...]; platforms: [linux-64, ...]; pip-index: NAME or {PLATFORM: NAME}; pip-sources: {PROJECT: NAME}; "
                   "dependencies: [match spec, ..., {pip: [requirement or wheel path or URL, ...]}]")
@@ -190,15 +191,6 @@ def _pip_index(value, path: Path) -> tuple[str, tuple[tuple[str, str], ...]]:
     return default, tuple(sorted((k, v) for k, v in mapping.items() if k != "default"))
 
 
-def requirement_problem(e: Exception) -> str:
-    """packaging's complaint about a requirement, as one line: its first line and the column its
-    caret points at (packaging draws the text and a caret under it on two more lines)."""
-    lines = str(e).splitlines()
-    caret = next((ln for ln in lines[1:] if ln.strip() == "^"), None)
-    head = " ".join((lines[0] if lines else str(e)).split())
-    return head if caret is None or len(lines) < 3 else f"{head}, at column {caret.index('^') - 3}"
-
-
 def _requirement(entry, env_file: Path) -> str:
     from packaging.requirements import InvalidRequirement, Requirement
 
@@ -206,7 +198,8 @@ def _requirement(entry, env_file: Path) -> str:
     try:
         req = Requirement(text)
     except InvalidRequirement as e:
-        raise Fail.permanent(f"{env_file}: pip: {text!r} is not a requirement ({requirement_problem(e)}); accepted: "
+        raise Fail.permanent(f"{env_file}: pip: {text!r} is not a requirement ({pipindex.requirement_problem(e)}); "
+                             "accepted: "
                              "NAME SPECIFIER (e.g. torch ==2.10.0) or a path or URL of a .whl") from None
     if req.url or req.extras:
         raise Fail.permanent(f"{env_file}: pip: {text!r}: URLs and extras are not accepted; accepted: "

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from ..errors import Fail
+from ..base.errors import Fail
 
 EXTRA = "lock"
 PROVIDERS = {"conda_lock": "conda-lock"}

@@ -18,10 +18,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ..errors import Fail
-from ..home import Home
-from ..lockpath import split_path
-from ..progress import say
+from ..base.errors import Fail
+from ..names.home import Home
+from .paths import split_path
+from ..base.progress import say
 from .envfile import EnvFile, channel_map, discover, env_path
 from .entry import Entry
 from .solve import channel_urls, declared_virtual_packages, solve
@@ -36,7 +36,7 @@ def env_platforms(env: EnvFile, platforms: list[str] | None) -> tuple[str, ...]:
         return picked or env.platforms
     if platforms:
         return tuple(sorted(set(platforms)))
-    from ..platforms import this_platform
+    from ..names.platforms import this_platform
 
     return (this_platform(),)
 
@@ -83,7 +83,7 @@ def _carried(out: Path, envs_dir: Path, relocked: set[str]) -> list[Solved]:
     """The variants `out` already covers, other than `relocked`, as they stand in the file."""
     import yaml
 
-    from ..lockfile import holds, read_variant
+    from .file import holds, read_variant
 
     if not out.is_file():
         return []

@@ -29,12 +29,13 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from .. import variants
-from ..errors import Fail
-from ..flocks import exclusive
-from ..lockpath import LOCK_NAME, home_lock, split_path
+from .. import PACKAGE_DIR
+from ..names import variants
+from ..base.errors import Fail
+from ..base.flocks import exclusive
+from .paths import LOCK_NAME, home_lock, split_path
 
-ENVS = Path(__file__).resolve().parent.parent / "data" / "envs"
+ENVS = Path(PACKAGE_DIR) / "data" / "envs"
 
 
 def refuse_frozen(variant: str, platform: str, view) -> Fail:
@@ -46,7 +47,7 @@ def refuse_frozen(variant: str, platform: str, view) -> Fail:
 
 def lock_variant(home, variant: str, platform: str, mirrors: dict[str, str], say) -> Path:
     """Resolve `variant` for `platform` into the home's on-demand lock; returns its file."""
-    from ..lockfile import holds
+    from .file import holds
 
     out = split_path(home_lock(home), variant)
     env = _env_file(variant, platform)

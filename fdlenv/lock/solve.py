@@ -17,10 +17,10 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from ..errors import Fail
-from ..mirrors import ChannelMap
-from ..platforms import GLIBC_BASELINE, LINUX_BASELINE
-from ..variants import VARIANTS
+from ..base.errors import Fail
+from ..index.mirrors import ChannelMap
+from ..names.platforms import GLIBC_BASELINE, LINUX_BASELINE
+from ..names.variants import VARIANTS
 from .entry import Entry
 from .envfile import EnvFile
 

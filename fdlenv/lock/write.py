@@ -32,8 +32,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import hashing
-from ..lockfile import SIZES_KEY
+from ..base import hashing
+from .file import SIZES_KEY
 from .envfile import EnvFile
 from .entry import Entry
 
@@ -88,7 +88,7 @@ def content_hash(solved: list[Solved], platform: str) -> str:
 
 def write_lock(solved: list[Solved], out: Path, layers: list[str] | None = None) -> Path:
     """Write `solved` (free of conflicts) to `out`, replacing it atomically."""
-    from .. import atomic
+    from ..base import atomic
 
     atomic.write_text(out, render(solved, out, layers))
     return out

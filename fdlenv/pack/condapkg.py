@@ -23,7 +23,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import hashing
+from ..base import hashing
 
 FIXED_MTIME = 0            # tar mtime of every member
 ZIP_DATE = (1980, 1, 1, 0, 0, 0)

@@ -35,11 +35,11 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import hashing
-from ..errors import Fail
-from ..platforms import GLIBC_BASELINE
-from ..progress import Meter, during, say
-from ..variants import get as get_variant
+from ..base import hashing
+from ..base.errors import Fail
+from ..names.platforms import GLIBC_BASELINE
+from ..base.progress import Meter, during, say
+from ..names.variants import get as get_variant
 from .condapkg import PkgFile, PkgMeta, files_from_tree, index_channel, write_conda
 
 # The `.arch` facts of each variant (flodl 0.8.0's table): CUDA compute

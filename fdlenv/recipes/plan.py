@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
-from ..errors import Fail
+from ..base.errors import Fail
 from .systemd import GPU_GROUPS, check_name, check_path, present_groups
 
 DEFAULT_MOUNT = "/flodl/data"      # flodl's mountpoint for a data_source without data_path
@@ -161,7 +161,7 @@ def project_file(path: str, root: str):
 
     from ..config.model import Project
     from ..config.schema import validate
-    from ..yamlfile import YamlError, loads
+    from ..base.yamlfile import YamlError, loads
 
     p = Path(path)
     try:

@@ -41,7 +41,7 @@ import shutil
 import sys
 
 from ..config.token import CREDENTIAL
-from ..errors import Fail
+from ..base.errors import Fail
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 ENV_COMMAND = ("/usr/bin/env", "fdlenv")

@@ -32,11 +32,11 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from .. import hashing
-from .. import variants
-from ..errors import Fail
-from ..home import Home
-from ..progress import say
+from ..base import hashing
+from ..names import variants
+from ..base.errors import Fail
+from ..names.home import Home
+from ..base.progress import say
 from . import nvcc, toolkit
 from .manifest import RunManifest
 
@@ -173,7 +173,7 @@ def _run_recipe(recipe: Recipe, project: Path, env, environ: dict, keep_fds: tup
         # stdout joins stderr: the compiler's output streams to the terminal or
         # journal, and fdlenv's own stdout stays clean for --json. Its own process
         # group, guarded: the recipe never outlives fdlenv, even a kill -9 of it.
-        from ..groupguard import spawn   # subprocess: imported only when a build runs
+        from ..base.groupguard import spawn   # subprocess: imported only when a build runs
 
         import subprocess
 
@@ -214,7 +214,7 @@ def variant_trees(project: Path, env, environ: dict) -> tuple[dict, Path | None]
     `CARGO_TARGET_DIR=<project>/target/fdlenv-<variant>` (a `target/...` artifact is looked up
     there), and `FDLENV_BUILD_DIR=<project>/build/fdlenv-<variant>` for CMake recipes
     (`cmake -S . -B "$FDLENV_BUILD_DIR"`)."""
-    from ..buildtree import BUILD_DIR, TARGET_DIR, tree_dirs
+    from ..names.buildtree import BUILD_DIR, TARGET_DIR, tree_dirs
 
     target, build = tree_dirs(str(project), _variant(env).name)
     out = dict(environ)
@@ -260,7 +260,7 @@ def build(home: Home, tree: Path, tree_content: str, env, environ: dict, recipe:
     published = home.builds / key / name
     if published.is_file():
         return Built(published, project, key, False)
-    from ..flocks import exclusive
+    from ..base.flocks import exclusive
 
     home.ensure(home.builds)
     with exclusive(home.locks / f"build-{key}.lock", f"building {key[:16]}"):

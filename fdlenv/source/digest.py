@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from .. import hashing
-from ..errors import Fail
+from ..base import hashing
+from ..base.errors import Fail
 from .state import State
 
 MANIFEST = ".fdl-run.yml"

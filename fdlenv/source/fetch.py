@@ -26,12 +26,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
-from .. import hashing
+from ..base import hashing
 from ..config.model import SshConfig
-from ..errors import Fail
-from ..flocks import exclusive
-from ..home import Home
-from ..progress import say
+from ..base.errors import Fail
+from ..base.flocks import exclusive
+from ..names.home import Home
+from ..base.progress import say
 from . import digest
 from .spec import GitSpec, LocalSpec, RsyncSpec, Spec, spec_hash
 from .state import State

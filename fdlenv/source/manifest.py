@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from ..errors import Fail
+from ..base.errors import Fail
 from .digest import MANIFEST, RACY_NS
 from .state import State
 
@@ -85,7 +85,7 @@ def from_mapping(data, where: str = MANIFEST) -> RunManifest:
 
 
 def parse(text: str, where: str = MANIFEST) -> RunManifest:
-    from ..yamlfile import YamlError, loads   # 25 ms: only when the manifest changed since the last dial
+    from ..base.yamlfile import YamlError, loads   # 25 ms: only when the manifest changed since the last dial
 
     try:
         data = loads(text, where)

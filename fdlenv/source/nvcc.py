@@ -116,13 +116,13 @@ def note_once(home, env, environ: dict) -> str | None:
     (also for a variant without CUDA). Shown is remembered in `<home>/cache/notes/` (not in the
     env: its files are verified), keyed by the env's key and path; where that cannot be written
     the note is given every time."""
-    from .. import variants
+    from ..names import variants
 
     v = env.variant if isinstance(env.variant, variants.Variant) else variants.VARIANTS.get(env.variant)
     cuda = v.cuda if v is not None else None
     if not cuda:
         return None
-    from .. import hashing
+    from ..base import hashing
 
     tag = hashing.of_text(os.path.abspath(env.path))[:12]
     marker = os.path.join(home.cache, "notes", f"cmake-toolkit-{env.key}-{tag}")
@@ -130,7 +130,7 @@ def note_once(home, env, environ: dict) -> str | None:
         return None
     note = cmake_toolkit_note(cuda, environ)
     if note is not None:
-        from .. import atomic
+        from ..base import atomic
 
         try:
             from pathlib import Path

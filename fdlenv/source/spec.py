@@ -14,9 +14,9 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from .. import hashing
+from ..base import hashing
 from ..config.grammar import bracketed, split_host_port
-from ..errors import Fail
+from ..base.errors import Fail
 
 ACCEPTED = (
     "file:///abs/path, rsync://[user@]host[:port]:/abs/path "

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .. import atomic
+from ..base import atomic
 
 SCHEMA = 1
 

@@ -24,7 +24,7 @@ import os
 import shutil
 from pathlib import Path
 
-from .. import hashing
+from ..base import hashing
 from .state import State
 
 TOOLS = ("cc", "c++", "gcc", "g++", "clang", "clang++", "ld", "ar", "rustc", "cargo", "nvcc", "hipcc",

@@ -22,7 +22,7 @@ the env, then what was inherited; for NVIDIA envs CUDA_HOME and CUDA_PATH
 first) and Torch_DIR, so `find_package(Torch)` needs nothing passed; and
 FDLENV_VARIANT, the variant's name (`cmake -B build/fdlenv-$FDLENV_VARIANT`).
 Cargo's target dir per variant depends on the cwd, so it is not part of this
-map: `run` and `shell-hook` add it (`hotpath.build_tree`).
+map: `run` and `shell-hook` add it (`names.buildtree.build_tree`).
 
 Switching and deactivating: a shell activated by `shell-hook` carries
 `_FDLENV_STATE`, each changed variable's value before and after. `restored`
@@ -38,11 +38,12 @@ import os
 from pathlib import Path
 from collections.abc import Mapping
 
-from .. import atomic, hashing, variants
-from ..hotpath import PATH_LISTS, ROCM_VARS, SENTINEL, STATE, apply, join, restored, shell_state
-from ..shells import quote, valid_name
-from ..errors import Fail
-from ..home import Home
+from ..base import atomic, hashing
+from ..names import variants
+from .statecodec import PATH_LISTS, ROCM_VARS, SENTINEL, STATE, apply, join, restored, shell_state
+from ..base.shells import quote, valid_name
+from ..base.errors import Fail
+from ..names.home import Home
 from .cudahome import DIRNAME as CUDA_HOME   # an NVIDIA env's own CUDA_HOME, `<env>/cuda`
 from .env import Env
 

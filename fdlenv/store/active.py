@@ -97,7 +97,7 @@ def find(home, project_root: Path | None = None, environ=None, cwd: Path | None 
 
 def of_env(env) -> Active:
     """A realised Env as the Active it settles to (label: flodl's variant id)."""
-    from .. import variants
+    from ..names import variants
 
     v = variants.get(env.variant)
     return Active(v.flodl_label, env.libtorch_root, v.vendor, env.variant, env)
@@ -109,8 +109,8 @@ def build_env(act: Active | None):
     libtorch changes the build key)."""
     if act is None or act.env is not None:
         return None if act is None else act.env
-    from .. import hashing
-    from ..variants import Variant
+    from ..base import hashing
+    from ..names.variants import Variant
     from .env import Env
 
     d = Path(act.dir)

@@ -28,10 +28,11 @@ import urllib.parse
 from collections import namedtuple
 from pathlib import Path
 
-from ..errors import Fail
-from ..home import Home
-from .. import atomic, confine, hashing, mirrors as _mirrors
-from ..lockfile import Record, mismatch
+from ..base.errors import Fail
+from ..names.home import Home
+from ..base import atomic, confine, hashing
+from ..index import mirrors as _mirrors
+from ..lock.file import Record, mismatch
 
 CHUNK = 1 << 20
 
@@ -92,7 +93,7 @@ def locate(home: Home, r: Record, mirrors: dict[str, str]) -> Archive:
         return Archive(r, path, False)
     if parsed.scheme not in ("http", "https"):
         raise Fail.permanent(f"archive URL {url!r}: unsupported scheme; accepted: file://, http://, https://")
-    from ..netread import retrying
+    from ..base.netread import retrying
 
     retrying(lambda: _download(home, r, url, cached), f"archive {r.filename}")
     return Archive(r, cached, True)
@@ -101,7 +102,7 @@ def locate(home: Home, r: Record, mirrors: dict[str, str]) -> Archive:
 def _download(home: Home, r: Record, url: str, dest: Path) -> None:
     """Into `archives/`, hashed as it streams, bounded (`netread`); a .conda (a zip) whose bytes end
     before its end record is a cut download, transient; whole bytes with another hash, permanent."""
-    from .. import netread
+    from ..base import netread
     from .streamzip import file_complete
     from .wheelfile import DOWNLOAD_LIMIT
 

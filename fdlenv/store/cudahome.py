@@ -105,7 +105,7 @@ def _merge(src: Path, rel: str, at: dict[str, Path | None]) -> None:
 def _template(templates: Path, layout: dict[str, str | None]) -> Path | None:
     """The layout's symlinks made once in `templates/cudahome-<digest>`, published by rename;
     None when the cache cannot hold one (the env's symlinks are then made in place)."""
-    from ..hashing import of_text
+    from ..base.hashing import of_text
 
     digest = of_text("".join(f"{rel}\0{text or ''}\n" for rel, text in layout.items()))[:32]
     final = templates / f"cudahome-{digest}"

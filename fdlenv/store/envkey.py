@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 
-from .. import hashing
+from ..base import hashing
 
 TYPE_CHECKING = False   # `typing` and the Record dataclass stay off the re-dial path
 if TYPE_CHECKING:
-    from ..lockfile import Record
+    from ..lock.file import Record
 
 STORE_SCHEMA = 3  # 2: wheels hard-linked from the package cache; 3: NVIDIA envs carry cuda/ (CUDA_HOME)
 

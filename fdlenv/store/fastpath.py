@@ -13,8 +13,8 @@ import json
 import os
 from pathlib import Path
 
-from .. import atomic, hashing
-from ..home import Home
+from ..base import atomic, hashing
+from ..names.home import Home
 from .env import MANIFEST, Env, rebase
 
 

@@ -18,8 +18,8 @@ loopback index whose pages state no sizes). A file's size comes from, in order:
 
 from __future__ import annotations
 
-from .. import simpleapi
-from ..lockfile import Record
+from ..index import simpleapi
+from ..lock.file import Record
 
 LARGEST = ("torch",)   # projects known to be a variant's largest wheel (rule 4)
 

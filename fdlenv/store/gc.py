@@ -13,7 +13,8 @@ collects, in this order:
    `cache/fast`, whose `.holds` answers stay while a kept env has their
    variant and platform: its re-dial asks them, `cache/verified` of archives
    that are gone, the hot memos
-   `cache/hot` naming them), the `.trash-*` a killed delete left in `envs/`
+   `cache/hot` naming them, read by the reader the command hands in: the store
+   imports no cache), the `.trash-*` a killed delete left in `envs/`
    and `pkgs/` (a killed remove's is in `staging/`), their lock
    files when free, built artifacts (`builds/`) made against an env that is
    gone, and walk-through builds but the newest.
@@ -33,12 +34,12 @@ from __future__ import annotations
 import json
 import os
 from collections import namedtuple
-from collections.abc import Set as AbstractSet
+from collections.abc import Callable, Set as AbstractSet
 from pathlib import Path
 
-from .. import atomic, hotpath
-from ..flocks import exclusive, held
-from ..home import Home
+from ..base import atomic
+from ..base.flocks import exclusive, held
+from ..names.home import Home
 from . import fastpath, pointers
 from .env import MANIFEST, read_manifest
 from .leases import in_use, store_lock
@@ -46,6 +47,9 @@ from . import sizes
 from .maintain import env_dirs
 
 NEVER = ("channels", "data", "libtorch")
+# The env directory a hot memo names (None: no whole memo): `hot.replay.memo_env`, handed in by
+# the command so that the store never imports the memo; without it `cache/hot` is left alone.
+MemoReader = Callable[[str], "str | None"]
 
 
 class GcPlan(namedtuple("GcPlan", "envs cache_entries archives other bytes kept")):
@@ -62,20 +66,21 @@ class GcPlan(namedtuple("GcPlan", "envs cache_entries archives other bytes kept"
 
 
 def collect(home: Home, dry_run: bool = False, sources: bool = False,
-            remove: str | None = None) -> tuple[GcPlan, list[Path]]:
+            remove: str | None = None, memo_env: MemoReader | None = None) -> tuple[GcPlan, list[Path]]:
     """Plan and (unless `dry_run`) delete, holding the store lock exclusively; `remove`: a
     variant whose roots and pointers go first (`env remove`), in the same hold, so no realise
     roots it again in between. Returns the plan and the links dropped (or to drop)."""
     home.ensure(home.locks)
     with exclusive(store_lock(home.locks), "collecting garbage"):
         links = unroot(home, remove, dry_run) if remove else []
-        plan = gc_plan(home, sources, skip=set(links))
+        plan = gc_plan(home, sources, skip=set(links), memo_env=memo_env)
         if not dry_run:
             gc(home, plan)
     return plan, links
 
 
-def gc_plan(home: Home, sources: bool = False, skip: AbstractSet[Path] = frozenset()) -> GcPlan:
+def gc_plan(home: Home, sources: bool = False, skip: AbstractSet[Path] = frozenset(),
+            memo_env: MemoReader | None = None) -> GcPlan:
     """What `collect` removes (see the module docstring). Call it under `collect`'s lock;
     `skip`: links to read as gone (a dry run of `env remove`). Costs a manifest read per env,
     never a walk of what is kept (`store.sizes`)."""
@@ -106,13 +111,13 @@ def gc_plan(home: Home, sources: bool = False, skip: AbstractSet[Path] = frozens
                 total += a.stat().st_size
     asked = {f"{m.get('variant')}-{m.get('platform')}" for m in kept}   # what their re-dials ask the locks
     other = list(_leftovers(home, kept_keys, {d.name for d in dead}, wanted, sources,
-                            {e.name for e in entries}, asked))
+                            {e.name for e in entries}, asked, memo_env))
     total += sum(sizes.of_tree(p) for p, _why in other)
     return GcPlan(dead, entries, archives, other, total, _kept(home, held_sizes, sources))
 
 
 def _leftovers(home: Home, keys: set[str], dead: set[str], wanted: set[str], sources: bool,
-               dead_entries: set[str], asked: set[str]):
+               dead_entries: set[str], asked: set[str], memo_env: MemoReader | None):
     """Step 3 of the module docstring: (path, why)."""
     for p in sorted(home.roots.iterdir()) if home.roots.is_dir() else ():
         if p.is_symlink() and not p.exists():
@@ -128,8 +133,8 @@ def _leftovers(home: Home, keys: set[str], dead: set[str], wanted: set[str], sou
         for p in sorted(d.glob(f"{atomic.TRASH}*")) if d.is_dir() else ():
             yield p, "what a killed delete left"
     hot = home.cache / "hot"
-    for p in sorted(hot.iterdir()) if hot.is_dir() else ():
-        env = None if p.name.startswith(".") else hotpath.memo_env(str(p))
+    for p in sorted(hot.iterdir()) if memo_env is not None and hot.is_dir() else ():
+        env = None if p.name.startswith(".") else memo_env(str(p))
         if env is not None and (os.path.basename(env) in dead or not (home.envs / os.path.basename(env) / MANIFEST).is_file()):
             yield p, "memo of an env that is gone"
     activations = home.cache / "activation"
@@ -235,7 +240,7 @@ def gc(home: Home, plan: GcPlan) -> None:
 def unroot(home: Home, variant: str, dry_run: bool = False) -> list[Path]:
     """Drop `variant`'s roots and fdlenv's pointers to it (and empty `.active` when it names
     one, as flodl does); returns the links. flodl's own download is never touched."""
-    from .. import variants
+    from ..names import variants
 
     links = [p for p in sorted(home.roots.glob(f"{variant}-*")) if p.is_symlink()] \
         if home.roots.is_dir() else []

@@ -25,13 +25,15 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .. import __version__, atomic, flocks, variants
-from ..errors import Fail, os_failure
-from ..home import Home
-from ..progress import during, say
+from .. import __version__
+from ..base import atomic, flocks
+from ..names import variants
+from ..base.errors import Fail, os_failure
+from ..names.home import Home
+from ..base.progress import during, say
 from . import cudahome, linktree, ownfiles, sizes, wheels
 from .env import MANIFEST, libtorch_root
-from ..lockfile import Record
+from ..lock.file import Record
 
 # The worker's module (subprocess, signal, typing) and `store.archives` (tempfile) only for conda
 # packages, and shutil only to remove what a failed run left: an env of wheels whose entries

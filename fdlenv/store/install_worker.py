@@ -32,7 +32,7 @@ import traceback
 from pathlib import Path
 from typing import NamedTuple
 
-from .. import confine
+from ..base import confine
 
 
 class CondaItem(NamedTuple):

@@ -1,7 +1,7 @@
 """What keeps an env alive: the store lock and leases.
 
 gc must never delete what another process has just realised or is running.
-Two file locks in `locks/` (see fdlenv.flocks) say so:
+Two file locks in `locks/` (see fdlenv.base.flocks) say so:
 - `store.lock`: every realise and repair holds it shared, from the fast-path
   lookup (or the install) through writing the env's root and flodl's
   pointers; `env gc` holds it exclusively while it plans and deletes. So an
@@ -27,9 +27,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..errors import Fail
-from ..flocks import held, shared
-from ..leasefile import lease_paths, take_lease
+from ..base.errors import Fail
+from ..base.flocks import held, shared
+from ..names.leasefile import lease_paths, take_lease
 
 STORE_LOCK = "store.lock"
 
@@ -48,7 +48,7 @@ def take(env_dir: Path) -> int | None:
             raise Fail.retry(f"the env {env_dir} was removed (env gc?) before it could be used; retry")
         fd = take_lease(str(env_dir.parent.parent), env_dir.name)
         if fd is None:
-            from ..progress import say
+            from ..base.progress import say
             say(f"note: {env_dir.name} is not leased (neither its home nor a runtime directory can hold "
                 "the lease): `env gc` on a writable view of this home could remove it while it runs")
         return fd

@@ -25,7 +25,7 @@ import os
 import threading
 from pathlib import Path
 
-from .. import confine
+from ..base import confine
 
 
 class LinkRefused(Exception):

@@ -16,9 +16,9 @@ from collections import namedtuple
 from stat import S_ISREG
 from pathlib import Path
 
-from .. import hashing
-from ..home import Home
-from ..flocks import exclusive
+from ..base import hashing
+from ..names.home import Home
+from ..base.flocks import exclusive
 from .leases import store_lock
 from . import pointers, sizes
 from .env import MANIFEST, moved_from, read_manifest
@@ -238,9 +238,9 @@ def _verify_wheels(env_dir: Path, wheels: list[dict], full: bool, rep: Report, h
 
 def repair(home: Home, env_dir: Path, report: Report, mirrors: dict[str, str] | None = None) -> None:
     """Rebuild `env_dir` from its manifest; bad packages are re-extracted from their archives."""
-    from ..flocks import shared
+    from ..base.flocks import shared
     from .archives import evict_cache_entry
-    from ..lockfile import Record
+    from ..lock.file import Record
     from .install import build
 
     m = read_manifest(env_dir)

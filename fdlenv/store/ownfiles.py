@@ -20,9 +20,10 @@ import json
 import os
 from pathlib import Path
 
-from .. import confine, variants
-from ..errors import Fail
-from ..lockfile import Record
+from ..base import confine
+from ..names import variants
+from ..base.errors import Fail
+from ..lock.file import Record
 from . import cudahome
 from .env import MANIFEST
 

@@ -26,8 +26,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .. import atomic, hashing, variants
-from ..home import Home
+from ..base import atomic, hashing
+from ..names import variants
+from ..names.home import Home
 from .env import MANIFEST, Env, from_dir
 
 OWN_SUFFIX = "-fdlenv"

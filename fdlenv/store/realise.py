@@ -16,15 +16,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import variants
-from ..lockpath import split_sibling
-from ..errors import Fail
-from ..home import Home
-from ..flocks import shared
+from ..names import variants
+from ..lock.paths import split_sibling
+from ..base.errors import Fail
+from ..names.home import Home
+from ..base.flocks import shared
 from . import fastpath, pointers
 from .leases import store_lock
 from .env import MANIFEST, Env, libtorch_root
-from ..platforms import this_platform
+from ..names.platforms import this_platform
 
 
 def choose_lock(lock: Path, variant: str) -> Path:
@@ -78,10 +78,10 @@ def realise(home: Home, variant: str, lock: Path, mirrors: dict[str, str] | None
 
 def _slow_path(home: Home, variant: str, lock: Path, digest: str, platform: str,
                mirrors: dict[str, str], worker) -> Env:
-    from ..flocks import exclusive
+    from ..base.flocks import exclusive
     from .envkey import env_dirname, env_key
     from .install import build
-    from ..lockfile import read_variant
+    from ..lock.file import read_variant
 
     records = read_variant(lock, variant, platform)
     key = env_key(records, platform)

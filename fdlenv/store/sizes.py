@@ -19,9 +19,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .. import atomic
-from ..home import Home
-from ..lockfile import Record
+from ..base import atomic
+from ..names.home import Home
+from ..lock.file import Record
 
 
 def entry_name(r: Record) -> str:

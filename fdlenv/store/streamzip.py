@@ -35,7 +35,7 @@ from pathlib import Path
 from collections.abc import Callable
 from typing import Any
 
-from .. import confine, memory
+from ..base import confine, memory
 
 try:   # ISA-L's inflate is about twice zlib's speed: inflating is most of a cold realise's CPU
     from isal.isal_zlib import decompressobj as _decompressobj

@@ -20,13 +20,14 @@ import urllib.parse
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 
-from .. import flocks, hashing, netread, pipindex, simpleapi
-from ..errors import Fail
-from ..home import Home
-from ..progress import Meter, say
+from ..base import flocks, hashing, netread
+from ..index import pipindex, simpleapi
+from ..base.errors import Fail
+from ..names.home import Home
+from ..base.progress import Meter, say
 from . import fetchorder, streamzip, wheelfile, wheelmeta
 from .wheelfile import CHUNK
-from ..lockfile import Record
+from ..lock.file import Record
 
 # Wheels fetched side by side, one connection each. Four fill a fast link (the cu128 env from
 # the configured index: 41.5 s with 4, 46.0 s with 16) and hold a third of the memory (peak

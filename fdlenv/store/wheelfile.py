@@ -20,10 +20,10 @@ import shutil
 import threading
 from pathlib import Path
 
-from ..errors import Fail
-from .. import hashing
-from ..home import Home
-from ..lockfile import Record, mismatch
+from ..base.errors import Fail
+from ..base import hashing
+from ..names.home import Home
+from ..lock.file import Record, mismatch
 from . import streamzip
 from .streamzip import escapes
 
@@ -69,7 +69,7 @@ def download(home: Home, r: Record, url: str, progress, stated: int | None = Non
     whole bytes with another sha256 are permanent (the part is dropped)."""
     import urllib.error
 
-    from .. import netread
+    from ..base import netread
 
     done = home.archives / f"{r.sha256}.whl"
     part = home.archives / f".{r.sha256}.part"

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import pipindex
-from ..errors import Fail
-from ..lockfile import Record
+from ..index import pipindex
+from ..base.errors import Fail
+from ..lock.file import Record
 
 
 class Against:
@@ -41,9 +41,9 @@ class Against:
 
     def __call__(self, r: Record, root: Path, sizes: dict[str, int]) -> None:
         """`root`: the extracted entry (wheel members under `site/`); `sizes`: member -> bytes."""
-        from ..lock.provider import Meta
+        from ..index.provider import Meta
         from . import wheelfile
-        from ..simpleapi import INFLATE_LIMIT
+        from ..index.simpleapi import INFLATE_LIMIT
 
         member = next((n for n in sizes if n.count("/") == 1 and n.endswith(".dist-info/METADATA")), None)
         if member is None:
@@ -65,7 +65,7 @@ class Against:
         """What `meta` (the wheel's own) says that the lock's entry `r` and its env do not."""
         from packaging.version import InvalidVersion, Version
 
-        from ..lock.provider import is_native, requirements_of, target_environment
+        from ..index.provider import is_native, requirements_of, target_environment
 
         out = []
         if pipindex.normalize(meta.name) != r.name:

@@ -4,7 +4,7 @@ A locked wheel is content like a conda package. Order, per wheel:
 1. Its package-cache entry `pkgs/whl-<sha256>/` exists -> nothing to fetch.
 2. Find its bytes: a local file (read in place), an
    http(s) URL, or an index entry (`pip+index://INDEX/PROJECT/FILE`, looked up
-   through the index's simple API, see `fdlenv.pipindex`).
+   through the index's simple API, see `fdlenv.index.pipindex`).
 3. Download with sha256 computed while the bytes stream and, at once, extract
    them (`store.streamzip`: a zip read front to back) into
    `pkgs/.whl-<sha256>.<pid>...`; the entry is renamed into place only when
@@ -46,8 +46,8 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from ..home import Home
-from ..lockfile import Record
+from ..names.home import Home
+from ..lock.file import Record
 
 
 def ensure(home: Home, records: list[Record], mirrors: dict[str, str],
@@ -74,7 +74,8 @@ def check_torch(variant: str, records: list[Record], mirrors: dict[str, str],
     """Refuse a locked torch that is not `variant`'s build (`variants.build_mismatch`): by its
     version and requirements, and with `entries` (extracted) by its CUDA/HIP libraries too.
     Nothing is realised: the caller publishes nothing after a failure."""
-    from .. import pipindex, variants
+    from ..index import pipindex
+    from ..names import variants
 
     for r in records:
         if r.manager != "pip" or r.name != "torch":

@@ -1,0 +1,127 @@
+"""Which libtorch a command uses: the one resolver behind env realize/use, run, shell-hook,
+prepare and join.
+
+It sits above the store, the locks and the hardware survey because it reads
+all three (each imported only when the answer needs it). Given the variant
+token (or none), the lock view (`lockview.LockView`) and the settings, the
+answer is an `store.active.Active` (an fdlenv env, or flodl's own libtorch),
+or None when nothing is settled. In order:
+1. No token: the box's active libtorch as flodl reads it (`store.active`),
+   carried as it is, unless a near lock (given, beside fdl.yml, in the source
+   tree) holds its variant: then that lock decides, so a changed project lock
+   moves the box on the next re-dial.
+2. A token: `auto` routes on this box's GPUs (`hw.routing`, its one-line
+   reason becomes a note), else the token names the variant. Among the
+   variants the box can run (routing's candidates), one already realised in
+   the home wins over routing's first choice when that one is not realised
+   (`auto_route`): a baked image's rocm7.1 is used, not locked past. Realised
+   means fdlenv's pointer for the variant names an env (step 3b's check: a few
+   stat calls, no lock parsed, no index asked), and it is asked only when more
+   than one variant can run. `--frozen` never changes the choice.
+3. The env for the variant, first hit wins:
+   a. a near lock holding it: realised from it (the fast path when it exists);
+   b. `prefer_realised` (run, shell-hook): the env fdlenv's pointer names for
+      it, with no lock read;
+   c. a far lock holding it (the home's on-demand locks, the shipped lock);
+   d. the env fdlenv's pointer names for it (a realised env is usable from any
+      directory, with no lock in sight and no index request);
+   e. `--frozen`: refused (exit 2); else locked on demand (`lock.ondemand`)
+      and realised.
+"""
+
+from __future__ import annotations
+
+from ..names import variants
+from ..base.errors import Fail
+
+
+def realised_variants(home, names) -> frozenset[str]:
+    """Which of `names` fdlenv's pointers name a realised env for, in `home`."""
+    from ..store import pointers
+
+    return frozenset(v for v in names if pointers.pointed_env(home, v) is not None)
+
+
+def auto_route(s, home=None):
+    """`hw.routing.route` of the Survey `s`, with the candidates realised in `home` (a Home, or
+    a callable returning it; None: none looked at), asked only when more than one runs here."""
+    from ..hw.routing import route
+
+    r = route(s)
+    if home is None or len(r.candidates) < 2:
+        return r
+    return route(s, realised_variants(home() if callable(home) else home, r.candidates))
+
+
+def variant_for(token: str, survey=None, notes: list[str] | None = None, home=None,
+                routes: list | None = None) -> str:
+    """A `--libtorch` token -> canonical variant; `survey`: a callable returning the Survey
+    (default: the real one); `home`: where realised variants are looked for (`auto_route`).
+    `auto` appends its one line to `notes` and its Route to `routes`."""
+    name = variants.parse_token(token)
+    if name != "auto":
+        return name
+    if survey is None:
+        from ..hw.survey import survey
+    r = auto_route(survey(), home)
+    if routes is not None:
+        routes.append(r)
+    if r.variant is None:
+        raise Fail.permanent(f"--libtorch auto: {r.reason}")
+    if notes is not None:
+        notes.append(r.line())
+    return r.variant
+
+
+def choose(home, token: str | None, view, mirrors: dict[str, str], *, platform: str,
+           frozen: bool = False, prefer_realised: bool = False, project_root=None, survey=None,
+           activate: bool = False, fork: bool = False, notes: list[str], routes: list | None = None):
+    """The libtorch to use (a `store.active.Active`), or None when no token is given and
+    nothing is active. See the module's docstring for the order; `auto`'s Route goes to `routes`."""
+    from ..store import active as _active
+
+    if token is None:
+        act = _active.find(home, project_root, notes=notes)
+        if act is None or act.variant is None or view.holder(act.variant, platform, near_only=True) is None:
+            return act
+        variant = act.variant
+    else:
+        variant = variant_for(token, survey, notes, home, routes)
+    return _active.of_env(env_for(home, variant, view, mirrors, platform=platform, frozen=frozen,
+                                  prefer_realised=prefer_realised, activate=activate, fork=fork,
+                                  notes=notes))
+
+
+def env_for(home, variant: str, view, mirrors: dict[str, str], *, platform: str, frozen: bool = False,
+            prefer_realised: bool = False, activate: bool = False, fork: bool = False, notes: list[str]):
+    """Step 3 of the module's docstring: the realised `store.env.Env` of `variant`."""
+    from ..store.realise import realise
+
+    def realised(lock):
+        return realise(home, variant, lock, mirrors, platform=platform, activate=activate, fork=fork)
+
+    near = view.holder(variant, platform, near_only=True)
+    if near is not None:
+        return realised(near)
+    if prefer_realised and (env := _pointed(home, variant, activate)) is not None:
+        return env
+    far = view.holder(variant, platform)
+    if far is not None:
+        return realised(far)
+    if (env := _pointed(home, variant, activate)) is not None:
+        notes.append(f"libtorch: {variant} as realised before ({env.path.name}); no lock in view holds it")
+        return env
+    from ..lock import ondemand
+
+    if frozen:
+        raise ondemand.refuse_frozen(variant, platform, view)
+    return realised(ondemand.lock_variant(home, variant, platform, mirrors, notes.append))
+
+
+def _pointed(home, variant: str, activate: bool):
+    from ..store import pointers
+
+    env = pointers.pointed_env(home, variant)
+    if env is not None and activate:
+        pointers.set_active(home, env)
+    return env

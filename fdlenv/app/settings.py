@@ -1,0 +1,100 @@
+"""One resolver for the store's settings: home, mirrors, lock and platform.
+
+Every command that touches the store (env, run, shell-hook, build, lock,
+pack, walkthrough, prepare, join) asks this module, so a setting means the
+same everywhere. For each: flags > environment > fdl.yml's `fdlenv:` block >
+defaults.
+- home: `--home` > `$FLODL_HOME` > `fdlenv: home:` (relative to fdl.yml) > `~/.flodl`; where
+  it came from is recorded for the errors (`errors.record_home`), so a
+  permission failure inside the home names it, its origin, its owner and the way out;
+- mirrors: `fdlenv: mirrors:`, then each `--mirror NAME=URL` over it;
+- locks: one view, a variant from the first that holds it: `--lock` >
+  `fdlenv: lock:` > `conda-lock.yml` beside fdl.yml > at the fetched source
+  tree's root > the home's on-demand locks > the lock shipped with fdlenv
+  (`lockview.LockView`);
+- frozen (never lock on demand): `--frozen` > `FDLENV_FROZEN=1` > `fdlenv: frozen: true`;
+- platform: this machine's (`linux-64`, `linux-aarch64`, ...).
+
+fdl.yml is read only when discovery finds one, so the re-dial path without a
+project pays for no YAML. `resolve` is pure when `project` and `environ` are
+given (the join resolver passes both).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import namedtuple
+from pathlib import Path
+
+from ..index import mirrors as _mirrors
+from ..base.errors import Fail, record_home
+from ..names.home import Home
+from ..names.roots import home_root
+from .lockview import LockView
+
+_LOAD = object()   # `project` not given: discover and load fdl.yml from the cwd
+
+
+class Settings(namedtuple("Settings", "home mirrors lock_given project frozen", defaults=(False,))):
+    """What `resolve` settled: the Home, the mirrors (NAME -> URL), `lock_given` (--lock, else
+    `fdlenv: lock:` anchored at fdl.yml; None: discover), `project` (the loaded fdl.yml, a
+    `config.model.Project`, or None) and `frozen` (never lock on demand). Where the home came
+    from is recorded for the errors that name it (`errors.record_home`). A namedtuple: it is
+    on the re-dial path."""
+
+    __slots__ = ()
+
+    def view(self, source_root: Path | None = None) -> LockView:
+        """Every lock this command sees, in order (`lockview.LockView`)."""
+        return LockView(self.home, self.lock_given, self.project_root, source_root)
+
+    @property
+    def project_root(self) -> Path | None:
+        return self.project.root if self.project is not None else None
+
+    @property
+    def platform(self) -> str:
+        from ..names.platforms import this_platform
+        return this_platform()
+
+
+def resolve(home: str | None = None, mirrors: list[str] | None = None, lock: str | None = None, *,
+            project=_LOAD, environ=None, frozen: bool = False) -> Settings:
+    """Settle home, mirrors and lock from flags (`--home`, `--mirror`, `--lock`), the environment
+    and fdl.yml's `fdlenv:` block. `project`: a loaded fdl.yml, None for none, default: discover."""
+    env = os.environ if environ is None else environ
+    if project is _LOAD:
+        project = load_project_if_any()
+    block = project.fdlenv if project is not None else None
+    # (value, the field a bad value is blamed on, where the home came from for `record_home`)
+    given = ((home, "--home", "--home"),
+             ((env.get("FLODL_HOME") or "").strip(), "$FLODL_HOME", "$FLODL_HOME"),
+             (block.home if block else None, "fdl.yml's fdlenv.home",
+              f"fdl.yml's `fdlenv: home:` ({project.path if project is not None else ''})"))
+    raw, field, origin = next((g for g in given if g[0]), (None, "the default home", "the default home (~/.flodl)"))
+    root = Path(home_root(raw, env))
+    if root.exists() and not root.is_dir():
+        raise Fail.permanent(f"{field}: {root} is not a directory; accepted: a directory fdlenv may write "
+                             "(made when missing)")
+    record_home(str(root.absolute()), origin)
+    return Settings(
+        home=Home(root.absolute()),
+        mirrors=_mirrors.parse(mirrors, dict(block.mirrors) if block else {}),
+        lock_given=lock or (block.lock if block else None),
+        project=project,
+        frozen=bool(frozen) or _env_true(env.get("FDLENV_FROZEN")) or bool(block and block.frozen),
+    )
+
+
+def _env_true(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def load_project_if_any():
+    """fdl.yml from the cwd up, or None; the config loader is imported only when one exists."""
+    from ..config.fdlfile import find_config
+
+    if find_config() is None:
+        return None
+    from ..config.load import load_project
+    return load_project()

@@ -1,0 +1,300 @@
+"""The argparse front: parse, dispatch, map failures to exit codes.
+
+Kept thin and cheap to import: the re-dial path (`fdlenv prepare`/`join` with
+everything in place) starts here, so command modules import their heavy
+dependencies (rattler, conda-lock, paramiko, gitpython) inside the functions
+that need them, never at module level.
+
+The `--` tail is split off before argparse sees it: `None` means "no tail",
+an empty list means "an explicit empty tail" (join clears the block's args).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from ..base.errors import DEBUG_VAR, Fail, bug, os_failure
+
+# True once main() runs as the program itself (console script, python -m): only then
+# may the store fork its install worker; commands read it as `args.owns_process`.
+OWNS_PROCESS = False
+
+# A closed stdout (`fdlenv env list | head`): quiet, with a SIGPIPE death's status (128 + 13).
+EXIT_BROKEN_PIPE = 141
+EXIT_INTERRUPTED = 130      # 128 + SIGINT, as a shell reports a command ended by Ctrl-C
+# SIGTERM (a service manager's stop, `kill`) ends a command as Ctrl-C does: the same unwinding
+# (nothing left in staging), one `error:` line, the JSON object under --json, and the same 130:
+# neither permanent (2) nor a failure of the work, so a unit or a script re-runs it as after Ctrl-C.
+_STOPPED_BY: list[int] = []
+
+# One module per command under fdlenv/commands; each defines add_parser(sub).
+COMMANDS = ("env", "run", "shell_hook", "detect", "lock", "pack", "mirror", "walkthrough", "join", "recipe", "build",
+            "prepare")
+
+# The hot commands (a re-dial's `env realize`, a new shell's `shell-hook`, every `fdlenv run`,
+# `detect`) in their usual shapes are read here, without argparse (cliparse.py says what that
+# saves). Each entry: the command words, the module and its function, the options taking a
+# value, the flags, and what argparse's parser sets that the options do not.
+# tests/test_cli_quick.py holds every shape read here to argparse's own reading of it.
+_STORE = ("--libtorch", "--lock", "--home")
+_QUICK: dict[tuple[str, ...], tuple[str, str, tuple[str, ...], tuple[str, ...], dict]] = {
+    ("shell-hook",): ("shell_hook", "cmd_shell_hook", _STORE + ("--shell",), ("--frozen", "--deactivate", "--json"),
+                      {"command": "shell-hook", "shell": "sh", "deactivate": False, "json": False}),
+    ("run",): ("run", "cmd_run", _STORE, ("--frozen",), {"command": []}),
+    ("detect",): ("detect", "run", (), ("--json",), {"command": "detect", "json": False, "home": None}),
+    ("env", "realize"): ("env", "cmd_realize", _STORE, ("--frozen", "--json"),
+                         {"command": "env", "env_command": "realize", "variant": None, "json": False,
+                          "_variant_required": True, "_variant_auto": True}),
+}
+
+
+def _quick(head: list[str]):
+    """The Namespace argparse would make of `head`, when it is one of _QUICK's shapes (else
+    None): `_read_quick`'s reading, with the command's function."""
+    args = _read_quick(head)
+    return args if args is None else _with_func(args)
+
+
+def _with_func(args):
+    module, func = args._where
+    del args._where
+    # __import__, not importlib: one module fewer (0.7 ms) on the hottest path
+    args.func = getattr(__import__(f"fdlenv.front.commands.{module}", fromlist=(func,)), func)
+    return args
+
+
+def _read_quick(head: list[str]):
+    """What argparse would make of `head`, when it is one of _QUICK's shapes: only
+    the options listed, each once, given as `--opt VALUE` or `--opt=VALUE` with a value that
+    is not an option, `--mirror` as often as wanted, `-q`; `env realize` one bare variant,
+    `run` its CMD from the first word that is not an option. Anything else (help, a typo,
+    `--shell csh`, a value starting with `-`): None, and argparse reads and refuses it."""
+    import types
+
+    words = tuple(head[:2]) if tuple(head[:2]) in _QUICK else tuple(head[:1])
+    if words not in _QUICK:
+        return None
+    module, func, valued, flags, extra = _QUICK[words]
+    got: dict = {"debug": False, "quiet": False}
+    if valued:   # the store's options: every hot command but detect
+        got.update({"libtorch": None, "lock": None, "mirror": None, "frozen": False, "home": None})
+    got.update(extra)
+    rest, seen = head[len(words):], set()
+    i = 0
+    while i < len(rest):
+        word = rest[i]
+        name, eq, value = word.partition("=")
+        if word in ("-q", "--quiet"):
+            got["quiet"] = True
+        elif not eq and word in flags and word not in seen:
+            got[word[2:]] = True
+            seen.add(word)
+        elif valued and name in valued + ("--mirror",) and (name == "--mirror" or name not in seen):
+            if not eq:
+                i += 1
+                if i == len(rest):
+                    return None
+                value = rest[i]
+            if not value or value.startswith("-"):
+                return None
+            if name == "--mirror":
+                got["mirror"] = [*(got["mirror"] or []), value]
+            else:
+                got[name[2:]] = value
+                seen.add(name)
+        elif words == ("run",) and not word.startswith("-"):
+            got["command"] = list(rest[i:])
+            break
+        elif words == ("env", "realize") and not word.startswith("-") and got["variant"] is None:
+            got["variant"] = word
+        else:
+            return None
+        i += 1
+    if "shell" in got:
+        from ..base.shells import SHELLS
+
+        if got["shell"] not in SHELLS:
+            return None
+    got["_where"] = (module, func)   # imported by _with_func, once no memo answered
+    return types.SimpleNamespace(**got)
+
+
+def _command_of(argv: list[str]) -> str | None:
+    """The module name of the command in argv, when it names one (else None: full help)."""
+    for arg in argv:
+        if not arg.startswith("-"):
+            name = arg.replace("-", "_")
+            return name if name in COMMANDS else None
+    return None
+
+
+def split_tail(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1:]
+    return argv, None
+
+
+def take_env(head: list[str]) -> list[str]:
+    """Strip fdl's env selectors from the argv before `--` and export the choice as FDL_ENV
+    (what the fdl.yml loader reads, and what children inherit), as fdl does: `--env X` and
+    `--env=X` anywhere before `--`, `@X` only before the command name (`fdlenv join @farm`
+    names a controller, not an env). The last one given wins."""
+    out: list[str] = []
+    env = None
+    i, command_seen = 0, False
+    while i < len(head):
+        a = head[i]
+        if command_seen and _first_word(out) == "run" and _run_command_starts(head, i):
+            out += head[i:]      # `fdlenv run CMD ...`: from CMD on, every word is CMD's own
+            break
+        if a == "--env":
+            if i + 1 >= len(head) or head[i + 1].startswith("-"):
+                raise Fail.permanent("--env requires a value: the name of an env overlay "
+                                     "(--env NAME, --env=NAME or @NAME selects fdl.NAME.yml)")
+            env, where, i = head[i + 1], "--env", i + 2
+            continue
+        if a.startswith("--env="):
+            env, where, i = a[len("--env="):], "--env", i + 1
+            continue
+        if a.startswith("@") and not command_seen:
+            env, where, i = a[1:], "@NAME", i + 1
+            continue
+        command_seen = command_seen or not a.startswith("-")
+        out.append(a)
+        i += 1
+    if env is not None:
+        name = env.strip()
+        if not name or "/" in name or "\0" in name:
+            raise Fail.permanent(f"{where}: {env!r} is not an env name; expected the NAME of an "
+                                 "overlay fdl.NAME.{yml,yaml,json} beside fdl.yml (no `/`)")
+        os.environ["FDL_ENV"] = name
+    return out
+
+
+# `run`'s own options that take a value: the word after one is not CMD.
+_RUN_VALUED = ("--libtorch", "--lock", "--home", "--mirror")
+
+
+def _first_word(words: list[str]) -> str | None:
+    return next((w for w in words if not w.startswith("-")), None)
+
+
+def _run_command_starts(head: list[str], i: int) -> bool:
+    """Whether head[i], after `run`, is the first word of its CMD."""
+    if head[i].startswith("-"):
+        return False
+    return not (i >= 1 and head[i - 1] in _RUN_VALUED)
+
+
+def main(argv: list[str] | None = None) -> int:
+    global OWNS_PROCESS
+    OWNS_PROCESS = argv is None  # run as the program, not called by a host process
+    if OWNS_PROCESS:   # malloc's policy is the program's, never a host's (fdlenv.base.memory)
+        from ..base.memory import own_process
+        own_process()
+    try:
+        rc = _main(list(sys.argv[1:] if argv is None else argv))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # stdout closed by its reader (`| head`): quiet, as a tool killed by SIGPIPE is,
+        # and no second complaint when the interpreter flushes at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        rc = EXIT_BROKEN_PIPE
+    except Exception as e:  # noqa: BLE001 - a bug before a command ran (parsing): one line too
+        told = bug(e, "fdlenv")
+        rc = fail(told.message, told.exit_code)
+    if OWNS_PROCESS and ("rattler" in sys.modules or rc == EXIT_INTERRUPTED):
+        # py-rattler 0.28 can crash at interpreter exit (134/139) after its calls succeeded
+        # (`lock`, `pack`): the exit code must stay 0/1/2, so leave without the teardown.
+        # After Ctrl-C, too: a download thread still in a socket read would hold the exit.
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(rc)
+    return rc
+
+
+def fail(message: str, code: int) -> int:
+    """The one way a failure is told (`output.fail`): an `error:` line on stderr and, under
+    --json, {"schema", "error", "exit"} on stdout."""
+    from ..base.output import fail as told
+    return told(message, code)
+
+
+def _first_interrupt(signum, frame) -> None:
+    """Ctrl-C or SIGTERM: stop what runs (KeyboardInterrupt unwinds it, its cleanup included); a
+    second signal while it cleans up changes nothing. main() then leaves at once with 130."""
+    import _signal
+
+    _signal.signal(_signal.SIGINT, _signal.SIG_IGN)
+    _signal.signal(_signal.SIGTERM, _signal.SIG_IGN)
+    _STOPPED_BY.append(signum)
+    raise KeyboardInterrupt
+
+
+def _main(argv: list[str]) -> int:
+    head, tail = split_tail(argv)
+    if "--json" in head:
+        from ..base.output import set_json
+        set_json(True)
+    try:
+        head = take_env(head)   # --env X, --env=X, @X: exported as FDL_ENV
+    except Fail as f:
+        return fail(f.message, f.exit_code)
+    args = _read_quick(head)
+    if args is not None:
+        args.tail = tail
+        from ..hot.replay import answer   # run, shell-hook, the re-dial env realize: from a memo
+        rc = answer(args)
+        if rc is not None:
+            return rc
+        args = _with_func(args)
+    else:
+        from .parser import build_parser
+        args = build_parser(COMMANDS, _command_of(head)).parse_args(head)
+        args.tail = tail
+    if args.debug:
+        os.environ[DEBUG_VAR] = "1"   # children (the install worker) print theirs too
+    args.owns_process = OWNS_PROCESS   # only then may the store fork its install worker
+    if getattr(args, "quiet", False):
+        from ..base.progress import set_quiet
+        set_quiet(True)
+    if hasattr(args, "_variant_required"):   # `env path|use|remove|verify`: VARIANT or --libtorch
+        from .options import fold_variant_alias
+        try:
+            fold_variant_alias(args)
+        except Fail as f:
+            return fail(f.message, f.exit_code)
+    if OWNS_PROCESS:
+        # The C module: `signal` itself builds its enums at import (1.5 ms on every command).
+        import _signal
+
+        _signal.signal(_signal.SIGINT, _first_interrupt)
+        _signal.signal(_signal.SIGTERM, _first_interrupt)
+    try:
+        return int(args.func(args) or 0)
+    except Fail as f:
+        return fail(f.message, f.exit_code)
+    except KeyboardInterrupt:
+        import _signal
+
+        term = _STOPPED_BY[:1] == [_signal.SIGTERM]
+        return fail("stopped by SIGTERM; nothing half-written was kept" if term else "interrupted",
+                    EXIT_INTERRUPTED)
+    except BrokenPipeError:
+        raise           # main() makes it quiet
+    except OSError as e:
+        # Disk full, permission denied, ...: errors.os_failure's one rule; the message names the path.
+        told = os_failure(e)
+        return fail(told.message, told.exit_code)
+    except Exception as e:  # noqa: BLE001 - what fdlenv did not expect: one line, a bug, exit 1
+        told = bug(e, f"fdlenv {_first_word(head)}")   # args.command: run's is its CMD
+        return fail(told.message, told.exit_code)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""`fdlenv join`: prepare this box, dial the controller, run the agent.
+
+Parse -> load fdl.yml (+ FDL_ENV overlay) -> resolve flags over the `join:`
+block -> check a given binary once -> run the attempt loop (its first attempt
+reads the token file). Every authoring error exits 2 before anything runs. The
+flags it shares with `fdlenv prepare` (the non-dial subset) live in `fdlenv.front.options`.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..options import add_dial_flags, add_join_flags, join_flags, owns_process
+
+EPILOG = """examples:
+  # one-shot, binary already on the box, controller reached directly
+  fdlenv join ctrl.lan:1337 --bin ./target/release/train -- --epochs 10
+
+  # through an ssh hop (controller address as seen from the hop), re-dial forever
+  fdlenv join --ssh join@gateway:2222 --identity ~/.ssh/farm_ed25519 \\
+      --source git+https://git.example/me/model#main --libtorch auto --persist
+
+  # everything baked into fdl.yml's join: block (golden image), the token in a root-only
+  # file that systemd hands over (LoadCredential=fdlenv-token:/etc/fdlenv/token)
+  fdlenv join
+
+  # the token from a file, never on argv
+  fdlenv join ctrl.lan:1337 --token-file ~/.config/flodl/token --bin ./train
+
+exit codes: the agent's own code (one-shot; killed by a signal -> 1),
+            1 transient (retrying may help: a controller, mirror or token file not there yet),
+            2 permanent (config, bad input, no GPU, an agent that cannot be executed);
+            every class: docs/FAILURES.md.
+"""
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "join", help="prepare this box and dial a flodl controller as a worker",
+        description="Prepare this box (GPU gate, data, source, locked libtorch env, build), "
+                    "then run the training binary as a flodl agent dialing the controller. "
+                    "Arguments after `--` are the binary's own.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("controller", nargs="?", metavar="CONTROLLER",
+                   help="controller host[:port] ([v6]:port); under --ssh as seen from the hop "
+                        "(default 127.0.0.1:1337)")
+    p.add_argument("--token", metavar="T", help="pre-shared session token (readable by every "
+                   "user through `ps`: prefer --token-file)")
+    p.add_argument("--token-file", metavar="FILE",
+                   help="read the token from FILE (one line; one trailing newline dropped). "
+                        "Without --token/--token-file: fdlenv.token_file in fdl.yml, then "
+                        "$CREDENTIALS_DIRECTORY/fdlenv-token (systemd LoadCredential=), "
+                        "then join.token")
+    add_join_flags(p)
+    add_dial_flags(p)
+    p.set_defaults(func=run)
+
+
+def real_prepare(settings, fork: bool = False):
+    """Preparation through fdlenv.app.prepare (imported lazily: the heavy part)."""
+    from ...app import prepare as mod
+    from pathlib import Path
+
+    from ...names.home import Home
+
+    return mod.prepare(mod.request_from_settings(settings), Home(Path(settings.home)), fork=fork)
+
+
+def run(args: argparse.Namespace) -> int:
+    import functools
+
+    from ...config.load import load_project
+    from ...app.joinsettings import check_given_bin, resolve
+    from ...config.token import read_chosen_file
+    from ...join.loop import run_join
+    from ...base.progress import say
+
+    settings = resolve(join_flags(args), load_project())
+    if settings.controller_defaulted:
+        say(f"no controller named: dialing {settings.controller_host}:"
+            f"{settings.controller_port} (give CONTROLLER, --ssh, or join.controller)")
+    # The token file is read by the first attempt (a file not there yet: transient, re-dialed)
+    return run_join(check_given_bin(settings), functools.partial(real_prepare, fork=owns_process(args)),
+                    settle=read_chosen_file)

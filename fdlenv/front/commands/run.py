@@ -1,0 +1,80 @@
+"""`fdlenv run [--libtorch V] [--] CMD [ARGS...]`: exec CMD inside a variant's activated env.
+
+No shell sits between fdlenv and CMD: fdlenv execs it, so its exit code and
+signals are CMD's own. What fdlenv itself says, like a shell does: 127 when
+CMD is not found, 126 when it cannot be executed, 130 on Ctrl-C before CMD
+started. `--` is needed only when CMD itself starts with `-`.
+
+Which env: `libtorch.choose` through `flags.libtorch_of`, preferring what is
+realised (no lock needed for a variant that is). Then the activation map, a build
+tree per variant (`buildtree`: cargo's target dir at the crate's root,
+`target/fdlenv-<variant>`, unless the user chose one), the host-nvcc note
+once per CUDA env (`source.nvcc.note_once`), the memo, the exec.
+"""
+
+from __future__ import annotations
+
+from ...base.output import fail
+
+from ...base.errors import Fail
+
+EPILOG = """examples:
+  fdlenv run ./target/release/agent --epochs 3
+  fdlenv run --libtorch cu128 --lock conda-lock.yml -- cargo build --release
+"""
+
+INTERRUPTED = 130   # Ctrl-C before CMD started (127 and 126: hot.replay.exec_in)
+
+
+def add_parser(sub) -> None:
+    import argparse
+
+    from ..options import home_option, store_options
+
+    p = sub.add_parser("run", help="run a command inside a variant's activated env",
+                       usage="fdlenv run [--libtorch VARIANT] [--lock FILE] [--home DIR] [--] CMD [ARGS...]",
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    store_options(p, variant_required=False)
+    home_option(p)
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="CMD [ARGS...]",
+                   help="the command and its arguments (default variant: the box's active one)")
+    p.set_defaults(func=cmd_run)
+
+
+def cmd_run(args) -> int:
+    from ...hot.replay import command_of
+
+    argv = command_of(args)
+    if not argv:
+        raise Fail.permanent("run: no command; usage: fdlenv run [--libtorch VARIANT] [--] CMD [ARGS...]")
+    try:
+        return _run(args, argv)
+    except KeyboardInterrupt:
+        return fail("run: interrupted", INTERRUPTED)
+
+
+def _run(args, argv: list[str]) -> int:
+    import os
+
+    from ...hot import memo as hotmemo
+    from ...base import progress
+    from ..options import libtorch_of, settings_of
+    from ...names.buildtree import build_tree
+    from ...hot.replay import exec_in
+    from ...store.statecodec import restored
+    from ...base.progress import say
+    from ...source.nvcc import note_once
+    from ...store import leases
+    from ...store.activation import environ_for
+
+    st = settings_of(args)
+    plan = hotmemo.start("run", args, st)
+    st, act = libtorch_of(args, say, prefer_realised=True, settings=st)
+    own = restored(os.environ)   # the caller's environment, a shell activation undone
+    environ = build_tree(environ_for(st.home, act), own, act.variant, os.getcwd())
+    if act.env is not None:
+        if (note := note_once(st.home, act.env, own)):   # before the memo: said once
+            progress.note("run", note)
+        leases.take(act.env.path)   # inherited through exec: env gc leaves the env while CMD runs
+    hotmemo.record(plan, st.home, act)
+    return exec_in(argv, environ)

@@ -1,0 +1,94 @@
+"""`fdlenv shell-hook`: the same activation map `run` uses, for shells and IDEs.
+
+`eval "$(fdlenv shell-hook --libtorch cu128)"` in bash, zsh or sh;
+`fdlenv shell-hook --shell fish --libtorch cu128 | source` in fish. What is
+printed is the difference between the shell's exported environment and the
+activated one, so:
+- the prompt and every other shell-owned variable stay as they are;
+- activating another variant over one first undoes the first (its PATH and
+  loader entries and its variables: `activation.restored`);
+- `--deactivate` prints what restores the shell as it was before;
+- builds get a tree per variant (`buildtree`): CARGO_TARGET_DIR is
+  `<crate root>/target/fdlenv-<variant>` for the crate the hook ran in (none
+  outside a crate, and a target dir of the user's own is left), and
+  FDLENV_VARIANT names the variant for a CMake build dir.
+A cu126/cu128 env says once, on stderr, when CMake's Torch config would find no
+host nvcc of its CUDA major (`source.nvcc.note_once`).
+`--json` prints pixi's shape, `{"environment_variables": {...}}`, plus what
+fdlenv adds (variant, key, path, label, unset).
+On a home where the variant was never realised, it is realised first (the
+download `env realize` does, with its progress on stderr, and a note saying so):
+bake `fdlenv env realize` into an image rather than into a first shell.
+"""
+
+from __future__ import annotations
+
+from ...base.output import emit
+
+import os
+
+EPILOG = """examples:
+  eval "$(fdlenv shell-hook --libtorch cu128)"
+  fdlenv shell-hook --shell fish --libtorch cpu | source
+  eval "$(fdlenv shell-hook --deactivate)"
+  fdlenv shell-hook --libtorch cpu --json
+"""
+
+
+def add_parser(sub) -> None:
+    import argparse
+
+    from ..options import home_option, store_options
+    from ...base.shells import SHELLS
+
+    p = sub.add_parser("shell-hook", help="print the activation of a variant's env for a shell",
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    store_options(p, variant_required=False)
+    p.add_argument("--shell", choices=SHELLS, default="sh",
+                   help="the shell that reads the output (bash, zsh and sh read the same; default sh)")
+    p.add_argument("--deactivate", action="store_true",
+                   help="print what undoes an earlier shell-hook in this shell")
+    p.add_argument("--json", action="store_true",
+                   help='print {"environment_variables": {VAR: value}, "unset": [...], variant, key, path}')
+    home_option(p)
+    p.set_defaults(func=cmd_shell_hook)
+
+
+def cmd_shell_hook(args) -> int:
+    from ...hot import memo as hotmemo
+    from ...base.progress import say
+    from ...base.shells import render
+    from ...store.activation import STATE, environ_for, restored, shell_state
+
+    base = dict(os.environ)
+    about: dict = {}
+    if args.deactivate:
+        target = restored(base)
+    else:
+        from ...base import progress
+        from ..options import libtorch_of, settings_of
+        from ...names.buildtree import build_tree
+        from ...source.nvcc import note_once
+
+        st = settings_of(args)
+        plan = hotmemo.start("shell-hook", args, st)
+        st, act = libtorch_of(args, say, prefer_realised=True, settings=st)
+        if act.env is not None and act.env.created:
+            say(f"shell-hook: {act.variant} was not realised on this home, so it was realised now; "
+                f"`fdlenv env realize --libtorch {act.variant}` does this ahead of a shell")
+        original = restored(base)
+        target = build_tree(environ_for(st.home, act, original), original, act.variant, os.getcwd())
+        if act.env is not None and (note := note_once(st.home, act.env, original)):   # before the memo
+            progress.note("shell-hook", note)
+        target[STATE] = shell_state(original, target)
+        about = {"variant": act.variant, "label": act.label, "libtorch": str(act.dir),
+                 "key": act.env.key if act.env else None,
+                 "path": str(act.env.path) if act.env else None}
+        hotmemo.record(plan, st.home, act)
+    changes = {k: target.get(k) for k in sorted(set(base) | set(target)) if base.get(k) != target.get(k)}
+    if args.json:
+        emit({"environment_variables": {k: v for k, v in changes.items() if v is not None},
+                          "unset": sorted(k for k, v in changes.items() if v is None), **about})
+    else:
+        print(render(args.shell, changes), end="")
+    return 0

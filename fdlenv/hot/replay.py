@@ -1,0 +1,299 @@
+"""The hot commands answered from a memo: `run`, `shell-hook` and the re-dial `env realize`.
+
+Why: every new shell with the hook in .bashrc, every `fdlenv run` and every re-dial
+would otherwise import the resolver (pathlib, json, re and some thirty modules, about
+25 ms) to derive an answer that has not changed. So the slow path writes its answer
+down (`hot.memo`) with a signature of every file it was derived from, and this module,
+importing only os and sys (fcntl for the locks), replays it while every signature
+still matches, and only a memo this user owns, no one else may write (`trusted`) and that
+names an env in this home's envs/ (`confine.within`). Anything else returns None and the slow path runs (and writes the memo
+again): another shape, `auto` or no token, a project's fdl.yml from the cwd up (its
+settings need YAML), a changed, new or missing file, a store lock held by `env gc`.
+
+In order:
+1. `answer(args)`: the key, everything the answer depends on that is not a file (the
+   command, the token, the lock's absolute path, the home, the frozen flags, the
+   mirrors, ROCm's variables, the machine, fdlenv's version).
+2. The memo, `<home>/cache/hot/<kind>-<hash of the key>`: NUL-separated fields, the key
+   itself first (a hash collision is a miss), then each dependency as a path and its
+   signature (`sig`), then the answer: the env and, for `run` and `shell-hook`, the
+   activation as a recipe (variables to unset; variables to set, where SENTINEL stands
+   for the inherited value of a path list).
+3. The replay: `env realize` prints the env, `shell-hook` the changes, `run` takes the
+   env's lease and execs CMD, each under the store lock as the slow path is.
+`hot.memo` writes a memo only when no dependency changed while the slow path ran and
+none is younger than the memo itself (a change within the same clock tick would keep
+its signature; `memo.record`). `FDLENV_NO_HOTPATH=1` turns the replay off.
+
+The replay imports a short, named list (the Layers table's `hot` row): the activation's
+codec from `store.statecodec` (so both paths apply an activation the same way), the home's
+root and config names from `names.roots`, the lease file and cargo's tree per variant
+(`names.buildtree`: it depends on the cwd, so it is never in a memo and the replay derives it
+on every call, as the slow path does). `exec_in` (run's exec, with a shell's 126 and 127) and
+`command_of` live here and `commands.run` calls them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from ..base.confine import within
+from ..names.buildtree import build_tree
+from ..names.leasefile import take_lease
+from ..names.roots import CONFIG_NAMES, absolute, home_root
+from ..store.statecodec import ROCM_VARS, STATE, apply, restored, shell_state
+
+FORMAT = "fdlenv-hot-1"
+END = "end"   # a memo's last field: a torn write is no memo
+NOT_FOUND, NOT_EXECUTABLE = 127, 126
+_KINDS = {"run": "run", "shell-hook": "shell-hook", "env": "realize"}
+
+
+def command_of(args) -> list[str]:
+    """run's CMD: what followed its options, and what followed `--` (the CLI splits it off first)."""
+    head, tail = list(args.command or []), getattr(args, "tail", None)
+    if tail is None:
+        return head
+    return head + ["--"] + tail if head else list(tail)
+
+
+def exec_in(argv: list[str], environ) -> int:
+    """Exec CMD with `environ`; what a shell says when it cannot: 127 not found, 126 not
+    executable (returned; on success this never returns)."""
+    from ..base.output import fail
+
+    try:
+        os.execvpe(argv[0], argv, environ)
+    except FileNotFoundError:
+        return fail(f"run: command not found: {argv[0]!r} (searched the env's PATH)", NOT_FOUND)
+    except OSError as e:
+        return fail(f"run: cannot execute {argv[0]!r}: {e.strerror or e}", NOT_EXECUTABLE)
+    return 0  # not reached: exec replaced this process
+
+
+# ------------------------------------------------------------------ the key and the memo
+
+def sig(path: str) -> str:
+    """What a change to `path` changes: its lstat (and, through a symlink, its target's stat);
+    `-` when absent. ctime is in it, which no `touch` can set back."""
+    out = []
+    for stat in (os.lstat, os.stat):
+        try:
+            st = stat(path)
+        except OSError:
+            out.append("-")
+            break
+        out.append(f"{st.st_dev}.{st.st_ino}.{st.st_mode}.{st.st_size}.{st.st_mtime_ns}.{st.st_ctime_ns}")
+        if (st.st_mode & 0o170000) != 0o120000:   # not a symlink: lstat said it all
+            break
+    return "/".join(out)
+
+
+def key_of(kind: str, token: str, args, environ, base) -> str:
+    """Everything a memo's answer depends on that is not a file (see the module docstring)."""
+    from .. import __version__
+
+    lock = getattr(args, "lock", None)
+    fields = [FORMAT, __version__, kind, token, absolute(lock) if lock else "",
+              home_root(args.home, environ), str(bool(args.frozen)), environ.get("FDLENV_FROZEN") or "",
+              *(args.mirror or []), "|", *(f"{v}={base.get(v) or ''}" for v in ROCM_VARS),
+              os.uname().machine, getattr(args, "shell", "")]
+    return "\x1f".join(fields)
+
+
+def memo_path(root: str, kind: str, key: str) -> str:
+    h = 0xcbf29ce484222325   # FNV-1a, 64 bits: a file name, not a secret (the key is checked)
+    for b in key.encode("utf-8", "surrogateescape"):
+        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return os.path.join(root, "cache", "hot", f"{kind}-{h:016x}")
+
+
+def project_above(cwd: str) -> bool:
+    """Whether an fdl.yml (or .yaml, .json) lies in the cwd or above it."""
+    d = cwd
+    while True:
+        if any(os.path.isfile(os.path.join(d, n)) for n in CONFIG_NAMES):
+            return True
+        up = os.path.dirname(d)
+        if up == d:
+            return False
+        d = up
+
+
+def memo_text(key: str, deps: dict[str, str], answer: dict[str, str], unset: list[str],
+              sets: list[tuple[str, str]]) -> str:
+    """A memo as `read_memo` reads it: NUL-separated, the key, the dependencies (path and
+    signature), the answer's fields, the recipe (`u` VAR, `s` VAR value), then END."""
+    fields = [key, str(len(deps))]
+    for p, s in deps.items():
+        fields += [p, s]
+    fields.append(str(len(answer)))
+    for name, value in answer.items():
+        fields += [name, value]
+    for var in unset:
+        fields += ["u", var, ""]
+    for var, value in sets:
+        fields += ["s", var, value]
+    return "\0".join([*fields, END])
+
+
+def trusted(st) -> bool:
+    """A memo is read as ssh reads its config: owned by this user, and neither group- nor
+    world-writable (anyone else who could write it could choose what a replay runs)."""
+    return st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+
+def _fields(parts: list[str]) -> tuple[list[str], dict, list[str]]:
+    """A memo's fields after its key: (dependencies as path, signature, ...; the answer; the
+    recipe). ValueError or IndexError when they are not a whole memo."""
+    n = int(parts[1])
+    deps, rest = parts[2:2 + 2 * n], parts[2 + 2 * n:]
+    m = int(rest[0])
+    answer: dict = dict(zip(rest[1:1 + 2 * m:2], rest[2:2 + 2 * m:2], strict=True))
+    recipe = rest[1 + 2 * m:-1]
+    if rest[-1] != END or len(recipe) % 3:
+        raise ValueError("torn")
+    return deps, answer, recipe
+
+
+def read_memo(path: str, key: str) -> dict | None:
+    """The memo's answer when it is `trusted`, its key is `key`, every dependency's signature
+    still holds and the env it names signs it (its manifest is among them)."""
+    try:
+        with open(path, encoding="utf-8", errors="surrogateescape") as f:
+            if not trusted(os.fstat(f.fileno())):
+                return None
+            parts = f.read().split("\0")
+        if parts[0] != key:
+            return None
+        deps, answer, recipe = _fields(parts)
+        for i in range(0, len(deps), 2):
+            if sig(deps[i]) != deps[i + 1]:
+                return None
+        answer["unset"] = [recipe[i + 1] for i in range(0, len(recipe) - 1, 3) if recipe[i] == "u"]
+        answer["set"] = [(recipe[i + 1], recipe[i + 2]) for i in range(0, len(recipe) - 2, 3) if recipe[i] == "s"]
+        manifest = os.path.join(answer["path"], ".fdlenv", "manifest.json")
+        return answer if manifest in deps[::2] else None
+    except (OSError, ValueError, IndexError, KeyError):
+        return None
+
+
+def memo_env(path: str) -> str | None:
+    """The env directory a memo names, for `env gc`; None when it is no whole memo."""
+    try:
+        with open(path, encoding="utf-8", errors="surrogateescape") as f:
+            return _fields(f.read().split("\0"))[1]["path"]
+    except (OSError, ValueError, IndexError, KeyError):
+        return None
+
+
+def _locked_shared(path: str):
+    """The store lock held shared, or None when that would wait (gc holds it: the slow path
+    says whom it waits for). Read-only: a home baked read-only into an image still replays."""
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+# ------------------------------------------------------------------ the replay
+
+def answer(args) -> int | None:
+    """The command's exit code when its memo answered it (its output printed, or CMD
+    exec'd), else None: also when something the replay reads cannot be read (the slow path
+    then says what)."""
+    try:
+        return _replay(args)
+    except BrokenPipeError:
+        raise
+    except OSError:
+        return None
+
+
+def _replay(args) -> int | None:
+    environ = os.environ
+    kind = _KINDS.get(args.command if isinstance(args.command, str) else "run")
+    if kind is None or environ.get("FDLENV_NO_HOTPATH") == "1":
+        return None
+    if kind == "shell-hook" and args.deactivate:
+        return _print_changes(args, dict(environ), None, restored(environ), {})
+    token, alias = args.libtorch, getattr(args, "variant", None)   # `env realize VARIANT`
+    if alias is not None and token is not None and alias != token:
+        return None
+    token = token or alias
+    if not token or token.strip().lower() == "auto":
+        return None
+    if project_above(os.getcwd()):
+        return None
+    base = restored(environ)
+    key = key_of(kind, token, args, environ, base)
+    root = home_root(args.home, environ)
+    fd = _locked_shared(os.path.join(root, "locks", "store.lock"))
+    if fd is None:
+        return None
+    try:
+        memo = read_memo(memo_path(root, kind, key), key)
+        if memo is None or not within(memo["path"], os.path.join(root, "envs")):
+            return None     # no memo, or one naming an env outside this home's envs/ (planted)
+        if kind == "realize":
+            return _print_realized(args, memo)
+        target = build_tree(apply(memo["unset"], memo["set"], base), base, memo["variant"], os.getcwd())
+        if kind == "shell-hook":
+            return _print_changes(args, dict(environ), base, target, memo)
+        argv = command_of(args)
+        if not argv or _lease(root, memo["path"]) is None:
+            return None
+    finally:
+        os.close(fd)
+    return exec_in(argv, target)
+
+
+def _lease(root: str, env_path: str) -> int | None:
+    """`store.leases.take`, for the replay: the env's lease, held shared and inherited by CMD."""
+    return take_lease(root, os.path.basename(env_path))
+
+
+def _print_realized(args, memo: dict) -> int:
+    import time
+
+    t0 = time.monotonic()
+    if args.json:
+        from ..base.output import emit
+
+        emit({"variant": memo["variant"], "key": memo["key"], "path": memo["path"],
+              "libtorch_root": memo["libtorch_root"], "created": False,
+              "seconds": round(time.monotonic() - t0, 4), "active": memo["active"] or None,
+              "was_active": memo["active"] or None})
+    else:
+        print(f"{memo['variant']}: {memo['path']}")
+    return 0
+
+
+def _print_changes(args, base: dict, original, target: dict, memo: dict) -> int:
+    """shell-hook's output: what turns the shell's environment `base` into `target` (from
+    `original`, `base` with an earlier activation undone, when a memo answered)."""
+    about = {}
+    if memo:
+        target[STATE] = shell_state(original, target)
+        about = {"variant": memo["variant"], "label": memo["label"], "libtorch": memo["libtorch_root"],
+                 "key": memo["key"], "path": memo["path"]}
+    changes = {k: target.get(k) for k in sorted(set(base) | set(target)) if base.get(k) != target.get(k)}
+    if args.json:
+        from ..base.output import emit
+
+        emit({"environment_variables": {k: v for k, v in changes.items() if v is not None},
+              "unset": sorted(k for k, v in changes.items() if v is None), **about})
+    else:
+        from ..base.shells import render
+
+        sys.stdout.write(render(args.shell, changes))
+    return 0

@@ -1,0 +1,27 @@
+"""Where things start, in os only: the home's root and the names of a project's config file.
+
+Why its own module: the memo replay (`hot.replay`, which imports only os and sys) and the
+slow path (`app.settings`, `config.fdlfile`) must find the same home and the same fdl.yml,
+and the replay cannot afford pathlib.
+"""
+
+from __future__ import annotations
+
+import os
+
+CONFIG_NAMES = ("fdl.yaml", "fdl.yml", "fdl.json")   # a project's config file, as flodl names it
+
+
+def absolute(path: str) -> str:
+    """`path` with `~` expanded, made absolute as pathlib's absolute() does (no `..` folded)."""
+    path = os.path.expanduser(path)
+    return path if path.startswith("/") else os.path.join(os.getcwd(), path)
+
+
+def home_root(given: str | None, environ) -> str:
+    """The home: `given` (`--home`, or fdl.yml's `fdlenv: home:` as `settings.resolve` passes
+    it), else `$FLODL_HOME`, else `~/.flodl`; absolute."""
+    raw = given or (environ.get("FLODL_HOME") or "").strip()
+    if raw:
+        return absolute(raw)
+    return absolute(os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".flodl"))

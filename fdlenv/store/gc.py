@@ -134,7 +134,7 @@ def _leftovers(home: Home, keys: set[str], dead: set[str], wanted: set[str], sou
             yield p, "what a killed delete left"
     hot = home.cache / "hot"
     for p in sorted(hot.iterdir()) if memo_env is not None and hot.is_dir() else ():
-        env = None if p.name.startswith(".") else memo_env(str(p))
+        env = None if p.name.startswith(".") or memo_env is None else memo_env(str(p))
         if env is not None and (os.path.basename(env) in dead or not (home.envs / os.path.basename(env) / MANIFEST).is_file()):
             yield p, "memo of an env that is gone"
     activations = home.cache / "activation"

@@ -165,9 +165,9 @@ def test_a_regular_installs_command_replays_without_re_json_or_pathlib(world, tm
         res = subprocess.run([str(py), "-X", "importtime", *argv], capture_output=True, text=True, env=env)
         assert res.returncode == 0, res.stderr
         mods = {ln.rsplit("|", 1)[-1].strip() for ln in res.stderr.splitlines() if ln.startswith("import time:")}
-        if "fdlenv.store" not in mods:
+        if "fdlenv.app" not in mods:
             break
-    assert "fdlenv.store" not in mods and "fdlenv.hot.replay" in mods
+    assert "fdlenv.app" not in mods and "fdlenv.hot.replay" in mods
     assert not mods & {"re", "json", "pathlib", "argparse", "typing"}, mods & {"re", "json", "pathlib", "argparse", "typing"}
 
 

@@ -140,7 +140,7 @@ def test_bad_input_exits_2(box, tmp_path, args, why):
 
 REDIAL = """
 import json, sys
-from fdlenv import cli
+from fdlenv.front import cli
 code = cli.main(sys.argv[1:])
 heavy = sorted(m for m in {heavy!r} if m in sys.modules)
 print(json.dumps({{"code": code, "heavy": heavy}}), file=sys.stderr)

@@ -9,7 +9,11 @@
 3. cold realise of a >= 1 GiB package / `unzip -p pkg.conda 'pkg-*.tar.zst' | zstd -dc | tar -x`,
    fdlenv's own hash verification included   (goal <= 1.3)
 
-    python bench/store.py [--reps N] [--big-mib 1100] [--only redial,warm,cold]
+    python bench/store.py [--reps N] [--big-mib 1100] [--only redial,warm,cold] [--also CHECKOUT ...]
+
+`--also CHECKOUT`: another checkout (an earlier commit, say), installed regularly and timed in
+the same rounds, beside this one, in every row (a change's before and after in one run). With
+it, rows 2 and 3 time both sides as regular installs (`bin/fdlenv`), order rotated each round.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from pathlib import Path
 sys.path[0] = str(Path(__file__).resolve().parent.parent / "tests")
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
-from bench.regular import ENV, regular_install  # noqa: E402
+from bench.regular import ENV, REPO, regular_install  # noqa: E402
 from helpers_conda import Pkg, make_channel, write_env  # noqa: E402
 
 from fdlenv.names.home import Home  # noqa: E402
@@ -64,7 +68,13 @@ HOT = {   # the commands a box or a shell runs again and again, and their own-co
 }
 
 
-def bench_redial(tmp: Path, reps: int) -> str:
+def _label(checkout: Path) -> str:
+    rev = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"], capture_output=True,
+                         text=True).stdout.strip()
+    return f"{checkout.name}@{rev}" if rev else checkout.name
+
+
+def bench_redial(tmp: Path, reps: int, also: list[Path]) -> str:
     """Own cost (the command minus `python -c pass` of the same interpreter) of each hot command
     on a realised env, from this checkout and from a regular install's `fdlenv` command."""
     home = Home(tmp / "redial")
@@ -80,6 +90,10 @@ def bench_redial(tmp: Path, reps: int) -> str:
              "regular install (bin/fdlenv)": ([str(venv_bin / "fdlenv")], str(venv_bin / "python"), env),
              "regular install, no memo (FDLENV_NO_HOTPATH=1)": ([str(venv_bin / "fdlenv")], str(venv_bin / "python"),
                                                                 slow)}
+    for i, checkout in enumerate(also):
+        other = regular_install(tmp / f"also{i}", deps=False, source=checkout)
+        modes[f"{_label(checkout)}, regular install"] = ([str(other / "fdlenv")], str(other / "python"), env)
+        modes[f"{_label(checkout)}, regular install, no memo"] = ([str(other / "fdlenv")], str(other / "python"), slow)
     times: dict = {(m, n): [] for m in modes for n in (*HOT, "python -c pass")}
     for _ in range(reps):   # interleaved, so every command sees the same machine
         for mode, (exe, py, menv) in modes.items():
@@ -98,27 +112,51 @@ def bench_redial(tmp: Path, reps: int) -> str:
     return "\n".join(lines)
 
 
-def bench_warm(tmp: Path, reps: int) -> str:
+def sides_of(tmp: Path, also: list[Path]) -> dict[str, list[str] | None]:
+    """What realises in rows 2 and 3: this checkout (`python -m fdlenv`, or with `--also` its
+    regular install) and each other checkout's regular install (None: `realise_cmd`'s default)."""
+    if not also:
+        return {"fdlenv": None}
+    out: dict[str, list[str] | None] = {"this checkout": [str(regular_install(tmp / "this", source=REPO) / "fdlenv")]}
+    for i, checkout in enumerate(also):
+        out[_label(checkout)] = [str(regular_install(tmp / f"also-full{i}", source=checkout) / "fdlenv")]
+    return out
+
+
+def _rotated(sides: dict, i: int) -> list:
+    names = list(sides)
+    return names[i % len(names):] + names[:i % len(names)]
+
+
+def _report(what: str, times: dict[str, list[float]], base_name: str, goal: str, reps: int) -> str:
+    base = statistics.median(times[base_name])
+    parts = [f"{name} {statistics.median(t):.3f} s (ratio {statistics.median(t) / base:.2f})"
+             for name, t in times.items() if name != base_name]
+    return f"{what}: " + ", ".join(parts) + f"; {base_name} {base:.3f} s ({goal}; medians of {reps})"
+
+
+def bench_warm(tmp: Path, reps: int, sides: dict[str, list[str] | None]) -> str:
     home = Home(tmp / "warm")
     many = {f"libtorch/share/many/{i // 200}/f{i}.txt": f"file {i}\n" * (1 + i % 8) for i in range(20000)}
     pkgs = [Pkg("libtorch-cpu", "2.10.0", files=many)]
-    pkgs += [Pkg(f"salt{i}", "1.0", files={f"share/salt{i}": str(i)}) for i in range(reps + 1)]
+    salts = reps * len(sides) + 1
+    pkgs += [Pkg(f"salt{i}", "1.0", files={f"share/salt{i}": str(i)}) for i in range(salts)]
     make_channel(home.channel, pkgs)
-    locks = [lock_for(tmp, home, f"warm{i}", ["libtorch-cpu", f"salt{i}"]) for i in range(reps + 1)]
+    locks = [lock_for(tmp, home, f"warm{i}", ["libtorch-cpu", f"salt{i}"]) for i in range(salts)]
     timed(realise_cmd(home, locks[0]))                     # fills the package cache
     payload = home.pkgs / "libtorch-cpu-2.10.0-0"
-    ours, base = [], []
-    for i in range(1, reps + 1):
-        ours.append(timed(realise_cmd(home, locks[i])))
+    times: dict[str, list[float]] = {name: [] for name in [*sides, "cp -al"]}
+    for i in range(1, reps + 1):   # each side realises a new key: its own salt, the same payload
+        for name in _rotated(sides, i):
+            salt = (i - 1) * len(sides) + list(sides).index(name) + 1
+            times[name].append(timed(realise_cmd(home, locks[salt], sides[name])))
         dest = tmp / f"cpal{i}"
-        base.append(timed(["cp", "-al", str(payload), str(dest)]))
+        times["cp -al"].append(timed(["cp", "-al", str(payload), str(dest)]))
         shutil.rmtree(dest)
-    m_ours, m_base = statistics.median(ours), statistics.median(base)
-    return (f"warm realise, 20,000 files: fdlenv {m_ours:.3f} s, cp -al {m_base:.3f} s"
-            f" -> ratio {m_ours / m_base:.2f} (goal <= 2; medians of {reps})")
+    return _report("warm realise, 20,000 files", times, "cp -al", "goal <= 2", reps)
 
 
-def bench_cold(tmp: Path, reps: int, big_mib: int) -> str:
+def bench_cold(tmp: Path, reps: int, big_mib: int, sides: dict[str, list[str] | None]) -> str:
     src = tmp / "cold-src"
     home = Home(src)
     chunk = 64
@@ -134,18 +172,19 @@ def bench_cold(tmp: Path, reps: int, big_mib: int) -> str:
     archive = next(home.channel.glob("linux-64/*.conda"))
     lock = lock_for(tmp, home, "cold", ["libtorch-cpu"])
     size = archive.stat().st_size / (1 << 30)
-    ours, base = [], []
+    times: dict[str, list[float]] = {name: [] for name in [*sides, "unzip|zstd|tar"]}
     for i in range(reps):
-        fresh = Home(tmp / f"cold-home{i}")
-        ours.append(timed(realise_cmd(fresh, lock)))
-        shutil.rmtree(fresh.root)
+        for name in _rotated(sides, i):
+            fresh = Home(tmp / f"cold-home{i}")
+            times[name].append(timed(realise_cmd(fresh, lock, sides[name])))
+            shutil.rmtree(fresh.root)
         dest = tmp / f"untar{i}"
         dest.mkdir()
-        base.append(timed(f"unzip -p {archive} 'pkg-*.tar.zst' | zstd -dc | tar -x -C {dest}", shell=True))
+        times["unzip|zstd|tar"].append(timed(f"unzip -p {archive} 'pkg-*.tar.zst' | zstd -dc | tar -x -C {dest}",
+                                             shell=True))
         shutil.rmtree(dest)
-    m_ours, m_base = statistics.median(ours), statistics.median(base)
-    return (f"cold realise, {size:.2f} GiB archive: fdlenv {m_ours:.2f} s (hash verified beside the install),"
-            f" unzip|zstd|tar {m_base:.2f} s -> ratio {m_ours / m_base:.2f} (goal <= 1.3; medians of {reps})")
+    return _report(f"cold realise, {size:.2f} GiB archive (hash verified beside the install)", times,
+                   "unzip|zstd|tar", "goal <= 1.3", reps)
 
 
 def main() -> None:
@@ -153,16 +192,18 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--big-mib", type=int, default=1100)
     ap.add_argument("--only", default="redial,warm,cold")
+    ap.add_argument("--also", type=Path, action="append", default=[], help="another checkout, timed beside")
     a = ap.parse_args()
     which = set(a.only.split(","))
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as t:
         tmp = Path(t)
         if "redial" in which:
-            print(bench_redial(tmp, max(a.reps, 15)), flush=True)
+            print(bench_redial(tmp, max(a.reps, 15), a.also), flush=True)
+        sides = sides_of(tmp, a.also) if which & {"warm", "cold"} else {}
         if "warm" in which:
-            print(bench_warm(tmp, a.reps), flush=True)
+            print(bench_warm(tmp, a.reps, sides), flush=True)
         if "cold" in which:
-            print(bench_cold(tmp, max(3, a.reps // 3), a.big_mib), flush=True)
+            print(bench_cold(tmp, max(3, a.reps // 3), a.big_mib, sides), flush=True)
 
 
 if __name__ == "__main__":

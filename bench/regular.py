@@ -25,3 +25,10 @@ def regular_install(where: Path, deps: bool = True, source: Path = REPO) -> Path
     subprocess.run([str(venv / "bin" / "pip"), "install", "-q", *how, str(source)],
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
     return venv / "bin"
+
+
+def label_of(checkout: Path) -> str:
+    """How a bench names another checkout's side: its directory and commit (`before@9af5d46`)."""
+    rev = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"], capture_output=True,
+                         text=True).stdout.strip()
+    return f"{checkout.name}@{rev}" if rev else checkout.name

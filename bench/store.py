@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path[0] = str(Path(__file__).resolve().parent.parent / "tests")
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
-from bench.regular import ENV, REPO, regular_install  # noqa: E402
+from bench.regular import ENV, REPO, label_of, regular_install  # noqa: E402
 from helpers_conda import Pkg, make_channel, write_env  # noqa: E402
 
 from fdlenv.names.home import Home  # noqa: E402
@@ -68,12 +68,6 @@ HOT = {   # the commands a box or a shell runs again and again, and their own-co
 }
 
 
-def _label(checkout: Path) -> str:
-    rev = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"], capture_output=True,
-                         text=True).stdout.strip()
-    return f"{checkout.name}@{rev}" if rev else checkout.name
-
-
 def bench_redial(tmp: Path, reps: int, also: list[Path]) -> str:
     """Own cost (the command minus `python -c pass` of the same interpreter) of each hot command
     on a realised env, from this checkout and from a regular install's `fdlenv` command."""
@@ -92,8 +86,8 @@ def bench_redial(tmp: Path, reps: int, also: list[Path]) -> str:
                                                                 slow)}
     for i, checkout in enumerate(also):
         other = regular_install(tmp / f"also{i}", deps=False, source=checkout)
-        modes[f"{_label(checkout)}, regular install"] = ([str(other / "fdlenv")], str(other / "python"), env)
-        modes[f"{_label(checkout)}, regular install, no memo"] = ([str(other / "fdlenv")], str(other / "python"), slow)
+        modes[f"{label_of(checkout)}, regular install"] = ([str(other / "fdlenv")], str(other / "python"), env)
+        modes[f"{label_of(checkout)}, regular install, no memo"] = ([str(other / "fdlenv")], str(other / "python"), slow)
     times: dict = {(m, n): [] for m in modes for n in (*HOT, "python -c pass")}
     for _ in range(reps):   # interleaved, so every command sees the same machine
         for mode, (exe, py, menv) in modes.items():
@@ -119,7 +113,7 @@ def sides_of(tmp: Path, also: list[Path]) -> dict[str, list[str] | None]:
         return {"fdlenv": None}
     out: dict[str, list[str] | None] = {"this checkout": [str(regular_install(tmp / "this", source=REPO) / "fdlenv")]}
     for i, checkout in enumerate(also):
-        out[_label(checkout)] = [str(regular_install(tmp / f"also-full{i}", source=checkout) / "fdlenv")]
+        out[label_of(checkout)] = [str(regular_install(tmp / f"also-full{i}", source=checkout) / "fdlenv")]
     return out
 
 

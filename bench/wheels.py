@@ -41,6 +41,11 @@ deleted once timed, and at most two envs' data is on disk at once (plus the whee
 
     python bench/wheels.py [--reps N] [--settle S] [--only cold,extract,loopback,loopback-sized,second,verify]
                            [--lock conda-lock.yml] [--work DIR] [--wheels DIR] [--index URL]
+                           [--also CHECKOUT ...]
+
+`--also CHECKOUT`: another checkout (an earlier commit, say), as a regular install, is one more
+side of rows 1-5, in the same rounds (a change's before and after in one run; goal: within
+5 % of it).
 
 `--wheels DIR`: a PEP 503-style directory (`DIR/<project>/<file>`) already holding the lock's
 wheels (checked against the lock's sha256 once per file size and mtime; the record kept in
@@ -68,7 +73,7 @@ import yaml  # noqa: E402
 
 from bench import serve  # noqa: E402
 from bench.floor import floor  # noqa: E402
-from bench.regular import regular_install  # noqa: E402
+from bench.regular import label_of, regular_install  # noqa: E402
 from bench.rounds import Side, row, rm, settle_between, table, timed  # noqa: E402
 from fdlenv.index import pipindex, simpleapi  # noqa: E402
 
@@ -163,9 +168,16 @@ def pins(wheels: list[Wheel]) -> list[str]:
     return [f"{w.name}=={w.version}" for w in wheels]
 
 
-def fdlenv_side(work: Path, lock: Path, mirror: str | None) -> Side:
-    return Side("fdlenv", lambda i, rss: timed(realise_cmd(work / f"home{i}", lock, mirror), rss=rss),
-                lambda i: work / f"home{i}")
+def fdlenv_side(work: Path, lock: Path, mirror: str | None, also: list[tuple[str, list[str]]] = ()) -> list[Side]:
+    """fdlenv's side, then one per `--also` checkout (label, its regular install's command)."""
+    def side(label: str, exe: list[str] | None, home: str) -> Side:
+        return Side(label, lambda i, rss: timed(realise_cmd(work / f"{home}{i}", lock, mirror, exe), rss=rss),
+                    lambda i: work / f"{home}{i}")
+    return [side("fdlenv", None, "home"), *(side(label, exe, f"also{k}-") for k, (label, exe) in enumerate(also))]
+
+
+def also_goals(also: list[tuple[str, list[str]]]) -> dict[str, float]:
+    return {label: 1.05 for label, _ in also}
 
 
 def uv_side(work: Path, uv: str, sources: list[str], index: str | None = None) -> Side:
@@ -174,26 +186,30 @@ def uv_side(work: Path, uv: str, sources: list[str], index: str | None = None) -
 
 
 def bench_cold(work: Path, lock: Path, wheels: list[Wheel], uv: str, index_url: str, mirror: str | None,
-               reps: int) -> list[dict]:
-    sides = [fdlenv_side(work, lock, mirror), uv_side(work, uv, pins(wheels), index_url)]
-    return row("cold", sides, reps, {"uv": 0.9}, RSS_GOAL)
+               reps: int, also: list[tuple[str, list[str]]]) -> list[dict]:
+    ours, *others = fdlenv_side(work, lock, mirror, also)
+    sides = [ours, uv_side(work, uv, pins(wheels), index_url), *others]
+    return row("cold", sides, reps, {"uv": 0.9, **also_goals(also)}, RSS_GOAL)
 
 
-def bench_extract(work: Path, lock: Path, wheels: list[Wheel], uv: str, index: Path, reps: int) -> list[dict]:
+def bench_extract(work: Path, lock: Path, wheels: list[Wheel], uv: str, index: Path, reps: int,
+                  also: list[tuple[str, list[str]]]) -> list[dict]:
     files = [str(index / w.project / w.filename) for w in wheels]
-    sides = [fdlenv_side(work, lock, index.as_uri()), uv_side(work, uv, files)]
-    return row("extract", sides, reps, {"uv": 0.6}, RSS_GOAL)
+    ours, *others = fdlenv_side(work, lock, index.as_uri(), also)
+    sides = [ours, uv_side(work, uv, files), *others]
+    return row("extract", sides, reps, {"uv": 0.6, **also_goals(also)}, RSS_GOAL)
 
 
 def bench_loopback(work: Path, lock: Path, wheels: list[Wheel], uv: str, index: Path, reps: int,
-                   sized: bool) -> list[dict]:
+                   sized: bool, also: list[tuple[str, list[str]]]) -> list[dict]:
     """The wheels served on 127.0.0.1 by bench/serve.py, pages with sizes or without; fdlenv
     through `--mirror pypi=URL`, uv through `--index-url URL`; without sizes also the floor."""
     listing = [{"project": w.project, "filename": w.filename, "sha256": w.sha256,
                 "path": str(index / w.project / w.filename)} for w in wheels]
     with serve.started(listing, sized, work) as url:
-        sides = [fdlenv_side(work, lock, url), uv_side(work, uv, pins(wheels), url + "/")]
-        goals = {"uv": 0.75 if sized else 0.80}
+        ours, *others = fdlenv_side(work, lock, url, also)
+        sides = [ours, uv_side(work, uv, pins(wheels), url + "/"), *others]
+        goals = {"uv": 0.75 if sized else 0.80, **also_goals(also)}
         if not sized:
             files = [(f["path"], f["sha256"]) for f in listing]
             sides.append(Side("floor", lambda i, rss: floor(files, work / f"floor{i}"), lambda i: work / f"floor{i}"))
@@ -208,7 +224,8 @@ def env_dir(home: Path) -> Path:
     return envs[0]
 
 
-def bench_env(work: Path, lock: Path, mirror: str | None, reps: int, which: list[str]) -> list[dict]:
+def bench_env(work: Path, lock: Path, mirror: str | None, reps: int, which: list[str],
+              also: list[tuple[str, list[str]]]) -> list[dict]:
     """Rows 5 and 6 on one realised env, from a regular install's `fdlenv` command
     (bench/regular.py): a fraction of a second, where an interpreter's own start-up shows."""
     exe = [str(regular_install(work) / "fdlenv")]
@@ -221,15 +238,19 @@ def bench_env(work: Path, lock: Path, mirror: str | None, reps: int, which: list
             for d in (home / "envs", home / "cache" / "fast", home / "roots", home / "libtorch"):
                 rm(d)
 
-        def second(i: int, rss: list[float]) -> float:
-            t = timed(realise_cmd(home, lock, mirror, exe))
-            if sorted(p.name for p in (home / "pkgs").glob("whl-*")) != whl:
-                sys.exit("wheels.py: second: the package cache changed; the run was not link-only")
-            return t
+        def second(command: list[str]):
+            def run(i: int, rss: list[float]) -> float:
+                t = timed(realise_cmd(home, lock, mirror, command))
+                if sorted(p.name for p in (home / "pkgs").glob("whl-*")) != whl:
+                    sys.exit("wheels.py: second: the package cache changed; the run was not link-only")
+                return t
+            return run
         # cp -al copies the env left by the setup or by fdlenv's last run: the same tree.
         cpal = Side("cp -al", lambda i, rss: timed(["cp", "-al", str(env_dir(home)), str(work / f"cpal{i}")]),
                     lambda i: work / f"cpal{i}")
-        out += row("second", [Side("fdlenv", second, before=forget), cpal], reps, {"cp -al": 1.05})
+        others = [Side(label, second(command), before=forget) for label, command in also]
+        out += row("second", [Side("fdlenv", second(exe), before=forget), cpal, *others], reps,
+                   {"cp -al": 1.05, **also_goals(also)})
     if "verify" in which:
         env = env_dir(home)
         names = work / "verify-files"
@@ -262,6 +283,7 @@ def main() -> None:
     ap.add_argument("--index", default=None,
                     help="PEP 503 index URL the wheels come from (default: the index pip is configured with;"
                          " given, fdlenv gets it as --mirror pypi=URL)")
+    ap.add_argument("--also", type=Path, action="append", default=[], help="another checkout, one more side")
     a = ap.parse_args()
     which = [w for w in a.only.split(",") if w]
     bad = set(which) - set(ROWS)
@@ -283,6 +305,8 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     print(f"{len(wheels)} wheels of {VARIANT} from {lock}; work dir {work}; {a.reps} round(s)", flush=True)
     settle_between(a.settle)
+    also = [(label_of(c), [str(regular_install(work / f"also-install{k}", source=c.absolute()) / "fdlenv")])
+            for k, c in enumerate(a.also)]
     results = []
     index: Path | None = None
     try:
@@ -297,13 +321,13 @@ def main() -> None:
             d.mkdir()
             print(f"{name}:", flush=True)
             if name == "cold":
-                results += bench_cold(d, lock, wheels, uv, index_url, mirror, a.reps)
+                results += bench_cold(d, lock, wheels, uv, index_url, mirror, a.reps, also)
             elif name == "extract":
-                results += bench_extract(d, lock, wheels, uv, index, a.reps)
+                results += bench_extract(d, lock, wheels, uv, index, a.reps, also)
             elif name.startswith("loopback"):
-                results += bench_loopback(d, lock, wheels, uv, index, a.reps, sized=name == "loopback-sized")
+                results += bench_loopback(d, lock, wheels, uv, index, a.reps, name == "loopback-sized", also)
             else:       # second and verify: one env, its setup realise from the local wheels
-                results += bench_env(d, lock, index.as_uri(), a.reps, which)
+                results += bench_env(d, lock, index.as_uri(), a.reps, which, also)
             rm(d)
     finally:
         if own_work:

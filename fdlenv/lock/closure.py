@@ -39,14 +39,13 @@ index that cannot be read is transient and names the ways out (`pipindex.ways_ou
 
 from __future__ import annotations
 
-import dataclasses
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..index import pipindex, simpleapi
 from ..base.errors import Fail
 from ..base.progress import during
-from .entry import Entry
+from .file import Record
 from ..index.provider import FULL, MACHINES, PYTHON, Index, Meta, NoWheel, Provider, Req, is_native, requirements_of, target_environment
 
 TYPE_CHECKING = False   # the env-file reader (urllib) is the caller's: not imported for the realise's check
@@ -120,7 +119,7 @@ def _impossible(index: Index, causes) -> Fail:
                           + "; ".join(said))
 
 
-def resolve(env: EnvFile, platform: str, mirrors: dict[str, str], check: bool = True) -> list[Entry]:
+def resolve(env: EnvFile, platform: str, mirrors: dict[str, str], check: bool = True) -> list[Record]:
     """The libtorch closure of `env.requirements` on `platform`, as pip entries. `check`: refuse a
     torch that is not the variant's build (`variants.build_mismatch`); off only in tests that
     need such a lock to prove the realise refuses it too."""
@@ -143,7 +142,7 @@ def resolve(env: EnvFile, platform: str, mirrors: dict[str, str], check: bool = 
     marker_env = target_environment(platform)
     if check and "torch" in found:
         _check_torch(env, platform, found["torch"][1], marker_env, mirrors)
-    entries: dict[str, Entry] = {}
+    entries: dict[str, Record] = {}
     depends: dict[str, dict[str, str]] = {}
     # (project, extras asked of it, nearest kept ancestor): only native wheels are kept, each
     # edge recorded on the nearest kept ancestor.
@@ -162,9 +161,9 @@ def resolve(env: EnvFile, platform: str, mirrors: dict[str, str], check: bool = 
             if not f.sha256:
                 raise Fail.permanent(f"{env.path}: the index {env.index_of(name, platform)} states no sha256 "
                                      f"for {f.filename}; fdlenv locks only hashed wheels")
-            entries[name] = Entry("pip", name, meta.version, None, platform,
-                                  pipindex.entry_url(env.index_of(name, platform), name, f.filename), "",
-                                  f.sha256.lower(), (), f.size)
+            entries[name] = Record("pip", name, meta.version, "",
+                                   pipindex.entry_url(env.index_of(name, platform), name, f.filename),
+                                   f.sha256.lower(), None, platform, (), f.size)
             depends[name] = {}
         for dep, req in requirements_of(meta, extras, marker_env):
             holder = name if kept else owner
@@ -176,8 +175,8 @@ def resolve(env: EnvFile, platform: str, mirrors: dict[str, str], check: bool = 
     # one that does not answer is left out of the lock, not an error.
     unsized = [n for n, e in entries.items() if e.size is None]
     asked = dict(zip(unsized, simpleapi.sizes_of([found[n][0].url for n in unsized]), strict=True))
-    entries = {n: dataclasses.replace(e, depends=tuple(sorted(depends[n].items())),
-                                      size=e.size if e.size is not None else asked[n])
+    entries = {n: e._replace(depends=tuple(sorted(depends[n].items())),
+                             size=e.size if e.size is not None else asked[n])
                for n, e in entries.items()}
     return sorted(entries.values(), key=lambda e: e.key)
 

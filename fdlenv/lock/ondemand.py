@@ -65,7 +65,7 @@ def lock_variant(home, variant: str, platform: str, mirrors: dict[str, str], say
 def write(home, env, platform: str, mirrors: dict[str, str], out: Path, check: bool = True) -> None:
     """`env` resolved for `platform` into `out`; `check` off only in tests (see `closure.resolve`)."""
     from .closure import NoWheel, resolve
-    from .solve import declared_virtual_packages
+    from .solve import declared_virtual_packages, wheel_records
     from .write import Solved, write_lock
 
     try:
@@ -73,18 +73,12 @@ def write(home, env, platform: str, mirrors: dict[str, str], out: Path, check: b
     except NoWheel as e:   # fdlenv's own pin, missing from the index: a release not synced yet
         raise Fail.retry(f"{e.message}, which fdlenv's own {env.variant} env file pins: an index or mirror "
                          "that has not synced this release yet? (exit 1: a re-dial tries again)") from None
-    entries += _wheel_entries(env, platform)
+    entries += wheel_records(env, platform)
     # The lock names its source as `envs/<variant>.yml`, as the shipped lock does: never a path of
     # this machine's install, since the file is meant to be shared.
     named = dataclasses.replace(env, path=out.parent / "envs" / f"{env.variant}.yml")
     write_lock([Solved(env=named, channel_urls=(), entries={platform: sorted(entries, key=lambda e: e.key)},
                        virtual={platform: declared_virtual_packages(env.variant, platform)})], out)
-
-
-def _wheel_entries(env, platform: str) -> list:
-    from .entry import Entry
-
-    return [Entry("pip", w.name, w.version, None, platform, w.url, w.md5, w.sha256, ()) for w in env.wheels]
 
 
 def _env_file(variant: str, platform: str):

@@ -40,7 +40,6 @@ index that cannot be read is transient and names the ways out (`pipindex.ways_ou
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 from ..index import pipindex, simpleapi
 from ..base.errors import Fail
@@ -50,6 +49,13 @@ from ..index.provider import FULL, MACHINES, PYTHON, Index, Meta, NoWheel, Provi
 
 TYPE_CHECKING = False   # the env-file reader (urllib) is the caller's: not imported for the realise's check
 if TYPE_CHECKING:
+    from collections.abc import Collection, Sequence
+
+    from packaging.tags import Tag
+    from resolvelib.structs import RequirementInformation
+
+    from ..index.provider import Cand
+    from ..index.simpleapi import IndexFile
     from .envfile import EnvFile
 
 __all__ = ["FULL", "PYTHON", "Meta", "NoWheel", "is_native", "requirements_of", "resolve", "resolve_versions",
@@ -66,7 +72,7 @@ def platform_tags(platform: str) -> list[str]:
     return tags + [f"manylinux2014_{arch}"] + ([f"manylinux2010_{arch}", f"manylinux1_{arch}"] if arch == "x86_64" else []) + [f"linux_{arch}"]
 
 
-def _tag_ranks(platform: str) -> dict:
+def _tag_ranks(platform: str) -> dict[Tag, int]:
     """Every tag a target wheel may carry -> its preference (lower is better)."""
     from packaging import tags
 
@@ -77,7 +83,8 @@ def _tag_ranks(platform: str) -> dict:
     return {t: i for i, t in enumerate(ordered)}
 
 
-def resolve_versions(requirements, base: str, platform: str, sources: dict | None = None) -> dict:
+def resolve_versions(requirements: Sequence[str], base: str, platform: str, sources: dict[str, str] | None = None
+                     ) -> dict[str, tuple[IndexFile, Meta]]:
     """name -> (IndexFile, Meta) of every project the requirements reach on `platform`;
     `sources`: project -> the base URL serving it, where it is not `base`. The walk is
     resolvelib's over `lock.provider` (its policy, in one place); a conflict is one permanent
@@ -95,17 +102,17 @@ def resolve_versions(requirements, base: str, platform: str, sources: dict | Non
         for r in reqs:
             provider.prefetch(r)
         try:
-            result: Any = Resolver(provider, BaseReporter()).resolve(reqs, max_rounds=ROUNDS)  # type: ignore[arg-type]
+            result = Resolver(provider, BaseReporter()).resolve(reqs, max_rounds=ROUNDS)
         except ResolutionImpossible as e:
             raise _impossible(index, e.causes) from None
         except ResolutionTooDeep:
             raise Fail.permanent(f"wheel index {base}: no versions of {', '.join(requirements)} found together "
                                  f"within {ROUNDS} resolution rounds") from None
-        picked = {n: c.file for n, c in result.mapping.items() if not c.extras and c.version is not None}
+        picked = {n: c.file for n, c in result.mapping.items() if not c.extras and c.file is not None}
         return {n: (f, index.meta(f).result()) for n, f in picked.items()}
 
 
-def _impossible(index: Index, causes) -> Fail:
+def _impossible(index: Index, causes: Collection[RequirementInformation[Req, Cand]]) -> Fail:
     """A project no wheel of which satisfies what is asked (`NoWheel`), or requirements that clash."""
     names = {c.requirement.name for c in causes}
     if len(names) == 1 and all(c.parent is None for c in causes):
@@ -149,7 +156,7 @@ def resolve(env: EnvFile, platform: str, mirrors: dict[str, str], check: bool = 
     roots = [r for r in map(Requirement, env.requirements) if r.marker is None or r.marker.evaluate(marker_env)]
     todo: list[tuple[str, frozenset[str], str | None]] = [
         (pipindex.normalize(r.name), frozenset(r.extras), None) for r in roots]
-    walked = set()
+    walked: set[tuple[str, frozenset[str], str | None]] = set()
     while todo:
         name, extras, owner = todo.pop()
         if (name, extras, owner) in walked or name not in found:
@@ -181,7 +188,7 @@ def resolve(env: EnvFile, platform: str, mirrors: dict[str, str], check: bool = 
     return sorted(entries.values(), key=lambda e: e.key)
 
 
-def _check_torch(env: EnvFile, platform: str, meta: Meta, marker_env: dict, mirrors: dict[str, str]) -> None:
+def _check_torch(env: EnvFile, platform: str, meta: Meta, marker_env: dict[str, str], mirrors: dict[str, str]) -> None:
     """Refuse a torch that is not `env.variant`'s build, naming who served it; nothing is written."""
     from ..names import variants
 

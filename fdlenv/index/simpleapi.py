@@ -42,15 +42,13 @@ import io
 import json
 import os
 import urllib.parse
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..base.errors import Fail
 from ..base.netread import open_url, read_all, why
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     import zipfile
-
     from _typeshed import WriteableBuffer
 
 JSON_TYPE = "application/vnd.pypi.simple.v1+json"
@@ -358,8 +356,7 @@ class _RangeFile(io.RawIOBase):
 
     def __init__(self, url: str):
         super().__init__()
-        self.url, self.pos = url, 0
-        self.cache: dict[int, bytes] = {}   # offset -> the bytes read there
+        self.url, self.pos, self.cache = url, 0, dict[int, bytes]()   # cache: offset -> the bytes read there
         body, total = self._get(f"bytes=-{self.TAIL}")
         self.size = total
         self.cache[total - len(body)] = body
@@ -376,8 +373,7 @@ class _RangeFile(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def seekable(self) -> bool:
-        return True
+    seekable = readable
 
     def tell(self) -> int:
         return self.pos
@@ -387,8 +383,7 @@ class _RangeFile(io.RawIOBase):
         return self.pos
 
     def readinto(self, buffer: WriteableBuffer) -> int:
-        b = memoryview(buffer)
-        n = min(len(b), max(0, self.size - self.pos))
+        n = min(len(b := memoryview(buffer)), max(0, self.size - self.pos))
         if n == 0:
             return 0
         for start, data in self.cache.items():

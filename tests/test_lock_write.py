@@ -234,7 +234,7 @@ def _conda_lock_bytes(solved, out: Path) -> str:
     covering = {p: {s.variant for s in solved if p in s.entries} for p in platforms}
     packages = [LockedDependency(
         name=e.name, version=e.version, manager=e.manager, platform=e.platform, dependencies=dict(e.depends),
-        url=e.url, hash=HashModel(md5=e.md5 or None, sha256=e.sha256), build=e.build,
+        url=e.url, hash=HashModel(md5=e.md5, sha256=e.sha256), build=e.build or None,
         categories={"main"} if len(covering[e.platform]) > 1 and vs == covering[e.platform] else vs)
         for e, vs in by_key.values()]
     channels: list[str] = []
@@ -252,21 +252,19 @@ def _conda_lock_bytes(solved, out: Path) -> str:
 
 
 def test_the_writer_gives_conda_locks_own_bytes_for_conda_and_pip_entries_on_two_platforms(tmp_path, home):
-    import dataclasses
-
-    from fdlenv.lock.entry import Entry
     from fdlenv.lock.envfile import load
+    from fdlenv.lock.file import Record
     from fdlenv.lock.write import Solved, render
 
     envs = _envs(tmp_path)
     lock_envs(envs, tmp_path / "conda-lock.yml", home=home)
     from fdlenv.lock.make import _carried
     solved = _carried(tmp_path / "conda-lock.yml", envs, set())
-    wheel = Entry("pip", "torch", "2.10.0+cpu", None, "linux-aarch64", "pip+index://pypi/torch/torch-2.10.0+cpu-x.whl",
-                  "", "ab" * 32, (("nvidia-x", "==1"),), 915622781)
-    native = Entry("pip", "nvidia-x", "1", None, "linux-aarch64", "pip+index://pypi/nvidia-x/nvidia_x-1-x.whl",
-                   "", "cd" * 32, (), 706758467)   # sizes: the long line conda-lock's writer folds
-    sized = {p: [dataclasses.replace(e, size=1000 + i) for i, e in enumerate(es)] for p, es in solved[0].entries.items()}
+    wheel = Record("pip", "torch", "2.10.0+cpu", "", "pip+index://pypi/torch/torch-2.10.0+cpu-x.whl", "ab" * 32,
+                   None, "linux-aarch64", (("nvidia-x", "==1"),), 915622781)
+    native = Record("pip", "nvidia-x", "1", "", "pip+index://pypi/nvidia-x/nvidia_x-1-x.whl", "cd" * 32,
+                    None, "linux-aarch64", (), 706758467)   # sizes: the long line conda-lock's writer folds
+    sized = {p: [e._replace(size=1000 + i) for i, e in enumerate(es)] for p, es in solved[0].entries.items()}
     solved[0] = Solved(env=load(envs / "cpu.yml"), channel_urls=solved[0].channel_urls,
                        virtual={**solved[0].virtual, "linux-aarch64": []},
                        entries={**sized, "linux-aarch64": [wheel, native]})

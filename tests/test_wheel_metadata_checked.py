@@ -94,11 +94,11 @@ def test_a_native_wheel_the_metadata_requires_must_be_an_edge_the_lock_records_a
     from fdlenv.lock.file import Record
     from fdlenv.store.wheelmeta import Against
 
-    def entry(name, version, tag, deps=None):
+    def entry(name, version, tag, deps=()):
         url = f"pip+index://pypi/{name}/{name.replace('-', '_')}-{version}-{tag}.whl"
         return Record("pip", name, version, "", url, "0" * 64, None, "linux-64", deps)
 
-    torch = entry("torch", "2.10.0", "cp312-cp312-manylinux_2_28_x86_64", {"nvidia-a-cu12": "==1.0"})
+    torch = entry("torch", "2.10.0", "cp312-cp312-manylinux_2_28_x86_64", (("nvidia-a-cu12", "==1.0"),))
     held = [torch, entry("nvidia-a-cu12", "1.0", "py3-none-manylinux_2_27_x86_64"),
             entry("nvidia-b-cu12", "2.0", "py3-none-manylinux_2_27_x86_64"), entry("helper", "1.0", "py3-none-any")]
     check = Against(held, {})

@@ -10,9 +10,8 @@ channel URL prefix; the longest match wins. The same map names wheel indexes
 
 from __future__ import annotations
 
-from collections import namedtuple
-
 from ..base.errors import Fail
+from ..base.record import Record
 
 ACCEPTED = ("NAME=URL, e.g. conda-forge=https://mirror.example/conda-forge, flodl=file:///srv/flodl, "
             "pypi=https://mirror.example/simple or pytorch=https://mirror.example/whl")
@@ -59,14 +58,15 @@ def rewrite(url: str, mirrors: dict[str, str]) -> str:
     return url if mapped == channel else f"{mapped}/{subdir}/{filename}"
 
 
-class ChannelMap(namedtuple("ChannelMap", "mirrors aliases")):
-    """Mirrors plus bare-name aliases (`flodl` -> the home's local channel), both dicts.
+class ChannelMap(Record):
+    """Mirrors plus bare-name aliases (`flodl` -> the home's local channel).
 
     An alias only ever names a bare channel name: a URL that happens to end in
     `/flodl` is left alone unless a mirror maps it.
     """
 
-    __slots__ = ()
+    mirrors: dict[str, str]   # name or URL prefix -> URL (`--mirror`, `fdlenv: mirrors:`)
+    aliases: dict[str, str]   # bare channel name -> URL
 
     def resolve(self, channel: str) -> str:
         url = resolve_channel(channel, self.mirrors)

@@ -27,14 +27,24 @@ empty candidate (the closure is libtorch's, not the install's).
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from resolvelib import AbstractProvider
 
 from . import pipindex, simpleapi
 from ..base.errors import Fail
 from ..base.progress import say
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from packaging.requirements import Requirement
+    from packaging.specifiers import SpecifierSet
+    from packaging.tags import Tag
+    from packaging.utils import BuildTag
+    from packaging.version import Version
+    from resolvelib.structs import RequirementInformation
 
 PYTHON = "3.12"
 FULL = f"{PYTHON}.0"
@@ -82,7 +92,8 @@ class Meta:
         self.listing = listing or None   # the wheel's members, when it was read (no PEP 658 file)
 
 
-def requirements_of(meta: Meta, extras, marker_env: dict):
+def requirements_of(meta: Meta, extras: Iterable[str], marker_env: dict[str, str]
+                    ) -> Iterator[tuple[str, Requirement]]:
     """(normalised name, Requirement) of each requirement of `meta` that applies on the target
     with `extras` asked of it."""
     from packaging.requirements import InvalidRequirement, Requirement
@@ -99,19 +110,24 @@ def requirements_of(meta: Meta, extras, marker_env: dict):
 
 class Req(NamedTuple):
     name: str                 # normalised
-    extras: frozenset
-    specifier: Any            # SpecifierSet
-    pin: Any = None           # an extras identifier's plain project: exactly this Version
+    extras: frozenset[str]
+    specifier: SpecifierSet
+    pin: Version | None = None  # an extras identifier's plain project: exactly this version
 
 
 class Cand(NamedTuple):
     name: str
-    extras: frozenset
-    version: Any              # Version; None: a project with no wheel for the target (see above)
+    extras: frozenset[str]
+    version: Version | None   # None: a project with no wheel for the target (see above), and no file
     file: simpleapi.IndexFile | None
 
 
-def ident(name: str, extras) -> str:
+if TYPE_CHECKING:
+    Wheel = tuple[Version, simpleapi.IndexFile]   # a version and its one candidate file: its best tag
+    Info = RequirementInformation[Req, Cand]
+
+
+def ident(name: str, extras: Iterable[str]) -> str:
     return f"{name}[{','.join(sorted(extras))}]" if extras else name
 
 
@@ -123,25 +139,25 @@ class Index:
     """The index's pages and metadata, each fetched once, side by side; `sources` sends some
     projects to another index's base URL. `ranks`: tag -> preference (lower is better)."""
 
-    def __init__(self, base: str, platform: str, pool: ThreadPoolExecutor, ranks: dict,
-                 sources: dict | None = None):
+    def __init__(self, base: str, platform: str, pool: ThreadPoolExecutor, ranks: dict[Tag, int],
+                 sources: dict[str, str] | None = None):
         self.base, self.platform, self.pool, self.ranks = base, platform, pool, ranks
         self.sources = sources or {}
-        self.pages: dict[str, Future] = {}
-        self.metas: dict[str, Future] = {}
+        self.pages: dict[str, Future[list[simpleapi.IndexFile]]] = {}
+        self.metas: dict[str, Future[Meta]] = {}
         self.noted: set[str] = set()
         self.lock = threading.Lock()
 
     def url(self, name: str) -> str:
         return self.sources.get(name, self.base)
 
-    def files(self, name: str) -> Future:
+    def files(self, name: str) -> Future[list[simpleapi.IndexFile]]:
         with self.lock:
             if name not in self.pages:
                 self.pages[name] = self.pool.submit(simpleapi.project_files, self.url(name), name)
             return self.pages[name]
 
-    def meta(self, f: simpleapi.IndexFile) -> Future:
+    def meta(self, f: simpleapi.IndexFile) -> Future[Meta]:
         with self.lock:
             if f.url not in self.metas:
                 self.metas[f.url] = self.pool.submit(self._read_meta, f)
@@ -164,8 +180,8 @@ class Index:
                                  "metadata of another wheel (broken or hostile)")
         return meta
 
-    def wheels(self, name: str, required: bool) -> list[tuple] | None:
-        """(version, file, rank) of every wheel of `name` with a tag of the target, best tag per
+    def wheels(self, name: str, required: bool) -> list[Wheel] | None:
+        """(version, file) of every wheel of `name` with a tag of the target, best tag per
         version, newest first; None for a non-root project with no wheel for the target at all."""
         from packaging.specifiers import InvalidSpecifier, SpecifierSet
         from packaging.utils import InvalidWheelFilename, parse_wheel_filename
@@ -178,7 +194,7 @@ class Index:
             return None         # a project this index does not carry: no native code of it here
         if not files:           # an empty page (a cold mirror) would drop a runtime wheel: try again
             raise simpleapi.empty_page(self.url(name), name)
-        best: dict = {}
+        best: dict[Version, tuple[tuple[int, BuildTag, bool], simpleapi.IndexFile]] = {}
         compatible = False
         for f in files:
             if not f.filename.endswith(".whl"):
@@ -225,7 +241,7 @@ class Index:
             return False
 
 
-def candidates(wheels: list[tuple], reqs: list[Req], bad: set) -> list[tuple]:
+def candidates(wheels: list[Wheel], reqs: list[Req], bad: set[Version | None]) -> list[Wheel]:
     """The selection policy: which of `wheels` (newest first) may satisfy all of `reqs`, in order."""
     specs = [r.specifier for r in reqs]
     pins = {r.pin for r in reqs if r.pin is not None}
@@ -239,21 +255,24 @@ def candidates(wheels: list[tuple], reqs: list[Req], bad: set) -> list[tuple]:
     return [c for c in ok if not c[0].is_prerelease] + [c for c in ok if c[0].is_prerelease]
 
 
-class Provider(AbstractProvider):
+class Provider(AbstractProvider[Req, Cand, str]):
     """resolvelib's provider: requirements and candidates over `Index`, for `marker_env`."""
 
-    def __init__(self, index: Index, marker_env: dict, roots: set[str]):
+    def __init__(self, index: Index, marker_env: dict[str, str], roots: set[str]):
         self.index, self.env, self.roots = index, marker_env, roots
         self.order: dict[str, int] = {}
 
-    def identify(self, requirement_or_candidate) -> str:
+    def identify(self, requirement_or_candidate: Req | Cand) -> str:
         return ident(requirement_or_candidate.name, requirement_or_candidate.extras)
 
-    def get_preference(self, identifier, resolutions, candidates, information, backtrack_causes):
+    def get_preference(self, identifier: str, resolutions: Mapping[str, Cand],
+                       candidates: Mapping[str, Iterator[Cand]], information: Mapping[str, Iterator[Info]],
+                       backtrack_causes: Sequence[Info]) -> tuple[bool, int]:
         pinned = any(s.operator in ("==", "===") for i in information[identifier] for s in i.requirement.specifier)
         return (not pinned, self.order.setdefault(identifier, len(self.order)))
 
-    def find_matches(self, identifier, requirements, incompatibilities):
+    def find_matches(self, identifier: str, requirements: Mapping[str, Iterator[Req]],
+                     incompatibilities: Mapping[str, Iterator[Cand]]) -> list[Cand] | Callable[[], Iterator[Cand]]:
         reqs = list(requirements[identifier])
         name, extras = reqs[0].name, reqs[0].extras
         wheels = self.index.wheels(name, name in self.roots)
@@ -262,23 +281,23 @@ class Provider(AbstractProvider):
         bad = {c.version for c in incompatibilities[identifier]}
         picked = candidates(wheels, reqs, bad)
 
-        def lazily():   # Requires-Python of the metadata, read only for the candidates tried
+        def lazily() -> Iterator[Cand]:   # Requires-Python of the metadata, read only for the candidates tried
             for v, f in picked:
                 if self.index.python_ok(f):
                     yield Cand(name, extras, v, f)
         return lazily
 
-    def is_satisfied_by(self, requirement, candidate) -> bool:
+    def is_satisfied_by(self, requirement: Req, candidate: Cand) -> bool:
         if candidate.version is None:
             return True
         if requirement.pin is not None and candidate.version != requirement.pin:
             return False
         return requirement.specifier.contains(candidate.version, prereleases=True)
 
-    def get_dependencies(self, candidate):
+    def get_dependencies(self, candidate: Cand) -> list[Req]:
         from packaging.specifiers import SpecifierSet
 
-        if candidate.version is None:
+        if candidate.version is None or candidate.file is None:   # one is None only with the other
             return []
         deps = [Req(candidate.name, frozenset(), SpecifierSet(), candidate.version)] if candidate.extras else []
         for dep, req in requirements_of(self.index.meta(candidate.file).result(), candidate.extras, self.env):
@@ -290,7 +309,7 @@ class Provider(AbstractProvider):
         """The page of `req` now, and its newest candidate's metadata once the page is in."""
         page = self.index.files(req.name)
 
-        def newest(done: Future) -> None:
+        def newest(done: Future[list[simpleapi.IndexFile]]) -> None:
             try:
                 picked = candidates(self.index.wheels(req.name, False) or [], [req], set())
                 if picked:
@@ -299,5 +318,8 @@ class Provider(AbstractProvider):
                 pass
         page.add_done_callback(newest)
 
-    def narrow_requirement_selection(self, identifiers, resolutions, candidates, information, backtrack_causes):
+    def narrow_requirement_selection(self, identifiers: Iterable[str], resolutions: Mapping[str, Cand],
+                                     candidates: Mapping[str, Iterator[Cand]],
+                                     information: Mapping[str, Iterator[Info]],
+                                     backtrack_causes: Sequence[Info]) -> Iterable[str]:
         return identifiers

@@ -42,10 +42,14 @@ import io
 import json
 import os
 import urllib.parse
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..base.errors import Fail
 from ..base.netread import open_url, read_all, why
+
+if TYPE_CHECKING:
+    import zipfile
+    from _typeshed import WriteableBuffer
 
 JSON_TYPE = "application/vnd.pypi.simple.v1+json"
 # An index answers pages and metadata of kilobytes (PyTorch's torch page: ~1 MB); a body past
@@ -116,15 +120,15 @@ def _anchors(text: str) -> list[tuple[dict[str, str | None], str]]:
         _open: dict[str, str | None] | None = None
         _text: list[str] = []
 
-        def handle_starttag(self, tag, attrs):
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
             if tag == "a":
                 self._open, self._text = dict(attrs), []
 
-        def handle_data(self, data):
+        def handle_data(self, data: str) -> None:
             if self._open is not None:
                 self._text.append(data)
 
-        def handle_endtag(self, tag):
+        def handle_endtag(self, tag: str) -> None:
             if tag == "a" and self._open is not None:
                 links.append((self._open, "".join(self._text).strip()))
                 self._open = None
@@ -133,7 +137,7 @@ def _anchors(text: str) -> list[tuple[dict[str, str | None], str]]:
     return links
 
 
-def _hash_of(value) -> str | None:
+def _hash_of(value: object) -> str | None:
     """`sha256=<hex>` (HTML attributes, fragments) or {"sha256": hex} (JSON) -> hex or None."""
     if isinstance(value, dict):
         h = value.get("sha256")
@@ -143,7 +147,7 @@ def _hash_of(value) -> str | None:
     return None
 
 
-def _metadata_flag(value) -> str | None:
+def _metadata_flag(value: object) -> str | None:
     """A PEP 658/714 attribute or JSON key -> None (no file), "" (a file, no hash), or its sha256."""
     if value is None or value is False or value == "false":
         return None
@@ -327,7 +331,7 @@ def _metadata_from_zip(f: IndexFile, listing: list[str] | None = None) -> bytes:
         raise Fail.retry(f"wheel index: cannot read {f.url}: {why(e)}") from None
 
 
-def _inflate(z, name: str, filename: str) -> bytes:
+def _inflate(z: zipfile.ZipFile, name: str, filename: str) -> bytes:
     """Member `name` of `z`, refused (transient) when it states or inflates past INFLATE_LIMIT:
     read in steps, so no more than the limit is ever held, whatever its header says."""
     def refuse(size: str) -> Fail:
@@ -352,7 +356,7 @@ class _RangeFile(io.RawIOBase):
 
     def __init__(self, url: str):
         super().__init__()
-        self.url, self.pos, self.cache = url, 0, {}
+        self.url, self.pos, self.cache = url, 0, dict[int, bytes]()   # cache: offset -> the bytes read there
         body, total = self._get(f"bytes=-{self.TAIL}")
         self.size = total
         self.cache[total - len(body)] = body
@@ -366,21 +370,20 @@ class _RangeFile(io.RawIOBase):
             total = int(resp.headers.get("Content-Range", "*/0").rpartition("/")[2] or 0)
             return read_all(resp, META_LIMIT, self.url), total
 
-    def readable(self):
+    def readable(self) -> bool:
         return True
 
-    def seekable(self):
-        return True
+    seekable = readable
 
-    def tell(self):
+    def tell(self) -> int:
         return self.pos
 
-    def seek(self, offset, whence=0):
+    def seek(self, offset: int, whence: int = 0) -> int:
         self.pos = {0: offset, 1: self.pos + offset, 2: self.size + offset}[whence]
         return self.pos
 
-    def readinto(self, b):
-        n = min(len(b), max(0, self.size - self.pos))
+    def readinto(self, buffer: WriteableBuffer) -> int:
+        n = min(len(b := memoryview(buffer)), max(0, self.size - self.pos))
         if n == 0:
             return 0
         for start, data in self.cache.items():

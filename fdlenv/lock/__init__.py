@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 __all__ = ["check_locks", "lock_envs", "split_path"]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> object:
     if name == "check_locks":
         from .check import check_locks
         return check_locks

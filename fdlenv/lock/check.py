@@ -18,7 +18,6 @@ for by name: it is locked on demand where it is first asked for.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from ..base.errors import Fail
 from ..names.home import Home
@@ -30,19 +29,27 @@ from .paths import split_path
 from .solve import channel_urls, declared_virtual_packages, solver_spec
 from .write import LAYERS_KEY, VARIANTS_KEY
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
-def covered_variants(lockfile) -> list[str]:
+    # conda-lock's models (it ships no type information: mypy reads them as Any)
+    from conda_lock.lockfile.v2prelim.models import LockedDependency, Lockfile
+    from rattler import PackageRecord
+
+
+def covered_variants(lockfile: Lockfile) -> list[str]:
     """The variants a parsed lock serves: fdlenv's metadata, else its non-main categories,
     else (an all-`main` lock of another writer) the variants whose libtorch package it holds."""
     custom = lockfile.metadata.custom_metadata or {}
     if VARIANTS_KEY in custom:
-        return custom[VARIANTS_KEY].split()
+        return str(custom[VARIANTS_KEY]).split()
     categories = sorted({c for p in lockfile.package for c in p.categories} - {"main"})
     names = {p.name for p in lockfile.package}
     return categories or [v.name for v in VARIANTS.values() if v.package in names]
 
 
-def _parse(path: Path, parse_conda_lock_file):
+def _parse(path: Path, parse_conda_lock_file: Callable[[Path], Lockfile]) -> Lockfile:
     """conda-lock's own parse of `path`, after fdlenv's reader has refused what would crash it
     (nesting, non-UTF-8, not v1); what conda-lock still rejects is one permanent error."""
     from .file import load_lock
@@ -67,7 +74,7 @@ def check_locks(envs_dir: Path, out: Path, *, variants: list[str] | None = None,
 
     cmap = channel_map(home, mirrors)
     out = Path(out)
-    parsed: dict[Path, Any] = {}
+    parsed: dict[Path, Lockfile] = {}
     problems: list[str] = []
     for env in discover(Path(envs_dir), variants):
         lockfile = None
@@ -100,7 +107,7 @@ def check_locks(envs_dir: Path, out: Path, *, variants: list[str] | None = None,
     return problems
 
 
-def _check_platform(env: EnvFile, platform: str, records: list, cmap: ChannelMap) -> list[str]:
+def _check_platform(env: EnvFile, platform: str, records: list[LockedDependency], cmap: ChannelMap) -> list[str]:
     import rattler
 
     conda = {p.name: p for p in records if p.manager == "conda"}
@@ -153,7 +160,7 @@ def _check_platform(env: EnvFile, platform: str, records: list, cmap: ChannelMap
     return lines
 
 
-def _check_requirements(env: EnvFile, pip: dict, lines: list[str], platform: str) -> set[str]:
+def _check_requirements(env: EnvFile, pip: dict[str, LockedDependency], lines: list[str], platform: str) -> set[str]:
     """Requirement strings: each satisfied by a wheel of the named index, the closure intact.
     Offline: what the index serves today is `fdlenv lock`'s business, not `--check`'s."""
     from packaging.requirements import Requirement
@@ -193,13 +200,13 @@ def _check_requirements(env: EnvFile, pip: dict, lines: list[str], platform: str
     return seen
 
 
-def _satisfies(name: str, constraint: str, record) -> bool:
+def _satisfies(name: str, constraint: str, record: PackageRecord) -> bool:
     import rattler
 
     return not constraint or rattler.MatchSpec(f"{name} {constraint}", strict=False).matches(record)
 
 
-def _record(locked):
+def _record(locked: LockedDependency) -> PackageRecord:
     """A rattler PackageRecord for matching a lock entry (build and subdir from its URL)."""
     import rattler
 
@@ -209,7 +216,7 @@ def _record(locked):
     return rattler.PackageRecord(locked.name, locked.version, rattler.BuildString(build), 0, subdir)
 
 
-def _virtual(name: str, version: str, platform: str):
+def _virtual(name: str, version: str, platform: str) -> PackageRecord:
     import rattler
 
     return rattler.PackageRecord(name, version, rattler.BuildString("0"), 0, platform)

@@ -39,18 +39,23 @@ index that cannot be read is transient and names the ways out (`pipindex.ways_ou
 
 from __future__ import annotations
 
-import dataclasses
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 from ..index import pipindex, simpleapi
 from ..base.errors import Fail
 from ..base.progress import during
-from .entry import Entry
+from .file import Record
 from ..index.provider import FULL, MACHINES, PYTHON, Index, Meta, NoWheel, Provider, Req, is_native, requirements_of, target_environment
 
 TYPE_CHECKING = False   # the env-file reader (urllib) is the caller's: not imported for the realise's check
 if TYPE_CHECKING:
+    from collections.abc import Collection, Sequence
+
+    from packaging.tags import Tag
+    from resolvelib.structs import RequirementInformation
+
+    from ..index.provider import Cand
+    from ..index.simpleapi import IndexFile
     from .envfile import EnvFile
 
 __all__ = ["FULL", "PYTHON", "Meta", "NoWheel", "is_native", "requirements_of", "resolve", "resolve_versions",
@@ -67,7 +72,7 @@ def platform_tags(platform: str) -> list[str]:
     return tags + [f"manylinux2014_{arch}"] + ([f"manylinux2010_{arch}", f"manylinux1_{arch}"] if arch == "x86_64" else []) + [f"linux_{arch}"]
 
 
-def _tag_ranks(platform: str) -> dict:
+def _tag_ranks(platform: str) -> dict[Tag, int]:
     """Every tag a target wheel may carry -> its preference (lower is better)."""
     from packaging import tags
 
@@ -78,7 +83,8 @@ def _tag_ranks(platform: str) -> dict:
     return {t: i for i, t in enumerate(ordered)}
 
 
-def resolve_versions(requirements, base: str, platform: str, sources: dict | None = None) -> dict:
+def resolve_versions(requirements: Sequence[str], base: str, platform: str, sources: dict[str, str] | None = None
+                     ) -> dict[str, tuple[IndexFile, Meta]]:
     """name -> (IndexFile, Meta) of every project the requirements reach on `platform`;
     `sources`: project -> the base URL serving it, where it is not `base`. The walk is
     resolvelib's over `lock.provider` (its policy, in one place); a conflict is one permanent
@@ -96,17 +102,17 @@ def resolve_versions(requirements, base: str, platform: str, sources: dict | Non
         for r in reqs:
             provider.prefetch(r)
         try:
-            result: Any = Resolver(provider, BaseReporter()).resolve(reqs, max_rounds=ROUNDS)  # type: ignore[arg-type]
+            result = Resolver(provider, BaseReporter()).resolve(reqs, max_rounds=ROUNDS)
         except ResolutionImpossible as e:
             raise _impossible(index, e.causes) from None
         except ResolutionTooDeep:
             raise Fail.permanent(f"wheel index {base}: no versions of {', '.join(requirements)} found together "
                                  f"within {ROUNDS} resolution rounds") from None
-        picked = {n: c.file for n, c in result.mapping.items() if not c.extras and c.version is not None}
+        picked = {n: c.file for n, c in result.mapping.items() if not c.extras and c.file is not None}
         return {n: (f, index.meta(f).result()) for n, f in picked.items()}
 
 
-def _impossible(index: Index, causes) -> Fail:
+def _impossible(index: Index, causes: Collection[RequirementInformation[Req, Cand]]) -> Fail:
     """A project no wheel of which satisfies what is asked (`NoWheel`), or requirements that clash."""
     names = {c.requirement.name for c in causes}
     if len(names) == 1 and all(c.parent is None for c in causes):
@@ -120,7 +126,7 @@ def _impossible(index: Index, causes) -> Fail:
                           + "; ".join(said))
 
 
-def resolve(env: EnvFile, platform: str, mirrors: dict[str, str], check: bool = True) -> list[Entry]:
+def resolve(env: EnvFile, platform: str, mirrors: dict[str, str], check: bool = True) -> list[Record]:
     """The libtorch closure of `env.requirements` on `platform`, as pip entries. `check`: refuse a
     torch that is not the variant's build (`variants.build_mismatch`); off only in tests that
     need such a lock to prove the realise refuses it too."""
@@ -143,14 +149,14 @@ def resolve(env: EnvFile, platform: str, mirrors: dict[str, str], check: bool = 
     marker_env = target_environment(platform)
     if check and "torch" in found:
         _check_torch(env, platform, found["torch"][1], marker_env, mirrors)
-    entries: dict[str, Entry] = {}
+    entries: dict[str, Record] = {}
     depends: dict[str, dict[str, str]] = {}
     # (project, extras asked of it, nearest kept ancestor): only native wheels are kept, each
     # edge recorded on the nearest kept ancestor.
     roots = [r for r in map(Requirement, env.requirements) if r.marker is None or r.marker.evaluate(marker_env)]
     todo: list[tuple[str, frozenset[str], str | None]] = [
         (pipindex.normalize(r.name), frozenset(r.extras), None) for r in roots]
-    walked = set()
+    walked: set[tuple[str, frozenset[str], str | None]] = set()
     while todo:
         name, extras, owner = todo.pop()
         if (name, extras, owner) in walked or name not in found:
@@ -162,9 +168,9 @@ def resolve(env: EnvFile, platform: str, mirrors: dict[str, str], check: bool = 
             if not f.sha256:
                 raise Fail.permanent(f"{env.path}: the index {env.index_of(name, platform)} states no sha256 "
                                      f"for {f.filename}; fdlenv locks only hashed wheels")
-            entries[name] = Entry("pip", name, meta.version, None, platform,
-                                  pipindex.entry_url(env.index_of(name, platform), name, f.filename), "",
-                                  f.sha256.lower(), (), f.size)
+            entries[name] = Record("pip", name, meta.version, "",
+                                   pipindex.entry_url(env.index_of(name, platform), name, f.filename),
+                                   f.sha256.lower(), None, platform, (), f.size)
             depends[name] = {}
         for dep, req in requirements_of(meta, extras, marker_env):
             holder = name if kept else owner
@@ -176,13 +182,13 @@ def resolve(env: EnvFile, platform: str, mirrors: dict[str, str], check: bool = 
     # one that does not answer is left out of the lock, not an error.
     unsized = [n for n, e in entries.items() if e.size is None]
     asked = dict(zip(unsized, simpleapi.sizes_of([found[n][0].url for n in unsized]), strict=True))
-    entries = {n: dataclasses.replace(e, depends=tuple(sorted(depends[n].items())),
-                                      size=e.size if e.size is not None else asked[n])
+    entries = {n: e._replace(depends=tuple(sorted(depends[n].items())),
+                             size=e.size if e.size is not None else asked[n])
                for n, e in entries.items()}
     return sorted(entries.values(), key=lambda e: e.key)
 
 
-def _check_torch(env: EnvFile, platform: str, meta: Meta, marker_env: dict, mirrors: dict[str, str]) -> None:
+def _check_torch(env: EnvFile, platform: str, meta: Meta, marker_env: dict[str, str], mirrors: dict[str, str]) -> None:
     """Refuse a torch that is not `env.variant`'s build, naming who served it; nothing is written."""
     from ..names import variants
 

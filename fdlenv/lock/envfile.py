@@ -31,6 +31,10 @@ from ..names.home import Home
 from ..index.mirrors import ChannelMap
 from ..names.variants import VARIANTS, parse_token
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 ENV_FILE_FORMS = ("name: STR; channels: [alias or URL, ...]; platforms: [linux-64, ...]; pip-index: NAME or {PLATFORM: NAME}; pip-sources: {PROJECT: NAME}; "
                   "dependencies: [match spec, ..., {pip: [requirement or wheel path or URL, ...]}]")
 WHEEL_NAME = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)(-\d[^-]*)?-[^-]+-[^-]+-[^-]+\.whl$")
@@ -164,7 +168,7 @@ def load(path: Path) -> EnvFile:
                    pip_sources=_pip_sources(doc.get("pip-sources"), path))
 
 
-def _pip_sources(value, path: Path) -> tuple[tuple[str, str], ...]:
+def _pip_sources(value: object, path: Path) -> tuple[tuple[str, str], ...]:
     """`pip-sources: {PROJECT: INDEX}`: projects served by another index than `pip-index`."""
     if value is None:
         return ()
@@ -178,20 +182,20 @@ def _pip_sources(value, path: Path) -> tuple[tuple[str, str], ...]:
 _INDEX_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9._-]+)*")
 
 
-def _pip_index(value, path: Path) -> tuple[str, tuple[tuple[str, str], ...]]:
+def _pip_index(value: object, path: Path) -> tuple[str, tuple[tuple[str, str], ...]]:
     """`pip-index: NAME`, or a mapping platform -> NAME (`default:` for the rest)."""
     accepted = ("an index name such as pypi or pytorch/cu126, or a mapping of platform to index name "
                 "({linux-64: pytorch/cpu, linux-aarch64: pypi}, `default:` for the others); "
                 "URLs come from --mirror NAME=URL")
     mapping = value if isinstance(value, dict) else {"default": value}
-    if not mapping or not all(isinstance(k, str) and isinstance(v, str) and _INDEX_NAME.fullmatch(v)
-                              for k, v in mapping.items()):
+    named = {k: v for k, v in mapping.items() if isinstance(k, str) and isinstance(v, str) and _INDEX_NAME.fullmatch(v)}
+    if not mapping or len(named) != len(mapping):
         raise Fail.permanent(f"{path}: pip-index: bad value {value!r}; accepted: {accepted}")
-    default = mapping.get("default", "pypi")
-    return default, tuple(sorted((k, v) for k, v in mapping.items() if k != "default"))
+    default = named.get("default", "pypi")
+    return default, tuple(sorted((k, v) for k, v in named.items() if k != "default"))
 
 
-def _requirement(entry, env_file: Path) -> str:
+def _requirement(entry: object, env_file: Path) -> str:
     from packaging.requirements import InvalidRequirement, Requirement
 
     text = str(entry).strip()
@@ -208,7 +212,7 @@ def _requirement(entry, env_file: Path) -> str:
     return str(req)
 
 
-def _str_list(doc: dict, key: str, path: Path) -> list[str]:
+def _str_list(doc: dict[str, Any], key: str, path: Path) -> list[str]:   # Any: a YAML document
     value = doc.get(key) or []
     if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
         raise Fail.permanent(f"{path}: {key}: expected a list of strings; accepted: {ENV_FILE_FORMS}")

@@ -1,4 +1,4 @@
-"""Read conda-lock v1 files without importing conda-lock.
+"""A locked package (`Record`), and reading conda-lock v1 files without importing conda-lock.
 
 Any import from conda_lock costs 0.7–1 s (it loads its whole command line),
 so the store reads the YAML itself with PyYAML's C loader; the tests check
@@ -23,53 +23,54 @@ from pathlib import Path
 
 from ..names import variants
 from ..base.errors import Fail
+from ..base.record import Record as TypedRecord
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
+    from ..base.hashing import Digest
+
+    Doc = dict[str, Any]   # a YAML document: what PyYAML made of the file, checked where read
 
 FORMS = "a conda-lock v1 file (version: 1, metadata, package: [...]) as `fdlenv lock` writes"
 SIZES_KEY = "fdlenv.sizes"
 
 
-class Record:
-    """One locked package, as much of it as install and verify need. Immutable; equal and
-    hashed by everything but `dependencies` and `size` (what the lock says of the bytes, not
-    which bytes: it orders the downloads). A plain class: dataclasses costs the install
-    path 10 ms of imports (inspect)."""
+class Record(TypedRecord):
+    """One locked package of one platform: what a conda-lock entry holds, and all install and
+    verify need. The one model of a locked package: the reader makes it from a lock
+    (`read_variant`), the solvers from a solve (`lock.solve`, `lock.closure`), the writer
+    writes it (`lock.write`), the store installs it and keeps it in each env's manifest
+    (`to_json`). A typed namedtuple (`base.record`): immutable, hashable, equal field by field;
+    dataclasses would cost the install path 10 ms of imports (inspect)."""
 
-    __slots__ = ("manager", "name", "version", "build", "url", "sha256", "md5", "platform", "dependencies",
-                 "size")
     manager: str            # conda | pip
     name: str
     version: str
-    build: str
+    build: str              # "": none (a wheel; a conda entry without one takes its file name's)
     url: str
-    sha256: str
-    md5: str | None
+    sha256: str             # lowercase hex
+    md5: str | None         # lowercase hex; None: not stated (a wheel resolved from an index)
     platform: str
-    dependencies: dict
-    size: int | None        # bytes, as the lock records them (SIZES_KEY); None: not recorded
+    # (name, version constraint or ""), in the lock's order (sorted, as fdlenv writes them)
+    depends: tuple[tuple[str, str], ...] = ()
+    size: int | None = None  # bytes, as the lock records them (SIZES_KEY) or the index states; None: unknown
 
-    def __init__(self, manager: str, name: str, version: str, build: str, url: str, sha256: str,
-                 md5: str | None, platform: str, dependencies: dict | None = None, size: int | None = None):
-        for slot, value in zip(self.__slots__, (manager, name, version, build, url, sha256, md5, platform,
-                                                {} if dependencies is None else dependencies, size), strict=True):
-            object.__setattr__(self, slot, value)
+    @property
+    def dependencies(self) -> dict[str, str]:
+        """`depends` as conda-lock's mapping of name to constraint."""
+        return dict(self.depends)
 
-    def __setattr__(self, name, value):
-        raise AttributeError(f"Record is immutable: cannot set {name!r}")
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """conda-lock's identity of an entry: one build per key per lock file."""
+        return (self.manager, self.name, self.platform)
 
-    def _identity(self) -> tuple:
-        return tuple(getattr(self, slot) for slot in self.__slots__[:-2])
-
-    def __eq__(self, other) -> bool:
-        return type(other) is Record and self._identity() == other._identity()
-
-    def __hash__(self) -> int:
-        return hash(self._identity())
-
-    def __reduce__(self):   # copy and pickle build it anew (attributes cannot be set)
-        return Record, tuple(getattr(self, slot) for slot in self.__slots__)
-
-    def __repr__(self) -> str:
-        return "Record(" + ", ".join(f"{slot}={getattr(self, slot)!r}" for slot in self.__slots__) + ")"
+    @property
+    def label(self) -> str:
+        return f"{self.name}-{self.version}-{self.build}" if self.build else f"{self.name}-{self.version}"
 
     @property
     def filename(self) -> str:
@@ -80,22 +81,26 @@ class Record:
         # conda URLs end in <channel>/<subdir>/<file>; pip wheels have no subdir.
         return self.url.rsplit("/", 2)[-2] if self.manager == "conda" else ""
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, object]:
         return {
             "manager": self.manager, "name": self.name, "version": self.version,
             "build": self.build, "url": self.url, "sha256": self.sha256, "md5": self.md5,
-            "platform": self.platform, "dependencies": dict(self.dependencies),
+            "platform": self.platform, "dependencies": self.dependencies,
         }   # no size: a manifest says what is installed, not how it was fetched
 
     @classmethod
-    def from_json(cls, d: dict) -> Record:
-        return cls(**d)
+    def from_json(cls, d: Mapping[str, object]) -> Record:
+        """The record `to_json` wrote (an env's manifest)."""
+        md5, deps = d.get("md5"), d.get("dependencies")
+        return cls(str(d["manager"]), str(d["name"]), str(d["version"]), str(d["build"]), str(d["url"]),
+                   str(d["sha256"]), None if md5 is None else str(md5), str(d["platform"]),
+                   tuple((str(k), str(v)) for k, v in deps.items()) if isinstance(deps, dict) else ())
 
 
-_LOADED: dict[bytes, dict] = {}   # a lock's bytes -> its checked document: a realise reads it twice
+_LOADED: dict[bytes, Doc] = {}   # a lock's bytes -> its checked document: a realise reads it twice
 
 
-def load_lock(path: Path, field: str = "--lock") -> dict:
+def load_lock(path: Path, field: str = "--lock") -> Doc:
     """The lock at `path` as a document (the same object for the same bytes: read it, never
     change it), or one permanent `--lock:` error (never a traceback: nesting that would
     crash libyaml is refused first)."""
@@ -109,7 +114,7 @@ def load_lock(path: Path, field: str = "--lock") -> dict:
     return _LOADED[raw]
 
 
-def _parse(raw: bytes, path: Path, field: str) -> dict:
+def _parse(raw: bytes, path: Path, field: str) -> Doc:
     import yaml
 
     from ..base.yamlfile import YamlError, check_nesting
@@ -144,7 +149,7 @@ def _parse(raw: bytes, path: Path, field: str) -> dict:
 _SCALARS = ("name", "version", "manager", "platform", "url", "category", "build")
 
 
-def _categories(entry: dict) -> set[str]:
+def _categories(entry: Doc) -> set[str]:
     cats = entry.get("categories")
     if cats is None:
         cats = [entry.get("category", "main")]
@@ -156,12 +161,12 @@ def _categories(entry: dict) -> set[str]:
 _HEX = frozenset("0123456789abcdef")
 
 
-def _bad(path: Path, name, field: str, accepted: str) -> Fail:
+def _bad(path: Path, name: str, field: str, accepted: str) -> Fail:
     return Fail.permanent(f"--lock: {path}: package {name!r} has a malformed {field}; accepted: {accepted} "
                           "(regenerate the lock with `fdlenv lock`)")
 
 
-def sizes(path: Path, doc: dict) -> dict[str, int]:
+def sizes(path: Path, doc: Doc) -> dict[str, int]:
     """sha256 -> bytes, from the lock's SIZES_KEY ({} when it has none); malformed: one
     permanent error naming the field."""
     meta = doc.get("metadata")
@@ -180,10 +185,11 @@ def sizes(path: Path, doc: dict) -> dict[str, int]:
     return out
 
 
-def _record(path: Path, i: int, e: dict, sizes: dict[str, int] | None = None) -> Record:
-    label = e.get("name") if isinstance(e.get("name"), str) else f"#{i}"
+def _record(path: Path, i: int, e: Doc, sizes: dict[str, int] | None = None) -> Record:
+    name = e.get("name")
+    label = name if isinstance(name, str) else f"#{i}"
 
-    def need(key):
+    def need(key: str) -> str:
         v = e.get(key)
         if v in (None, ""):
             raise Fail.permanent(f"--lock: {path}: package {label!r} has no {key}; "
@@ -221,7 +227,7 @@ def _record(path: Path, i: int, e: dict, sizes: dict[str, int] | None = None) ->
         stem = url.rsplit("/", 1)[-1].removesuffix(".conda").removesuffix(".tar.bz2")
         build = stem.rsplit("-", 1)[-1]
     return Record(manager, need("name"), need("version"), str(build or ""), url, sha256, md5,
-                  need("platform"), {k: str(v) for k, v in deps.items()}, (sizes or {}).get(sha256))
+                  need("platform"), tuple((k, str(v)) for k, v in deps.items()), (sizes or {}).get(sha256))
 
 
 def holds(path: Path, variant: str, platform: str) -> bool:
@@ -276,7 +282,7 @@ def read_variant(path: Path, variant: str, platform: str) -> list[Record]:
     return [out[k] for k in sorted(out)]
 
 
-def _check_single(path: Path, entries: list[dict], variant: str) -> None:
+def _check_single(path: Path, entries: list[Doc], variant: str) -> None:
     """A single-variant lock names at most one libtorch-<variant> package; it must be ours."""
     packs = {variants.VARIANTS[v].package: v for v in variants.VARIANTS}
     present = sorted({packs[e["name"]] for e in entries if e.get("name") in packs})
@@ -285,7 +291,7 @@ def _check_single(path: Path, entries: list[dict], variant: str) -> None:
                              + "); " + variants.VARIANTS[variant].how_to_lock())
 
 
-def mismatch(r: Record, where: str, d) -> Fail | None:
+def mismatch(r: Record, where: str, d: Digest) -> Fail | None:
     """The error for bytes whose `hashing.Digest` `d` is not the record's (None: they match)."""
     sha, md5 = d.sha256, d.md5
     if sha != r.sha256:

@@ -23,7 +23,6 @@ from ..names.home import Home
 from .paths import split_path
 from ..base.progress import say
 from .envfile import EnvFile, channel_map, discover, env_path
-from .entry import Entry
 from .solve import channel_urls, declared_virtual_packages, solve
 from .write import VARIANTS_KEY, Solved, conflicts, write_lock
 
@@ -94,12 +93,8 @@ def _carried(out: Path, envs_dir: Path, relocked: set[str]) -> list[Solved]:
     for variant in [v for v in covered if v not in relocked]:
         found = discover(envs_dir, [variant]) if env_path(envs_dir, variant).is_file() else []
         env = found[0] if found else EnvFile(variant, out, variant, (), (), (), ())
-        entries = {}
-        for platform in [p for p in meta.get("platforms") or [] if holds(out, variant, p)]:
-            entries[platform] = [
-                Entry(r.manager, r.name, r.version, r.build or None, platform, r.url, r.md5 or "",
-                      r.sha256, tuple(sorted((k, str(v or "")) for k, v in r.dependencies.items())), r.size)
-                for r in read_variant(out, variant, platform)]
+        entries = {platform: read_variant(out, variant, platform)
+                   for platform in [p for p in meta.get("platforms") or [] if holds(out, variant, p)]}
         out_list.append(Solved(env=env, channel_urls=tuple(env.channels), entries=entries,
                                virtual={p: declared_virtual_packages(variant, p) for p in entries}))
     return out_list

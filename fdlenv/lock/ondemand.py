@@ -35,17 +35,31 @@ from ..base.errors import Fail
 from ..base.flocks import exclusive
 from .paths import LOCK_NAME, home_lock, split_path
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Protocol
+
+    from ..names.home import Home
+    from .envfile import EnvFile
+
+    class Described(Protocol):
+        """Where a command looked for locks (`app.lockview.LockView`)."""
+
+        def describe(self) -> str: ...
+
 ENVS = Path(PACKAGE_DIR) / "data" / "envs"
 
 
-def refuse_frozen(variant: str, platform: str, view) -> Fail:
+def refuse_frozen(variant: str, platform: str, view: Described) -> Fail:
     return Fail.permanent(
         f"--frozen: no lock holds {variant} for {platform} (looked in: {view.describe()}), and a frozen "
         f"box does not lock; lock it where the index is reachable with `fdlenv lock --libtorch {variant}` "
         f"(or `fdlenv env realize --libtorch {variant}` without --frozen) and ship the lock beside fdl.yml")
 
 
-def lock_variant(home, variant: str, platform: str, mirrors: dict[str, str], say) -> Path:
+def lock_variant(home: Home, variant: str, platform: str, mirrors: dict[str, str],
+                 say: Callable[[str], object]) -> Path:
     """Resolve `variant` for `platform` into the home's on-demand lock; returns its file."""
     from .file import holds
 
@@ -62,10 +76,10 @@ def lock_variant(home, variant: str, platform: str, mirrors: dict[str, str], say
     return out
 
 
-def write(home, env, platform: str, mirrors: dict[str, str], out: Path, check: bool = True) -> None:
+def write(home: Home, env: EnvFile, platform: str, mirrors: dict[str, str], out: Path, check: bool = True) -> None:
     """`env` resolved for `platform` into `out`; `check` off only in tests (see `closure.resolve`)."""
     from .closure import NoWheel, resolve
-    from .solve import declared_virtual_packages
+    from .solve import declared_virtual_packages, wheel_records
     from .write import Solved, write_lock
 
     try:
@@ -73,7 +87,7 @@ def write(home, env, platform: str, mirrors: dict[str, str], out: Path, check: b
     except NoWheel as e:   # fdlenv's own pin, missing from the index: a release not synced yet
         raise Fail.retry(f"{e.message}, which fdlenv's own {env.variant} env file pins: an index or mirror "
                          "that has not synced this release yet? (exit 1: a re-dial tries again)") from None
-    entries += _wheel_entries(env, platform)
+    entries += wheel_records(env, platform)
     # The lock names its source as `envs/<variant>.yml`, as the shipped lock does: never a path of
     # this machine's install, since the file is meant to be shared.
     named = dataclasses.replace(env, path=out.parent / "envs" / f"{env.variant}.yml")
@@ -81,13 +95,7 @@ def write(home, env, platform: str, mirrors: dict[str, str], out: Path, check: b
                        virtual={platform: declared_virtual_packages(env.variant, platform)})], out)
 
 
-def _wheel_entries(env, platform: str) -> list:
-    from .entry import Entry
-
-    return [Entry("pip", w.name, w.version, None, platform, w.url, w.md5, w.sha256, ()) for w in env.wheels]
-
-
-def _env_file(variant: str, platform: str):
+def _env_file(variant: str, platform: str) -> EnvFile:
     from .envfile import env_path, load
 
     path = env_path(ENVS, variant)

@@ -18,6 +18,10 @@ from pathlib import Path
 
 from .. import PACKAGE_DIR
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ..names.home import Home
+
 LOCK_NAME = "conda-lock.yml"
 
 
@@ -33,9 +37,10 @@ def shipped_lock() -> Path | None:
     return next((c for c in shipped_candidates() if c.is_file()), None)
 
 
-def home_lock(home) -> Path:
+def home_lock(home: Home) -> Path:
     """The base name of the locks written on demand in `home` (only split files exist)."""
-    return home.root / "lockfiles" / LOCK_NAME
+    lock: Path = home.root / "lockfiles" / LOCK_NAME
+    return lock
 
 
 def split_path(lock: Path, variant: str) -> Path:

@@ -7,7 +7,7 @@ host's GPU, driver or libc. py-rattler treats `virtual_packages=None` as
 "none at all", so the declared list is always passed; `noarch` is always
 among the solved subdirs or noarch packages would be invisible.
 
-Every `Entry` carries the URL, md5 and sha256 the channel's repodata gives for
+Every `Record` carries the URL, md5 and sha256 the channel's repodata gives for
 the real archive; a record lacking either hash is refused (conda-lock needs
 md5, the store needs sha256).
 """
@@ -21,8 +21,12 @@ from ..base.errors import Fail
 from ..index.mirrors import ChannelMap
 from ..names.platforms import GLIBC_BASELINE, LINUX_BASELINE
 from ..names.variants import VARIANTS
-from .entry import Entry
+from .file import Record
 from .envfile import EnvFile
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from rattler import RepoDataRecord
 
 
 def declared_virtual_packages(variant: str, platform: str) -> list[tuple[str, str]]:
@@ -51,18 +55,17 @@ def solver_spec(spec: str, cmap: ChannelMap) -> str:
     return f"{cmap.resolve(channel.strip())}::{rest.strip()}" if sep else spec
 
 
-def solve(env: EnvFile, platform: str, cmap: ChannelMap, cache_dir: Path) -> list[Entry]:
+def solve(env: EnvFile, platform: str, cmap: ChannelMap, cache_dir: Path) -> list[Record]:
     """The conda entries and wheel entries of `env` on `platform`, sorted by key."""
     from .closure import resolve
 
     entries = _solve_conda(env, platform, cmap, cache_dir) if env.specs else []
-    entries += [Entry("pip", w.name, w.version, None, platform, w.url, w.md5, w.sha256, ())
-                for w in env.wheels]
+    entries += wheel_records(env, platform)
     entries += resolve(env, platform, cmap.mirrors)
     return sorted(entries, key=lambda e: e.key)
 
 
-def _solve_conda(env: EnvFile, platform: str, cmap: ChannelMap, cache_dir: Path) -> list[Entry]:
+def _solve_conda(env: EnvFile, platform: str, cmap: ChannelMap, cache_dir: Path) -> list[Record]:
     import rattler
     from rattler import BuildString, GenericVirtualPackage, PackageName, Version
     from rattler.exceptions import SolverError
@@ -86,7 +89,12 @@ def _solve_conda(env: EnvFile, platform: str, cmap: ChannelMap, cache_dir: Path)
     return [_conda_entry(r, platform) for r in records]
 
 
-def _conda_entry(record, platform: str) -> Entry:
+def wheel_records(env: EnvFile, platform: str) -> list[Record]:
+    """The wheel files `env` names under `pip:`, hashed from their bytes (`envfile.Wheel`)."""
+    return [Record("pip", w.name, w.version, "", w.url, w.sha256, w.md5, platform) for w in env.wheels]
+
+
+def _conda_entry(record: RepoDataRecord, platform: str) -> Record:
     import rattler
 
     name = record.name.normalized
@@ -97,5 +105,5 @@ def _conda_entry(record, platform: str) -> Entry:
     for dep in record.depends:
         spec = rattler.MatchSpec(dep, strict=False)
         depends[spec.name.normalized] = str(spec.version) if spec.version is not None else ""
-    return Entry("conda", name, str(record.version), str(record.build), platform, record.url,
-                 record.md5.hex(), record.sha256.hex(), tuple(sorted(depends.items())))
+    return Record("conda", name, str(record.version), str(record.build), record.url, record.sha256.hex(),
+                  record.md5.hex(), platform, tuple(sorted(depends.items())))

@@ -33,9 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..base import hashing
-from .file import SIZES_KEY
+from .file import SIZES_KEY, Record
 from .envfile import EnvFile
-from .entry import Entry
 
 VARIANTS_KEY = "fdlenv.variants"
 LAYERS_KEY = "fdlenv.layers"
@@ -48,7 +47,7 @@ class Solved:
     env: EnvFile
     channel_urls: tuple[str, ...]
     virtual: dict[str, list[tuple[str, str]]]   # platform -> declared virtual packages
-    entries: dict[str, list[Entry]]             # platform -> entries
+    entries: dict[str, list[Record]]            # platform -> entries
 
     @property
     def variant(self) -> str:
@@ -57,7 +56,7 @@ class Solved:
 
 def conflicts(solved: list[Solved]) -> list[str]:
     """One line per (manager, name, platform) that variants lock to different archives."""
-    seen: dict[tuple[str, str, str], dict[str, Entry]] = {}
+    seen: dict[tuple[str, str, str], dict[str, Record]] = {}
     for s in solved:
         for entries in s.entries.values():
             for e in entries:
@@ -101,7 +100,7 @@ def render(solved: list[Solved], out: Path, layers: list[str] | None = None) -> 
     import yaml
 
     platforms = sorted({p for s in solved for p in s.entries})
-    by_key: dict[tuple[str, str, str], tuple[Entry, set[str]]] = {}
+    by_key: dict[tuple[str, str, str], tuple[Record, set[str]]] = {}
     for s in solved:
         for entries in s.entries.values():
             for e in entries:
@@ -116,7 +115,7 @@ def render(solved: list[Solved], out: Path, layers: list[str] | None = None) -> 
         base = {"name": e.name, "version": e.version, "manager": e.manager, "platform": e.platform,
                 "dependencies": dict(sorted(e.depends)), "url": e.url,
                 "hash": {**({"md5": e.md5} if e.md5 else {}), "sha256": e.sha256},
-                **({"build": e.build} if e.build is not None else {})}
+                **({"build": e.build} if e.build else {})}
         for category in sorted({"main"} if shared else variants):
             packages.append({**base, "category": category, "optional": category != "main"})
     # Channels as the solve used them (aliases resolved): a bare `flodl` would send other

@@ -57,6 +57,7 @@ REDIAL_MODULES = {
     "fdlenv.store.envkey", "fdlenv.store.pointers", "fdlenv.store.leases", "fdlenv.base.flocks", "fdlenv.base.output",
     "fdlenv.names.platforms", "fdlenv.hot.replay", "fdlenv.base.confine", "fdlenv.names.leasefile", "fdlenv.names.buildtree", "fdlenv.hot.memo", "fdlenv.base.shells",
     "fdlenv.base.memory", "fdlenv.names.roots", "fdlenv.store.statecodec",
+    "fdlenv.front.table", "fdlenv.base.record", "fdlenv.config.model",   # the option table; Libtorch, the token parsed
     # the packages those live in (each an __init__ of a docstring)
     "fdlenv.app", "fdlenv.base", "fdlenv.config", "fdlenv.front", "fdlenv.hot", "fdlenv.index", "fdlenv.lock",
     "fdlenv.names",

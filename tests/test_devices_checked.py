@@ -19,6 +19,7 @@ from fdlenv.config.model import FdlenvBlock, JoinBlock, JoinFlags, Project
 from fdlenv.base.errors import Fail
 from fdlenv.hw.model import AMD, NVIDIA, Device, Survey
 from fdlenv.app.joinsettings import resolve
+from fdlenv.config.model import Libtorch
 from fdlenv.app.prepare import PrepareRequest, check_devices
 
 H100 = Device(NVIDIA, 0, "NVIDIA H100 80GB HBM3", "9.0", 81559)
@@ -60,7 +61,7 @@ def test_distinct_ids_and_all_resolve_as_before():
 # ------------------------------------------------------------------ ids against the GPUs found
 
 def req(devices, libtorch=None, field="--devices"):
-    return PrepareRequest(libtorch=libtorch, devices=devices, devices_field=field)
+    return PrepareRequest(libtorch=None if libtorch is None else Libtorch(libtorch), devices=devices, devices_field=field)
 
 
 def test_an_id_beyond_the_gpus_found_is_refused_naming_them():

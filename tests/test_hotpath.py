@@ -122,16 +122,15 @@ def test_after_a_change_the_answer_is_the_slow_paths_again(world, change, lock):
 
 
 def test_no_memo_is_written_when_a_dependency_moved_while_the_slow_path_ran(world, monkeypatch):
-    from types import SimpleNamespace
-
     from fdlenv.app.settings import resolve
+    from fdlenv.front.table import ask_of
     from fdlenv.store.active import of_env
     from fdlenv.store.pointers import pointed_env
 
-    args = SimpleNamespace(libtorch="cpu", lock=str(world.lock), home=str(world.home.root), mirror=None,
-                           frozen=False, shell="sh")
-    st = resolve(args.home, None, args.lock, project=None)
-    plan = hotmemo.start("shell-hook", args, st)
+    given = {"libtorch": "cpu", "lock": str(world.lock), "home": str(world.home.root), "mirror": None,
+             "frozen": False, "shell": "sh"}
+    st = resolve(given["home"], None, given["lock"], project=None)
+    plan = hotmemo.start(ask_of("shell-hook", given, None), "cpu", st)
     assert plan is not None and str(world.lock) in plan.deps
     world.lock.write_text(world.lock.read_text() + "\n")     # the lock moved under the resolver
     hotmemo.record(plan, st.home, of_env(pointed_env(st.home, "cpu")))

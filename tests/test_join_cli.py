@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from fdlenv.config.model import Libtorch
 from fdlenv.front import cli
 from fdlenv.front.commands import join as J
 from fdlenv.front.commands import recipe as R
@@ -53,7 +54,7 @@ def test_every_flag_parses_into_the_settings(captured, tmp_path):
     s = captured["settings"]
     assert (s.controller_host, s.controller_port, s.token, s.bin) == ("ctrl", 99, "tok", str(exe))
     assert (s.libtorch, s.lock, dict(s.mirrors), s.host, s.devices) == \
-        ("rocm7.1", "/l.yml", {"cf": "file:///m"}, "h1", (1, 2))
+        (Libtorch("rocm7.1"), "/l.yml", {"cf": "file:///m"}, "h1", (1, 2))
     assert (s.persist, s.data_path, s.data_source, s.gpu_ram_share, s.sig_probe, s.home) == \
         (True, "/d", "sshfs://x:/y", 2.5, False, "/hh")
     assert s.args == ("--epochs", "1")

@@ -29,6 +29,7 @@ DETECT_MODULES = {
     "fdlenv.names.variants", "fdlenv.app.libtorch", "fdlenv.hw", "fdlenv.hw.survey", "fdlenv.hw.gates", "fdlenv.hw.masks",
     "fdlenv.hw.model", "fdlenv.hw.coverage", "fdlenv.hw.routing", "fdlenv.source", "fdlenv.source.nvcc",
     "fdlenv.base.memory", "fdlenv.names.roots", "fdlenv.store.statecodec",
+    "fdlenv.front.table", "fdlenv.base.record", "fdlenv.base.shells",   # the front's option table
     # the packages those live in (each an __init__ of a docstring)
     "fdlenv.app", "fdlenv.base", "fdlenv.front", "fdlenv.hot", "fdlenv.names", "fdlenv.store",
 }

@@ -13,7 +13,8 @@ import pytest
 from helpers_source import write_tree
 from helpers_store import make_world
 
-from fdlenv.config.model import JoinSettings, SourceSpec, SshConfig
+from fdlenv.app.libtorch import parse
+from fdlenv.config.model import JoinSettings, Libtorch, SourceSpec, SshConfig
 from fdlenv.base.errors import Fail
 from fdlenv.names.home import Home
 from fdlenv.hw.model import AMD, NVIDIA, Device, Finding, Survey
@@ -40,6 +41,8 @@ def no_survey():
 
 
 def run(tmp_path, survey=no_survey, **req) -> Prepared:
+    if isinstance(req.get("libtorch"), str):   # the token as the front hands it on: parsed once
+        req["libtorch"] = parse(req["libtorch"])
     home = Home(tmp_path / "home")
     return prepare(PrepareRequest(**{"gpu_gate": False, **req}), home, survey=survey,
                    user_home=str(tmp_path / "user"), stage=tmp_path, proc_mounts=tmp_path / "no-mounts",
@@ -303,10 +306,10 @@ def test_a_mounted_data_source_is_reused_and_shipped(tmp_path):
 
 def test_a_request_carries_every_prepare_field_of_the_settings():
     ssh = SshConfig("hop", 22, "me", "/k", ("Compression=yes",))
-    s = JoinSettings(host="h", libtorch="cu128", lock="/l.yml", mirrors={"flodl": "file:///m"}, bin="/b",
+    s = JoinSettings(host="h", libtorch=Libtorch("cu128"), lock="/l.yml", mirrors={"flodl": "file:///m"}, bin="/b",
                      devices=(0, 2), data_path="/d", data_source="sshfs://n/x", ssh=ssh, project_root="/p")
     r = request_from_settings(s)
-    assert r == PrepareRequest(libtorch="cu128", lock="/l.yml", mirrors={"flodl": "file:///m"}, bin="/b",
+    assert r == PrepareRequest(libtorch=Libtorch("cu128"), lock="/l.yml", mirrors={"flodl": "file:///m"}, bin="/b",
                                devices=(0, 2), data_path="/d", data_source="sshfs://n/x", ssh=ssh,
                                project_root="/p", gpu_gate=True)
     assert request_from_settings(s, gpu_gate=False).gpu_gate is False
@@ -316,7 +319,7 @@ def test_join_prepares_with_the_gpu_gate(tmp_path, world, monkeypatch):
     from fdlenv.front.commands.join import real_prepare
 
     monkeypatch.setenv("HOME", str(tmp_path))
-    settings = JoinSettings(host="h", libtorch="cpu", lock=str(world.lock), bin="/b", home=str(tmp_path / "home"))
+    settings = JoinSettings(host="h", libtorch=Libtorch("cpu"), lock=str(world.lock), bin="/b", home=str(tmp_path / "home"))
     monkeypatch.setenv("FLODL_TESTING_GPU_JSON", "[]")
     assert "no GPUs detected" in fail_of(real_prepare, settings).message
     monkeypatch.setenv("FLODL_TESTING_GPU_JSON", '[{"vendor": "nvidia", "arch": "8.6"}]')

@@ -57,7 +57,8 @@ REDIAL_MODULES = {
     "fdlenv.store.envkey", "fdlenv.store.pointers", "fdlenv.store.leases", "fdlenv.base.flocks", "fdlenv.base.output",
     "fdlenv.names.platforms", "fdlenv.hot.replay", "fdlenv.base.confine", "fdlenv.names.leasefile", "fdlenv.names.buildtree", "fdlenv.hot.memo", "fdlenv.base.shells",
     "fdlenv.base.memory", "fdlenv.names.roots", "fdlenv.store.statecodec",
-    "fdlenv.base.record",   # typed records (index.mirrors' ChannelMap): a namedtuple, no typing
+    "fdlenv.base.record",   # typed records (the option table's, ChannelMap, Libtorch): namedtuples, no typing
+    "fdlenv.front.table", "fdlenv.config.model",   # the option table; Libtorch, the token parsed once
     # the packages those live in (each an __init__ of a docstring)
     "fdlenv.app", "fdlenv.base", "fdlenv.config", "fdlenv.front", "fdlenv.hot", "fdlenv.index", "fdlenv.lock",
     "fdlenv.names",

@@ -32,10 +32,9 @@ from pathlib import Path
 from typing import TypeVar
 from collections.abc import Callable, Mapping
 
-from ..names import variants
 from ..base.errors import Fail
 from ..config.grammar import check_distinct, check_share, has_strict_host_key_option, local_hostname, parse_controller, parse_devices, parse_ssh_spec
-from ..config.model import DEFAULT_CONTROLLER_HOST, DEFAULT_CONTROLLER_PORT, JoinBlock, JoinFlags, JoinSettings, Project, SourceSpec, SshConfig
+from ..config.model import DEFAULT_CONTROLLER_HOST, DEFAULT_CONTROLLER_PORT, JoinBlock, JoinFlags, JoinSettings, Libtorch, Project, SourceSpec, SshConfig
 
 ACCEPT_NEW = "StrictHostKeyChecking=accept-new"
 
@@ -211,16 +210,13 @@ def _devices(flags: JoinFlags, block: JoinBlock) -> tuple[int, ...] | None:
     return check_distinct(block.devices, "join.devices")
 
 
-def _libtorch(flags: JoinFlags, block: JoinBlock) -> str | None:
-    """The variant token, canonical; an error names where the bad token was written."""
-    raw = _pick(flags.libtorch, block.libtorch)
-    if raw is None:
-        return None
-    try:
-        return variants.parse_token(raw)
-    except Fail as e:
-        where = "--libtorch" if flags.libtorch is not None else "join.libtorch"
-        raise Fail.permanent(e.message.replace("--libtorch", where, 1)) from None
+def _libtorch(flags: JoinFlags, block: JoinBlock) -> Libtorch | None:
+    """`--libtorch` (parsed by the front) over `join.libtorch`, parsed here, once; an error names
+    the field."""
+    if flags.libtorch is not None or block.libtorch is None:
+        return flags.libtorch
+    from .libtorch import parse
+    return parse(block.libtorch, where="join.libtorch")
 
 
 def _gpu_ram_share(flags: JoinFlags, block: JoinBlock) -> float | None:

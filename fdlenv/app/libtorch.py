@@ -5,7 +5,9 @@ It sits above the store, the locks and the hardware survey because it reads
 all three (each imported only when the answer needs it). Given the variant
 token (or none), the lock view (`lockview.LockView`) and the settings, the
 answer is an `store.active.Active` (an fdlenv env, or flodl's own libtorch),
-or None when nothing is settled. In order:
+or None when nothing is settled. The token arrives parsed (`parse`, called once by the
+front or, for fdl.yml's `join.libtorch`, by `joinsettings`): a `config.model.Libtorch`.
+In order:
 1. No token: the box's active libtorch as flodl reads it (`store.active`),
    carried as it is, unless a near lock (given, beside fdl.yml, in the source
    tree) holds its variant: then that lock decides, so a changed project lock
@@ -34,6 +36,28 @@ from __future__ import annotations
 from ..names import variants
 from ..base.errors import Fail
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ..config.model import Libtorch
+
+    from ..store.active import Active
+    from .settings import Settings, StoreAsk
+
+
+def parse(token: str, *, where: str = "--libtorch", allow_auto: bool = True) -> Libtorch:
+    """The one parse of a `--libtorch` token (`variants.parse_token`); `where` names the field
+    a bad token is blamed on (`join.libtorch` for fdl.yml's)."""
+    from ..config.model import Libtorch   # not at import: `detect` reads no token
+
+    try:
+        return Libtorch(variants.parse_token(token, allow_auto=allow_auto))
+    except Fail as e:
+        if where == "--libtorch":
+            raise
+        raise Fail.permanent(e.message.replace("--libtorch", where, 1)) from None
+
 
 def realised_variants(home, names) -> frozenset[str]:
     """Which of `names` fdlenv's pointers name a realised env for, in `home`."""
@@ -53,14 +77,13 @@ def auto_route(s, home=None):
     return route(s, realised_variants(home() if callable(home) else home, r.candidates))
 
 
-def variant_for(token: str, survey=None, notes: list[str] | None = None, home=None,
+def variant_for(libtorch: Libtorch, survey=None, notes: list[str] | None = None, home=None,
                 routes: list | None = None) -> str:
-    """A `--libtorch` token -> canonical variant; `survey`: a callable returning the Survey
-    (default: the real one); `home`: where realised variants are looked for (`auto_route`).
-    `auto` appends its one line to `notes` and its Route to `routes`."""
-    name = variants.parse_token(token)
-    if name != "auto":
-        return name
+    """The canonical variant `libtorch` names (`auto`: routed); `survey`: a callable returning
+    the Survey (default: the real one); `home`: where realised variants are looked for
+    (`auto_route`). `auto` appends its one line to `notes` and its Route to `routes`."""
+    if not libtorch.auto:
+        return libtorch.name
     if survey is None:
         from ..hw.survey import survey
     r = auto_route(survey(), home)
@@ -73,23 +96,51 @@ def variant_for(token: str, survey=None, notes: list[str] | None = None, home=No
     return r.variant
 
 
-def choose(home, token: str | None, view, mirrors: dict[str, str], *, platform: str,
+def choose(home, libtorch: Libtorch | None, view, mirrors: dict[str, str], *, platform: str,
            frozen: bool = False, prefer_realised: bool = False, project_root=None, survey=None,
            activate: bool = False, fork: bool = False, notes: list[str], routes: list | None = None):
     """The libtorch to use (a `store.active.Active`), or None when no token is given and
     nothing is active. See the module's docstring for the order; `auto`'s Route goes to `routes`."""
     from ..store import active as _active
 
-    if token is None:
+    if libtorch is None:
         act = _active.find(home, project_root, notes=notes)
         if act is None or act.variant is None or view.holder(act.variant, platform, near_only=True) is None:
             return act
         variant = act.variant
     else:
-        variant = variant_for(token, survey, notes, home, routes)
+        variant = variant_for(libtorch, survey, notes, home, routes)
     return _active.of_env(env_for(home, variant, view, mirrors, platform=platform, frozen=frozen,
                                   prefer_realised=prefer_realised, activate=activate, fork=fork,
                                   notes=notes))
+
+
+def settle(ask: StoreAsk, say: Callable[[str], None], *, prefer_realised: bool, activate: bool = False,
+           fork: bool = False, settings: Settings | None = None) -> tuple[Settings, Active]:
+    """(Settings, Active) for a store command's request, through `choose`; its notes go through
+    `say`. No variant asked and nothing active is one `error:` line. `fork`: the caller owns
+    the process (the store's install worker may fork it)."""
+    from .settings import settings_for
+
+    st = settings or settings_for(ask)
+    notes: list[str] = []
+    try:
+        act = choose(st.home, ask.libtorch, st.view(), st.mirrors, platform=st.platform, frozen=st.frozen,
+                     prefer_realised=prefer_realised, project_root=st.project_root, activate=activate,
+                     fork=fork, notes=notes)
+    finally:
+        for n in notes:
+            say(n)
+    if act is None:
+        from ..store.maintain import env_dirs
+        from ..store.env import read_manifest
+
+        realised = sorted({read_manifest(d)["variant"] for d in env_dirs(st.home)})
+        hint = (f"; realised here: {', '.join(realised)} (`fdlenv env use {realised[0]}` makes one active)"
+                if realised else "")
+        raise Fail.permanent("--libtorch: no variant given and none active (flodl's libtorch/.active names "
+                             f"none){hint}; accepted: " + variants.ACCEPTED)
+    return st, act
 
 
 def env_for(home, variant: str, view, mirrors: dict[str, str], *, platform: str, frozen: bool = False,

@@ -49,7 +49,7 @@ from ..names.home import Home
 from ..store.env import Env
 
 if TYPE_CHECKING:
-    from ..config.model import JoinSettings, SourceSpec, SshConfig
+    from ..config.model import JoinSettings, Libtorch, SourceSpec, SshConfig
     from ..hw.model import Survey
     from ..source.build import Built, Recipe
     from ..source.fetch import Fetched
@@ -64,7 +64,7 @@ class PrepareRequest(NamedTuple):
     """What preparation needs from the resolved settings (join's or prepare's).
     A NamedTuple: it is on the re-dial path (see variants)."""
 
-    libtorch: str | None = None            # canonical token or "auto"; None = carry the active one
+    libtorch: Libtorch | None = None       # parsed once (the front, or joinsettings); None = carry the active one
     lock: str | None = None                # --lock, else fdl.yml's `fdlenv: lock:`
     mirrors: Mapping[str, str] = MappingProxyType({})
     bin: str | None = None                 # a given binary (absolute), run as is
@@ -138,13 +138,14 @@ def gpu_gate(s: Survey) -> None:
                          "(order the unit after it)")
 
 
-def _offered_vendor(libtorch: str | None, s: Survey) -> str | None:
+def _offered_vendor(libtorch: Libtorch | None, s: Survey) -> str | None:
     """The vendor whose ordinals the offered ids count: the named variant's, auto's (routing's
     vendor; a realised candidate never changes it), else None (carried, or cpu: any vendor)."""
-    if libtorch == "auto":
+    name = libtorch.name if libtorch is not None else None
+    if libtorch is not None and libtorch.auto:
         from ..hw.routing import route
-        libtorch = route(s).variant
-    vendor = variants.VARIANTS[libtorch].vendor if libtorch in variants.VARIANTS else "cpu"
+        name = route(s).variant
+    vendor = variants.VARIANTS[name].vendor if name in variants.VARIANTS else "cpu"
     return vendor if vendor != "cpu" and s.of(vendor) else None
 
 
@@ -307,6 +308,20 @@ def build_source(home: Home, fetched: Fetched, m: RunManifest | None, recipe: Re
 def _default_survey() -> Survey:
     from ..hw.survey import survey
     return survey()
+
+
+def prepare_saying(req: PrepareRequest, home: str, say: Callable[[str], None], *, fork: bool = False) -> Prepared:
+    """`prepare(req)` for a command (prepare, build) in the home at `home`: its notes go through
+    `say`, also before the error when a step fails."""
+    try:
+        out = prepare(req, Home(Path(home)), fork=fork)
+    except Fail as f:
+        for n in f.notes:
+            say(n)
+        raise
+    for n in out.notes:
+        say(n)
+    return out
 
 
 def prepare(req: PrepareRequest, home: Home, *, survey: Callable[[], Survey] | None = None,

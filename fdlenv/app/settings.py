@@ -23,26 +23,34 @@ given (the join resolver passes both).
 from __future__ import annotations
 
 import os
-from collections import namedtuple
 from pathlib import Path
 
+from ..base.record import Record
 from ..index import mirrors as _mirrors
 from ..base.errors import Fail, record_home
 from ..names.home import Home
 from ..names.roots import home_root
 from .lockview import LockView
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ..config.model import Libtorch, Project
+
 _LOAD = object()   # `project` not given: discover and load fdl.yml from the cwd
 
 
-class Settings(namedtuple("Settings", "home mirrors lock_given project frozen", defaults=(False,))):
+class Settings(Record):
     """What `resolve` settled: the Home, the mirrors (NAME -> URL), `lock_given` (--lock, else
     `fdlenv: lock:` anchored at fdl.yml; None: discover), `project` (the loaded fdl.yml, a
     `config.model.Project`, or None) and `frozen` (never lock on demand). Where the home came
-    from is recorded for the errors that name it (`errors.record_home`). A namedtuple: it is
+    from is recorded for the errors that name it (`errors.record_home`). A Record: it is
     on the re-dial path."""
 
-    __slots__ = ()
+    home: Home
+    mirrors: dict[str, str]
+    lock_given: str | None
+    project: Project | None
+    frozen: bool = False
 
     def view(self, source_root: Path | None = None) -> LockView:
         """Every lock this command sees, in order (`lockview.LockView`)."""
@@ -56,6 +64,26 @@ class Settings(namedtuple("Settings", "home mirrors lock_given project frozen", 
     def platform(self) -> str:
         from ..names.platforms import this_platform
         return this_platform()
+
+
+class StoreAsk(Record):
+    """What a store command (env realize/use, run, shell-hook) asks, as its front read it: the
+    variant (parsed once; None: the active one), --home, --lock, each --mirror, --frozen."""
+    libtorch: Libtorch | None = None
+    home: str | None = None
+    lock: str | None = None
+    mirrors: tuple[str, ...] = ()
+    frozen: bool = False
+
+    @property
+    def variant(self) -> str | None:
+        """The canonical variant named (None: none, or `auto`, which only routing settles)."""
+        return None if self.libtorch is None or self.libtorch.auto else self.libtorch.name
+
+
+def settings_for(ask: StoreAsk) -> Settings:
+    """`resolve` of a store command's flags."""
+    return resolve(ask.home, list(ask.mirrors), ask.lock, frozen=ask.frozen)
 
 
 def resolve(home: str | None = None, mirrors: list[str] | None = None, lock: str | None = None, *,

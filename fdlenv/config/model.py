@@ -5,17 +5,22 @@ shapes (`SshConfig`, `JoinSettings`, ...) but not the loader, the yaml parser
 or the resolver. Keeping the records here, with only the standard library
 imported, keeps those modules cheap to import on every re-dial.
 
-NamedTuples, not dataclasses: this module is on every re-dial, and importing
-`dataclasses` alone costs more than fdlenv's whole fast path (see variants).
+Records (`base.record`), not dataclasses: this module is on every re-dial, and importing
+`dataclasses` alone costs more than fdlenv's whole fast path (see variants); a Record is
+`typing.NamedTuple` to the type checker without importing `typing`.
 Nothing here validates; `schema` and `grammar` do, `resolve` combines.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from types import MappingProxyType
-from typing import NamedTuple
-from collections.abc import Mapping
+
+from ..base.record import Record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from pathlib import Path
 
 DEFAULT_CONTROLLER_HOST = "127.0.0.1"
 DEFAULT_CONTROLLER_PORT = 1337
@@ -33,7 +38,18 @@ CLUSTER_JOIN_KEYS = ("min_rank_start", "join_timeout", "target_ranks", "max_join
 CLUSTER_JOIN_START = ("auto", "manual", "hybrid")
 
 
-class SshConfig(NamedTuple):
+class Libtorch(Record):
+    """A `--libtorch` (or `join.libtorch`) token, parsed once (`app.libtorch.parse`): the
+    canonical variant name (cpu, cu126, cu128, rocm7.0, rocm7.1), or `auto` (route on this box's
+    GPUs). Everything past the front takes this, never the token as written."""
+    name: str
+
+    @property
+    def auto(self) -> bool:
+        return self.name == "auto"
+
+
+class SshConfig(Record):
     """A tunnel hop. `target` is None only in a block that leaves it to --ssh."""
     target: str | None = None
     port: int | None = None
@@ -48,7 +64,7 @@ class SshConfig(NamedTuple):
         return f"{user}{host}{port}"
 
 
-class SourceSpec(NamedTuple):
+class SourceSpec(Record):
     """`join.source` / `--source*`: where the training tree comes from and how it builds."""
     from_: str
     cwd: str | None = None
@@ -56,7 +72,7 @@ class SourceSpec(NamedTuple):
     bin: str | None = None
 
 
-class JoinBlock(NamedTuple):
+class JoinBlock(Record):
     """The validated `join:` block; every field optional, as in flodl's WorkerJoin."""
     controller: str | None = None
     ssh: SshConfig | None = None
@@ -74,7 +90,7 @@ class JoinBlock(NamedTuple):
     args: tuple[str, ...] = ()
 
 
-class FdlenvBlock(NamedTuple):
+class FdlenvBlock(Record):
     """The top-level `fdlenv:` block: fdlenv's own settings (paths already anchored)."""
     lock: str | None = None
     mirrors: Mapping[str, str] = MappingProxyType({})
@@ -83,7 +99,7 @@ class FdlenvBlock(NamedTuple):
     frozen: bool | None = None      # true: never lock on demand (locks only as shipped)
 
 
-class Project(NamedTuple):
+class Project(Record):
     path: Path                      # the base config file found by discovery
     root: Path                      # its directory (anchors relative fdlenv paths)
     join: JoinBlock | None
@@ -91,7 +107,7 @@ class Project(NamedTuple):
     overlay: Path | None = None     # the FDL_ENV overlay merged over the base
 
 
-class JoinFlags(NamedTuple):
+class JoinFlags(Record):
     """The command line as parsed (None/False = not given). `tail` None = no `--`."""
     controller: str | None = None
     ssh: str | None = None
@@ -102,7 +118,7 @@ class JoinFlags(NamedTuple):
     source_cwd: str | None = None
     source_build: str | None = None
     source_bin: str | None = None
-    libtorch: str | None = None
+    libtorch: Libtorch | None = None   # --libtorch, parsed by the front
     lock: str | None = None
     mirrors: tuple[str, ...] = ()   # NAME=URL, repeatable
     home: str | None = None
@@ -118,7 +134,7 @@ class JoinFlags(NamedTuple):
     frozen: bool = False
 
 
-class JoinSettings(NamedTuple):
+class JoinSettings(Record):
     """Effective settings: each flag over its `join:` (or `fdlenv:`) field."""
     host: str
     controller_host: str | None = None      # None only when resolved without a dial
@@ -128,7 +144,7 @@ class JoinSettings(NamedTuple):
     token: str | None = None
     bin: str | None = None
     source: SourceSpec | None = None
-    libtorch: str | None = None             # canonical token or "auto"; None = keep active
+    libtorch: Libtorch | None = None        # parsed once; None = keep the active one
     lock: str | None = None
     mirrors: Mapping[str, str] = MappingProxyType({})
     home: str = ""                          # the home root, settled by fdlenv.app.settings

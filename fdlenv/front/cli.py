@@ -16,6 +16,10 @@ import sys
 
 from ..base.errors import DEBUG_VAR, Fail, bug, os_failure
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from .table import Shape
+
 # True once main() runs as the program itself (console script, python -m): only then
 # may the store fork its install worker; commands read it as `args.owns_process`.
 OWNS_PROCESS = False
@@ -33,91 +37,86 @@ COMMANDS = ("env", "run", "shell_hook", "detect", "lock", "pack", "mirror", "wal
             "prepare")
 
 # The hot commands (a re-dial's `env realize`, a new shell's `shell-hook`, every `fdlenv run`,
-# `detect`) in their usual shapes are read here, without argparse (cliparse.py says what that
-# saves). Each entry: the command words, the module and its function, the options taking a
-# value, the flags, and what argparse's parser sets that the options do not.
-# tests/test_cli_quick.py holds every shape read here to argparse's own reading of it.
-_STORE = ("--libtorch", "--lock", "--home")
-_QUICK: dict[tuple[str, ...], tuple[str, str, tuple[str, ...], tuple[str, ...], dict]] = {
-    ("shell-hook",): ("shell_hook", "cmd_shell_hook", _STORE + ("--shell",), ("--frozen", "--deactivate", "--json"),
-                      {"command": "shell-hook", "shell": "sh", "deactivate": False, "json": False}),
-    ("run",): ("run", "cmd_run", _STORE, ("--frozen",), {"command": []}),
-    ("detect",): ("detect", "run", (), ("--json",), {"command": "detect", "json": False, "home": None}),
-    ("env", "realize"): ("env", "cmd_realize", _STORE, ("--frozen", "--json"),
-                         {"command": "env", "env_command": "realize", "variant": None, "json": False,
-                          "_variant_required": True, "_variant_auto": True}),
-}
+# `detect`) in their usual shapes are read here, without argparse (parser.py says what that
+# saves), from the one option table (`table.SHAPES`, `table.OPTIONS`), which argparse's
+# arguments are made from too. tests/test_cli_quick.py holds every shape read here to
+# argparse's own reading of it.
 
 
 def _quick(head: list[str]):
-    """The Namespace argparse would make of `head`, when it is one of _QUICK's shapes (else
+    """The Namespace argparse would make of `head`, when it is one of the table's shapes (else
     None): `_read_quick`'s reading, with the command's function."""
-    args = _read_quick(head)
-    return args if args is None else _with_func(args)
+    read = _read_quick(head)
+    return None if read is None else _namespace(*read)
 
 
-def _with_func(args):
-    module, func = args._where
-    del args._where
-    # __import__, not importlib: one module fewer (0.7 ms) on the hottest path
-    args.func = getattr(__import__(f"fdlenv.front.commands.{module}", fromlist=(func,)), func)
-    return args
-
-
-def _read_quick(head: list[str]):
-    """What argparse would make of `head`, when it is one of _QUICK's shapes: only
-    the options listed, each once, given as `--opt VALUE` or `--opt=VALUE` with a value that
-    is not an option, `--mirror` as often as wanted, `-q`; `env realize` one bare variant,
-    `run` its CMD from the first word that is not an option. Anything else (help, a typo,
-    `--shell csh`, a value starting with `-`): None, and argparse reads and refuses it."""
+def _namespace(shape: Shape, got: dict):
     import types
 
-    words = tuple(head[:2]) if tuple(head[:2]) in _QUICK else tuple(head[:1])
-    if words not in _QUICK:
+    # __import__, not importlib: one module fewer (0.7 ms) on the hottest path
+    func = getattr(__import__(f"fdlenv.front.commands.{shape.module}", fromlist=(shape.func,)), shape.func)
+    return types.SimpleNamespace(**got, func=func)
+
+
+def _read_quick(head: list[str]) -> tuple[Shape, dict] | None:
+    """(shape, what argparse would set) for `head`, when it is one of the table's shapes: only
+    the shape's options, a value-taking one once, given as `--opt VALUE` or `--opt=VALUE` with a
+    value that is not an option (and one of its choices, when it has some), a repeatable one as
+    often as wanted, each flag once, `-q`; its bare words as the shape says (`env realize` one
+    variant, `run` its CMD from the first). Anything else (help, a typo, `--shell csh`, a value
+    starting with `-`): None, and argparse reads and refuses it."""
+    from .table import OPTIONS, SHAPES
+
+    shape = SHAPES.get(tuple(head[:2])) or SHAPES.get(tuple(head[:1]))
+    if shape is None:
         return None
-    module, func, valued, flags, extra = _QUICK[words]
-    got: dict = {"debug": False, "quiet": False}
-    if valued:   # the store's options: every hot command but detect
-        got.update({"libtorch": None, "lock": None, "mirror": None, "frozen": False, "home": None})
-    got.update(extra)
-    rest, seen = head[len(words):], set()
+    got: dict = {"debug": False, "quiet": False, **{d: OPTIONS[d].default for d in shape.options}, **dict(shape.fixed)}
+    if shape.bare:
+        got[shape.bare] = [] if shape.rest else None
+    rest, seen = head[len(shape.words):], set[str]()
     i = 0
     while i < len(rest):
-        word = rest[i]
-        name, eq, value = word.partition("=")
-        if word in ("-q", "--quiet"):
-            got["quiet"] = True
-        elif not eq and word in flags and word not in seen:
-            got[word[2:]] = True
-            seen.add(word)
-        elif valued and name in valued + ("--mirror",) and (name == "--mirror" or name not in seen):
-            if not eq:
-                i += 1
-                if i == len(rest):
-                    return None
-                value = rest[i]
-            if not value or value.startswith("-"):
-                return None
-            if name == "--mirror":
-                got["mirror"] = [*(got["mirror"] or []), value]
-            else:
-                got[name[2:]] = value
-                seen.add(name)
-        elif words == ("run",) and not word.startswith("-"):
-            got["command"] = list(rest[i:])
-            break
-        elif words == ("env", "realize") and not word.startswith("-") and got["variant"] is None:
-            got["variant"] = word
-        else:
+        took = _take(shape, rest, i, got, seen)
+        if took is None:
             return None
-        i += 1
-    if "shell" in got:
-        from ..base.shells import SHELLS
+        i = len(rest) if took == 0 else i + took
+    return shape, got
 
-        if got["shell"] not in SHELLS:
-            return None
-    got["_where"] = (module, func)   # imported by _with_func, once no memo answered
-    return types.SimpleNamespace(**got)
+
+def _take(shape: Shape, rest: list[str], i: int, got: dict, seen: set[str]) -> int | None:
+    """How many words `rest[i]` takes (0: all the rest), read into `got`; None: not this shape."""
+    from .table import FLAG, MANY, OPTIONS, QUIET
+
+    word = rest[i]
+    if word in QUIET.flags:
+        got["quiet"] = True
+        return 1
+    if not word.startswith("-"):
+        return _bare(shape, rest, i, got)
+    name, eq, value = word.partition("=")
+    opt = next((OPTIONS[d] for d in shape.options if name in OPTIONS[d].flags), None)
+    if opt is None or (name in seen and opt.takes != MANY):
+        return None
+    seen.add(name)
+    if opt.takes == FLAG:
+        got[opt.dest] = True
+        return None if eq else 1
+    if not eq:
+        value = rest[i + 1] if i + 1 < len(rest) else ""
+    if not value or value.startswith("-") or (opt.choices and value not in opt.choices):
+        return None
+    got[opt.dest] = [*(got[opt.dest] or []), value] if opt.takes == MANY else value
+    return 1 if eq else 2
+
+
+def _bare(shape: Shape, rest: list[str], i: int, got: dict) -> int | None:
+    if shape.rest:
+        got[shape.bare] = list(rest[i:])
+        return 0
+    if shape.bare and got[shape.bare] is None:
+        got[shape.bare] = rest[i]
+        return 1
+    return None
 
 
 def _command_of(argv: list[str]) -> str | None:
@@ -173,19 +172,17 @@ def take_env(head: list[str]) -> list[str]:
     return out
 
 
-# `run`'s own options that take a value: the word after one is not CMD.
-_RUN_VALUED = ("--libtorch", "--lock", "--home", "--mirror")
-
-
 def _first_word(words: list[str]) -> str | None:
     return next((w for w in words if not w.startswith("-")), None)
 
 
 def _run_command_starts(head: list[str], i: int) -> bool:
     """Whether head[i], after `run`, is the first word of its CMD."""
+    from .table import SHAPES, valued_flags
+
     if head[i].startswith("-"):
         return False
-    return not (i >= 1 and head[i - 1] in _RUN_VALUED)
+    return not (i >= 1 and head[i - 1] in valued_flags(SHAPES[("run",)]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -236,6 +233,18 @@ def _first_interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
+def _answered(shape: Shape, got: dict, tail: list[str] | None) -> int | None:
+    """The exit code when the command's memo answered it (run, shell-hook, the re-dial env
+    realize: `hot.replay`), else None."""
+    from .table import ask_of
+
+    ask = ask_of(shape.kind, got, tail) if shape.kind else None
+    if ask is None:
+        return None
+    from ..hot.replay import answer
+    return answer(ask)
+
+
 def _main(argv: list[str]) -> int:
     head, tail = split_tail(argv)
     if "--json" in head:
@@ -245,14 +254,13 @@ def _main(argv: list[str]) -> int:
         head = take_env(head)   # --env X, --env=X, @X: exported as FDL_ENV
     except Fail as f:
         return fail(f.message, f.exit_code)
-    args = _read_quick(head)
-    if args is not None:
-        args.tail = tail
-        from ..hot.replay import answer   # run, shell-hook, the re-dial env realize: from a memo
-        rc = answer(args)
+    read = _read_quick(head)
+    if read is not None:
+        rc = _answered(read[0], read[1], tail)
         if rc is not None:
             return rc
-        args = _with_func(args)
+        args = _namespace(*read)
+        args.tail = tail
     else:
         from .parser import build_parser
         args = build_parser(COMMANDS, _command_of(head)).parse_args(head)

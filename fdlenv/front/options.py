@@ -2,13 +2,16 @@
 
 A command module (`fdlenv/front/commands/<name>.py`) never imports another command
 or the CLI front: what two commands share lives here, below them.
-- `home_option`: `--home` everywhere;
-- `store_options` (`--libtorch`, `--lock`, `--mirror`, `--frozen`) and `libtorch_of`:
-  env realize, use, run and shell-hook settle a libtorch the same way
-  (`settings.resolve`, then the one resolver, `libtorch.choose`);
+- `add`: an option of the one table (`front.table.OPTIONS`) as an argparse argument;
+  `add_shape` (a hot command's options, as its shape in the table lists them),
+  `home_option` (`--home` everywhere), `mirror_option` and `frozen_option` are made with it;
+- `store_ask`: a store command's Namespace as its typed request (`app.settings.StoreAsk`,
+  the `--libtorch` token parsed once), which `app.libtorch.settle` answers; `hot_ask`: the
+  same command's request to the hot memo (`hot.replay.Ask`);
 - `add_source_flags` (build, prepare, join), `add_join_flags` (prepare, join),
   `add_dial_flags` (join) and `join_flags`: read into `config.model.JoinFlags`,
   the same meaning in every command.
+Nothing below the front sees a Namespace.
 
 `args.owns_process` is set by the CLI front: true only when fdlenv runs as
 the program itself, which is when the store may fork its install worker.
@@ -16,40 +19,55 @@ the program itself, which is when the store may fork its install worker.
 
 from __future__ import annotations
 
-TYPE_CHECKING = False   # argparse is imported only where a parser is built (cliparse.py)
+TYPE_CHECKING = False   # argparse is imported only where a parser is built (parser.py)
 if TYPE_CHECKING:
     import argparse
+
+    from ..app.settings import StoreAsk
+    from ..config.model import JoinFlags, Libtorch
+    from ..hot.replay import Ask
+
+_VARIANTS = "cpu, cu126, cu128, rocm7.0, rocm7.1"
+
+
+def add(p: argparse.ArgumentParser, dest: str, help: str | None = None, **kw: object) -> None:
+    """The table's option `dest` on `p` (`help` and `kw`, such as required, over the table's)."""
+    from .table import FLAG, MANY, OPTIONS
+
+    o = OPTIONS[dest]
+    args: dict = {"dest": dest, "default": o.default, "help": help or o.help}
+    if o.takes == FLAG:
+        args["action"] = "store_true"
+    else:
+        args.update(metavar=o.metavar, choices=o.choices, action="append" if o.takes == MANY else "store")
+    p.add_argument(*o.flags, **{**args, **kw})
 
 
 def home_option(parser: argparse.ArgumentParser) -> None:
     """--home on a subcommand; FLODL_HOME, fdl.yml's `fdlenv: home:` and ~/.flodl otherwise."""
-    parser.add_argument("--home", metavar="DIR", default=None,
-                        help="fdlenv home (default $FLODL_HOME, else fdlenv.home in fdl.yml, else ~/.flodl)")
+    add(parser, "home")
 
 
 def mirror_option(parser: argparse.ArgumentParser, help: str | None = None) -> None:
-    parser.add_argument("--mirror", metavar="NAME=URL", action="append", default=None,
-                        help=help or "map a channel or wheel index (pypi, pytorch) to a mirror (repeatable)")
+    add(parser, "mirror", help)
 
 
-def store_options(p: argparse.ArgumentParser, variant_required: bool, positional: bool = False) -> None:
-    """--libtorch, --lock, --mirror, --frozen; `positional`: the variant may also be given bare
-    (`env realize cu128`, as `env use cu128`)."""
-    if positional:
-        variant_option(p, variant_required, "cpu, cu126, cu128, rocm7.0, rocm7.1 (or auto)")
-        p.set_defaults(_variant_auto=True)
-    else:
-        p.add_argument("--libtorch", metavar="VARIANT", required=variant_required,
-                       help="cpu, cu126, cu128, rocm7.0, rocm7.1 (or auto)")
-    p.add_argument("--lock", metavar="FILE", help="conda-lock v1 file (default: discovered)")
-    mirror_option(p)
-    frozen_option(p)
+def add_shape(p: argparse.ArgumentParser, words: tuple[str, ...], **helps: str) -> None:
+    """A hot command's options, as its shape in the table lists them (`helps`: a command's own
+    help for an option); the front reads the same shape itself (`cli._read_quick`)."""
+    from .table import SHAPES
+
+    shape = SHAPES[words]
+    for dest in shape.options:
+        if dest == "libtorch" and shape.bare == "variant":   # `env realize cu128`: the positional alias
+            variant_option(p, True, _VARIANTS + " (or auto)")
+        else:
+            add(p, dest, helps.get(dest))
+    p.set_defaults(**{k: v for k, v in shape.fixed if k.startswith("_")})
 
 
 def frozen_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--frozen", action="store_true", default=False,
-                   help="never lock a variant on demand: only what a lock holds (also FDLENV_FROZEN=1, "
-                        "`fdlenv: frozen: true`)")
+    add(p, "frozen")
 
 
 def variant_option(p: argparse.ArgumentParser, required: bool, help: str | None = None) -> None:
@@ -58,12 +76,11 @@ def variant_option(p: argparse.ArgumentParser, required: bool, help: str | None 
     import argparse
 
     p.add_argument("variant", nargs="?", metavar="VARIANT", help=argparse.SUPPRESS)
-    p.add_argument("--libtorch", metavar="VARIANT", help=help or "cpu, cu126, cu128, rocm7.0, rocm7.1"
-                   + ("" if required else " (default: every realised variant)"))
+    add(p, "libtorch", help or _VARIANTS + ("" if required else " (default: every realised variant)"))
     p.set_defaults(_variant_required=required)
 
 
-def fold_variant_alias(args) -> None:
+def fold_variant_alias(args: argparse.Namespace) -> None:
     """Fold the positional alias into `args.libtorch` (called by the CLI front after parsing)."""
     from ..base.errors import Fail
 
@@ -77,64 +94,32 @@ def fold_variant_alias(args) -> None:
         raise Fail.permanent("--libtorch: which variant? accepted: " + accepted)
 
 
-def owns_process(args) -> bool:
+def owns_process(args: argparse.Namespace) -> bool:
     return bool(getattr(args, "owns_process", False))
 
 
-def settings_of(args):
-    """`settings.resolve` of the command's --home, --mirror, --lock and --frozen."""
-    from ..app.settings import resolve
-    return resolve(getattr(args, "home", None), getattr(args, "mirror", None), getattr(args, "lock", None),
-                   frozen=getattr(args, "frozen", False))
+def libtorch_given(args: argparse.Namespace, *, allow_auto: bool = True) -> Libtorch | None:
+    """`--libtorch` parsed, once (`app.libtorch.parse`); None when not given."""
+    token = getattr(args, "libtorch", None)
+    if token is None:
+        return None
+    from ..app.libtorch import parse
+    return parse(token, allow_auto=allow_auto)
 
 
-def libtorch_of(args, say, *, prefer_realised: bool, activate: bool = False, settings=None):
-    """(Settings, `store.active.Active`) for a command's --libtorch, through the one resolver
-    (`fdlenv.app.libtorch.choose`); its notes go through `say`. No token and nothing active is
-    one `error:` line."""
-    from ..names import variants
-    from ..base.errors import Fail
-    from ..app.libtorch import choose
+def store_ask(args: argparse.Namespace, *, allow_auto: bool = True) -> StoreAsk:
+    """A store command's typed request: its --libtorch (parsed once), --home, --lock, --mirror, --frozen."""
+    from ..app.settings import StoreAsk
 
-    st = settings or settings_of(args)
-    notes: list[str] = []
-    try:
-        act = choose(st.home, args.libtorch, st.view(), st.mirrors, platform=st.platform, frozen=st.frozen,
-                     prefer_realised=prefer_realised, project_root=st.project_root, activate=activate,
-                     fork=owns_process(args), notes=notes)
-    finally:
-        for n in notes:
-            say(n)
-    if act is None:
-        from ..store.maintain import env_dirs
-        from ..store.env import read_manifest
-
-        realised = sorted({read_manifest(d)["variant"] for d in env_dirs(st.home)})
-        hint = (f"; realised here: {', '.join(realised)} (`fdlenv env use {realised[0]}` makes one active)"
-                if realised else "")
-        raise Fail.permanent("--libtorch: no variant given and none active (flodl's libtorch/.active names "
-                             f"none){hint}; accepted: " + variants.ACCEPTED)
-    return st, act
+    return StoreAsk(libtorch_given(args, allow_auto=allow_auto), getattr(args, "home", None),
+                    getattr(args, "lock", None), tuple(getattr(args, "mirror", None) or ()),
+                    bool(getattr(args, "frozen", False)))
 
 
-def run_prepare(args, settings, req, say):
-    """`prepare(req)` for a command (prepare, build): its notes go through `say`, also before
-    the error when a step fails."""
-    from pathlib import Path
-
-    from ..base.errors import Fail
-    from ..names.home import Home
-    from ..app.prepare import prepare
-
-    try:
-        out = prepare(req, Home(Path(settings.home)), fork=owns_process(args))
-    except Fail as f:
-        for n in f.notes:
-            say(n)
-        raise
-    for n in out.notes:
-        say(n)
-    return out
+def hot_ask(kind: str, args: argparse.Namespace) -> Ask | None:
+    """The same command's request to the hot memo (`hot.replay.Ask`, keyed as the replay keys it)."""
+    from .table import ask_of
+    return ask_of(kind, vars(args), getattr(args, "tail", None))
 
 
 # ------------------------------------------------------------------- join and prepare
@@ -166,9 +151,8 @@ def add_source_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--source-build", metavar="CMD",
                    help="build recipe, a shell line (default: cargo build --release)")
     p.add_argument("--source-bin", metavar="PATH", help="built artifact, relative to the project dir")
-    p.add_argument("--libtorch", metavar="VARIANT",
-                   help="auto, cpu, cu126, cu128, rocm7.0, rocm7.1 (default: the box's active one)")
-    p.add_argument("--lock", metavar="FILE", help="conda-lock file (default: discovered)")
+    add(p, "libtorch", "auto, " + _VARIANTS + " (default: the box's active one)")
+    add(p, "lock", "conda-lock file (default: discovered)")
     mirror_option(p)
     frozen_option(p)
     home_option(p)
@@ -194,15 +178,15 @@ def add_dial_flags(p: argparse.ArgumentParser) -> None:
                    help="skip the pre-dial model-signature probe")
 
 
-def join_flags(args: argparse.Namespace):
-    """The parsed flags as `JoinFlags` (absent dial flags read as unset)."""
+def join_flags(args: argparse.Namespace) -> JoinFlags:
+    """The parsed flags as `JoinFlags` (absent dial flags read as unset; --libtorch parsed, once)."""
     from ..config.model import JoinFlags
 
     g = lambda name, default=None: getattr(args, name, default)  # noqa: E731
     return JoinFlags(
         controller=g("controller"), ssh=g("ssh"), identity=g("identity"), token=g("token"),
         bin=g("bin"), source=g("source"), source_cwd=g("source_cwd"),
-        source_build=g("source_build"), source_bin=g("source_bin"), libtorch=g("libtorch"),
+        source_build=g("source_build"), source_bin=g("source_bin"), libtorch=libtorch_given(args),
         lock=g("lock"), mirrors=tuple(g("mirror") or ()), home=g("home"), host=g("host"),
         devices=g("devices"), persist=bool(g("persist", False)), data_path=g("data_path"),
         data_source=g("data_source"), gpu_ram_share=g("gpu_ram_share"),

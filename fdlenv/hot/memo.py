@@ -36,6 +36,19 @@ from ..store import pointers, statecodec
 from ..store.env import MANIFEST
 from . import replay
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Protocol
+
+    from ..names.home import Home
+
+    class Settled(Protocol):
+        """What `start` reads of the command's settings (`app.settings.Settings`, above hot)."""
+        @property
+        def home(self) -> Home: ...
+        @property
+        def project(self) -> object: ...
+
 _OTHER_FS_MARGIN_NS = 2_000_000_000
 
 
@@ -43,28 +56,29 @@ _OTHER_FS_MARGIN_NS = 2_000_000_000
 Plan = namedtuple("Plan", "kind key path deps")
 
 
-def start(kind: str, args, st) -> Plan | None:
-    """A plan when this call is one `replay` may replay later (see its docstring), else None."""
+def start(ask: replay.Ask | None, variant: str | None, st: Settled) -> Plan | None:
+    """A plan when this call is one `replay` may replay later (see its docstring), else None.
+    `ask`: the command's request as the replay reads it (None: none it could replay);
+    `variant`: the canonical variant the command asked for (None: none, or `auto`)."""
     from ..names import variants
 
-    token = args.libtorch
-    if (not token or variants.parse_token(token) == "auto" or st.project is not None
+    if (ask is None or variant is None or not ask.libtorch or st.project is not None
             or os.environ.get("FDLENV_NO_HOTPATH") == "1"):
         return None
     base = statecodec.restored(os.environ)
-    key = replay.key_of(kind, token, args, os.environ, base)
-    root = home_root(args.home, os.environ)
-    v = variants.get(token)
+    key = replay.key_of(ask, os.environ, base)
+    root = home_root(ask.home, os.environ)
+    v = variants.VARIANTS[variant]
     pre = os.path.join(str(st.home.libtorch), "precompiled", v.flodl_name)
     paths = [pre, pre + pointers.OWN_SUFFIX, os.path.join(str(st.home.libtorch), ".active"),
              PACKAGE_DIR]
-    locks = [Path(absolute(args.lock))] if args.lock else []
-    if kind == "realize":   # past the given lock (or without one) a realise reads the far locks
+    locks = [Path(absolute(ask.lock))] if ask.lock else []
+    if ask.kind == "realize":   # past the given lock (or without one) a realise reads the far locks
         locks += [home_lock(st.home), *shipped_candidates()]
     for lock in locks:
         for f in (lock, split_path(lock, v.name)):
             paths += [str(f), str(pointers.root_link(st.home, f, v.name))]
-    return Plan(kind, key, replay.memo_path(root, kind, key), {p: replay.sig(p) for p in paths})
+    return Plan(ask.kind, key, replay.memo_path(root, ask.kind, key), {p: replay.sig(p) for p in paths})
 
 
 def record(plan: Plan | None, home, act) -> None:

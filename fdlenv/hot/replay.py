@@ -11,9 +11,10 @@ again): another shape, `auto` or no token, a project's fdl.yml from the cwd up (
 settings need YAML), a changed, new or missing file, a store lock held by `env gc`.
 
 In order:
-1. `answer(args)`: the key, everything the answer depends on that is not a file (the
-   command, the token, the lock's absolute path, the home, the frozen flags, the
-   mirrors, ROCm's variables, the machine, fdlenv's version).
+1. `answer(ask)`, an `Ask` the front read (`front.table`): the key, everything the answer
+   depends on that is not a file (the command, the token, the home, the values of the front
+   table's memo-keying options: the lock's absolute path, the frozen flag, the mirrors, the
+   shell; FDLENV_FROZEN, ROCm's variables, the machine, fdlenv's version).
 2. The memo, `<home>/cache/hot/<kind>-<hash of the key>`: NUL-separated fields, the key
    itself first (a hash collision is a miss), then each dependency as a path and its
    signature (`sig`), then the answer: the env and, for `run` and `shell-hook`, the
@@ -29,8 +30,8 @@ The replay imports a short, named list (the Layers table's `hot` row): the activ
 codec from `store.statecodec` (so both paths apply an activation the same way), the home's
 root and config names from `names.roots`, the lease file and cargo's tree per variant
 (`names.buildtree`: it depends on the cwd, so it is never in a memo and the replay derives it
-on every call, as the slow path does). `exec_in` (run's exec, with a shell's 126 and 127) and
-`command_of` live here and `commands.run` calls them.
+on every call, as the slow path does). `exec_in` (run's exec, with a shell's 126 and 127)
+lives here and `commands.run` calls it.
 """
 
 from __future__ import annotations
@@ -39,23 +40,31 @@ import os
 import sys
 
 from ..base.confine import within
+from ..base.record import Record
 from ..names.buildtree import build_tree
 from ..names.leasefile import take_lease
-from ..names.roots import CONFIG_NAMES, absolute, home_root
+from ..names.roots import CONFIG_NAMES, home_root
 from ..store.statecodec import ROCM_VARS, STATE, apply, restored, shell_state
 
 FORMAT = "fdlenv-hot-1"
 END = "end"   # a memo's last field: a torn write is no memo
 NOT_FOUND, NOT_EXECUTABLE = 127, 126
-_KINDS = {"run": "run", "shell-hook": "shell-hook", "env": "realize"}
 
 
-def command_of(args) -> list[str]:
-    """run's CMD: what followed its options, and what followed `--` (the CLI splits it off first)."""
-    head, tail = list(args.command or []), getattr(args, "tail", None)
-    if tail is None:
-        return head
-    return head + ["--"] + tail if head else list(tail)
+class Ask(Record):
+    """What a hot command was asked, as the front read it (`front.table.ask_of`, from its one
+    option table): the memo's kind, the `--libtorch` token as given (`env realize VARIANT`
+    folded in), --home and --lock, `keyed` (the values of the table's memo-keying options,
+    in its order, as strings), and what the replay prints or runs."""
+    kind: str                       # realize | shell-hook | run
+    libtorch: str | None = None
+    home: str | None = None
+    lock: str | None = None
+    keyed: tuple[str, ...] = ()
+    json: bool = False
+    shell: str = "sh"
+    deactivate: bool = False
+    argv: tuple[str, ...] = ()      # run's CMD, `--` and its tail included
 
 
 def exec_in(argv: list[str], environ) -> int:
@@ -90,15 +99,13 @@ def sig(path: str) -> str:
     return "/".join(out)
 
 
-def key_of(kind: str, token: str, args, environ, base) -> str:
+def key_of(ask: Ask, environ, base) -> str:
     """Everything a memo's answer depends on that is not a file (see the module docstring)."""
     from .. import __version__
 
-    lock = getattr(args, "lock", None)
-    fields = [FORMAT, __version__, kind, token, absolute(lock) if lock else "",
-              home_root(args.home, environ), str(bool(args.frozen)), environ.get("FDLENV_FROZEN") or "",
-              *(args.mirror or []), "|", *(f"{v}={base.get(v) or ''}" for v in ROCM_VARS),
-              os.uname().machine, getattr(args, "shell", "")]
+    fields = [FORMAT, __version__, ask.kind, ask.libtorch or "", home_root(ask.home, environ), *ask.keyed,
+              environ.get("FDLENV_FROZEN") or "", *(f"{v}={base.get(v) or ''}" for v in ROCM_VARS),
+              os.uname().machine]
     return "\x1f".join(fields)
 
 
@@ -207,54 +214,47 @@ def _locked_shared(path: str):
 
 # ------------------------------------------------------------------ the replay
 
-def answer(args) -> int | None:
+def answer(ask: Ask) -> int | None:
     """The command's exit code when its memo answered it (its output printed, or CMD
     exec'd), else None: also when something the replay reads cannot be read (the slow path
     then says what)."""
     try:
-        return _replay(args)
+        return _replay(ask)
     except BrokenPipeError:
         raise
     except OSError:
         return None
 
 
-def _replay(args) -> int | None:
+def _replay(ask: Ask) -> int | None:
     environ = os.environ
-    kind = _KINDS.get(args.command if isinstance(args.command, str) else "run")
-    if kind is None or environ.get("FDLENV_NO_HOTPATH") == "1":
+    if environ.get("FDLENV_NO_HOTPATH") == "1":
         return None
-    if kind == "shell-hook" and args.deactivate:
-        return _print_changes(args, dict(environ), None, restored(environ), {})
-    token, alias = args.libtorch, getattr(args, "variant", None)   # `env realize VARIANT`
-    if alias is not None and token is not None and alias != token:
-        return None
-    token = token or alias
-    if not token or token.strip().lower() == "auto":
-        return None
-    if project_above(os.getcwd()):
+    if ask.kind == "shell-hook" and ask.deactivate:
+        return _print_changes(ask, dict(environ), None, restored(environ), {})
+    token = ask.libtorch
+    if not token or token.strip().lower() == "auto" or project_above(os.getcwd()):
         return None
     base = restored(environ)
-    key = key_of(kind, token, args, environ, base)
-    root = home_root(args.home, environ)
+    key = key_of(ask, environ, base)
+    root = home_root(ask.home, environ)
     fd = _locked_shared(os.path.join(root, "locks", "store.lock"))
     if fd is None:
         return None
     try:
-        memo = read_memo(memo_path(root, kind, key), key)
+        memo = read_memo(memo_path(root, ask.kind, key), key)
         if memo is None or not within(memo["path"], os.path.join(root, "envs")):
             return None     # no memo, or one naming an env outside this home's envs/ (planted)
-        if kind == "realize":
-            return _print_realized(args, memo)
+        if ask.kind == "realize":
+            return _print_realized(ask, memo)
         target = build_tree(apply(memo["unset"], memo["set"], base), base, memo["variant"], os.getcwd())
-        if kind == "shell-hook":
-            return _print_changes(args, dict(environ), base, target, memo)
-        argv = command_of(args)
-        if not argv or _lease(root, memo["path"]) is None:
+        if ask.kind == "shell-hook":
+            return _print_changes(ask, dict(environ), base, target, memo)
+        if not ask.argv or _lease(root, memo["path"]) is None:
             return None
     finally:
         os.close(fd)
-    return exec_in(argv, target)
+    return exec_in(list(ask.argv), target)
 
 
 def _lease(root: str, env_path: str) -> int | None:
@@ -262,11 +262,11 @@ def _lease(root: str, env_path: str) -> int | None:
     return take_lease(root, os.path.basename(env_path))
 
 
-def _print_realized(args, memo: dict) -> int:
+def _print_realized(ask: Ask, memo: dict) -> int:
     import time
 
     t0 = time.monotonic()
-    if args.json:
+    if ask.json:
         from ..base.output import emit
 
         emit({"variant": memo["variant"], "key": memo["key"], "path": memo["path"],
@@ -278,7 +278,7 @@ def _print_realized(args, memo: dict) -> int:
     return 0
 
 
-def _print_changes(args, base: dict, original, target: dict, memo: dict) -> int:
+def _print_changes(ask: Ask, base: dict, original, target: dict, memo: dict) -> int:
     """shell-hook's output: what turns the shell's environment `base` into `target` (from
     `original`, `base` with an earlier activation undone, when a memo answered)."""
     about = {}
@@ -287,7 +287,7 @@ def _print_changes(args, base: dict, original, target: dict, memo: dict) -> int:
         about = {"variant": memo["variant"], "label": memo["label"], "libtorch": memo["libtorch_root"],
                  "key": memo["key"], "path": memo["path"]}
     changes = {k: target.get(k) for k in sorted(set(base) | set(target)) if base.get(k) != target.get(k)}
-    if args.json:
+    if ask.json:
         from ..base.output import emit
 
         emit({"environment_variables": {k: v for k, v in changes.items() if v is not None},
@@ -295,5 +295,5 @@ def _print_changes(args, base: dict, original, target: dict, memo: dict) -> int:
     else:
         from ..base.shells import render
 
-        sys.stdout.write(render(args.shell, changes))
+        sys.stdout.write(render(ask.shell, changes))
     return 0

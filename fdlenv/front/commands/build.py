@@ -16,7 +16,7 @@ from ...base.output import emit
 
 import argparse
 
-from ..options import add_source_flags, join_flags, run_prepare
+from ..options import add_source_flags, join_flags, owns_process
 
 EPILOG = """examples:
   fdlenv build --libtorch cpu --source file:///srv/mnist --source-bin target/release/mnist
@@ -51,13 +51,14 @@ def run(args: argparse.Namespace) -> int:
     from ...config.load import load_project
     from ...app.joinsettings import resolve_prepare
     from ...base.errors import Fail
-    from ...app.prepare import request_from_settings
+    from ...app.prepare import prepare_saying, request_from_settings
     from ...base.progress import say
 
     settings = resolve_prepare(join_flags(args)._replace(tail=None), load_project())
     if settings.source is None:
         raise Fail.permanent("--source: nothing to build; give --source SPEC (or a join.source block)")
-    out = run_prepare(args, settings, request_from_settings(settings, gpu_gate=False)._replace(build_only=True), say)
+    req = request_from_settings(settings, gpu_gate=False)._replace(build_only=True)
+    out = prepare_saying(req, settings.home, say, fork=owns_process(args))
     run_args = args.tail if args.tail is not None else out.args
     if args.json:
         emit({"bin": out.bin, "cwd": out.cwd, "build_key": out.build_key, "built": out.built,

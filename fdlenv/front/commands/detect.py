@@ -33,7 +33,7 @@ EPILOG = """examples:
 def add_parser(sub) -> None:
     import argparse
 
-    from ..options import home_option
+    from ..options import add_shape
 
     p = sub.add_parser(
         "detect", help="list this box's GPUs and the variant `auto` picks",
@@ -41,10 +41,8 @@ def add_parser(sub) -> None:
                     "(CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES) and say which "
                     "libtorch variant `auto` chooses, with the reason.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--json", action="store_true",
-                   help='one object on stdout: {"devices", "findings", "driver", "auto": {"variant", '
-                        '"reason", "candidates", "realised", "routing" (when a realised variant won)}}')
-    home_option(p)
+    add_shape(p, ("detect",), json='one object on stdout: {"devices", "findings", "driver", "auto": {"variant", '
+                                   '"reason", "candidates", "realised", "routing" (when a realised variant won)}}')
     p.set_defaults(func=run)
 
 

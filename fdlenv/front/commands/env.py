@@ -48,7 +48,7 @@ def _action(s, name: str, **kw):
 def add_parser(sub) -> None:
     import argparse
 
-    from ..options import home_option, mirror_option, store_options, variant_option
+    from ..options import add, add_shape, home_option, mirror_option, variant_option
 
     p = sub.add_parser("env", help="realise, inspect, verify and collect locked environments",
                        description="Locked, content-addressed libtorch environments under $FLODL_HOME/envs.",
@@ -57,9 +57,7 @@ def add_parser(sub) -> None:
     s.required = True
 
     r = _action(s, "realize", aliases=["realise"], help="make sure a variant's env exists (atomic, verified)")
-    store_options(r, variant_required=True, positional=True)
-    r.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    home_option(r)
+    add_shape(r, ("env", "realize"))
     r.set_defaults(func=cmd_realize)
 
     ls = _action(s, "list", help="realised envs: variant, key, path, size, created, active, rooted")
@@ -75,7 +73,7 @@ def add_parser(sub) -> None:
 
     u = _action(s, "use", help="make a variant flodl's active libtorch (realising it when a lock is given)")
     variant_option(u, required=True)
-    u.add_argument("--lock", metavar="FILE", help="realise the variant from this lock first")
+    add(u, "lock", "realise the variant from this lock first")
     u.add_argument("--json", action="store_true")
     mirror_option(u)
     home_option(u)
@@ -112,15 +110,18 @@ def cmd_realize(args) -> int:
     from ...base import progress
     from ...names import variants
     from ...store.statecodec import restored
-    from ..options import libtorch_of, settings_of
+    from ..options import hot_ask, owns_process, store_ask
+    from ...app.libtorch import settle
+    from ...app.settings import settings_for
     from ...base.progress import say
     from ...store.pointers import active_label
 
     t0 = time.monotonic()
-    st = settings_of(args)
-    plan = hotmemo.start("realize", args, st)
+    ask = store_ask(args)
+    st = settings_for(ask)
+    plan = hotmemo.start(hot_ask("realize", args), ask.variant, st)
     before = active_label(st.home)
-    st, act = libtorch_of(args, say, prefer_realised=False, activate=True, settings=st)
+    st, act = settle(ask, say, prefer_realised=False, activate=True, fork=owns_process(args), settings=st)
     env = act.env
     after = active_label(st.home)
     if after != before:     # realise activates, as flodl's install does: never silently
@@ -140,8 +141,8 @@ def cmd_realize(args) -> int:
 
 
 def _home(args):
-    from ..options import settings_of
-    return settings_of(args).home
+    from ...app.settings import resolve
+    return resolve(args.home).home
 
 
 def cmd_list(args) -> int:
@@ -179,13 +180,13 @@ def cmd_path(args) -> int:
 
 
 def cmd_use(args) -> int:
-    from ...names import variants
-    from ..options import libtorch_of
+    from ..options import owns_process, store_ask
+    from ...app.libtorch import settle
     from ...base.progress import say
     from ...store.pointers import active_label
 
-    args.libtorch = variants.parse_token(args.libtorch, allow_auto=False)
-    st, act = libtorch_of(args, say, prefer_realised=True, activate=True)
+    st, act = settle(store_ask(args, allow_auto=False), say, prefer_realised=True, activate=True,
+                     fork=owns_process(args))
     env, home = act.env, st.home
     if args.json:
         emit(dict(env.to_json(), active=active_label(home)))
@@ -209,8 +210,8 @@ def cmd_verify(args) -> int:
         rep = verify(d, full=args.full)
         repaired = False
         if rep.problems and args.repair:
-            from ..options import settings_of
-            repair(home, d, rep, settings_of(args).mirrors)
+            from ...app.settings import resolve
+            repair(home, d, rep, resolve(args.home, args.mirror).mirrors)
             repaired = not verify(d, full=True).problems
         bad += bool(rep.problems) and not repaired
         reports.append(dict(rep.to_json(), repaired=repaired))

@@ -15,7 +15,7 @@ import argparse
 
 from ...base.errors import Fail
 from ...base.progress import note
-from ..options import add_join_flags, join_flags, run_prepare
+from ..options import add_join_flags, join_flags, owns_process
 
 EPILOG = """examples:
   # bake a ROCm 7.1 image on a CPU-only builder: realise the env, build the binary
@@ -56,13 +56,14 @@ def _note(message: str) -> None:
 def run(args: argparse.Namespace) -> int:
     from ...config.load import load_project
     from ...app.joinsettings import check_given_bin, resolve_prepare
-    from ...app.prepare import request_from_settings
+    from ...app.prepare import prepare_saying, request_from_settings
 
     if args.tail is not None:
         raise Fail.permanent("fdlenv prepare takes no arguments after `--` (they are the "
                              "training binary's, given to fdlenv join)")
     settings = check_given_bin(resolve_prepare(join_flags(args), load_project()))
-    out = run_prepare(args, settings, request_from_settings(settings, gpu_gate=args.gpu_gate), _note)
+    out = prepare_saying(request_from_settings(settings, gpu_gate=args.gpu_gate), settings.home, _note,
+                         fork=owns_process(args))
     if args.json:
         emit(out.to_json())
     else:

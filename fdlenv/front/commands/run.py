@@ -5,7 +5,7 @@ signals are CMD's own. What fdlenv itself says, like a shell does: 127 when
 CMD is not found, 126 when it cannot be executed, 130 on Ctrl-C before CMD
 started. `--` is needed only when CMD itself starts with `-`.
 
-Which env: `libtorch.choose` through `flags.libtorch_of`, preferring what is
+Which env: `libtorch.choose` through `app.libtorch.settle`, preferring what is
 realised (no lock needed for a variant that is). Then the activation map, a build
 tree per variant (`buildtree`: cargo's target dir at the crate's root,
 `target/fdlenv-<variant>`, unless the user chose one), the host-nvcc note
@@ -29,22 +29,21 @@ INTERRUPTED = 130   # Ctrl-C before CMD started (127 and 126: hot.replay.exec_in
 def add_parser(sub) -> None:
     import argparse
 
-    from ..options import home_option, store_options
+    from ..options import add_shape
 
     p = sub.add_parser("run", help="run a command inside a variant's activated env",
                        usage="fdlenv run [--libtorch VARIANT] [--lock FILE] [--home DIR] [--] CMD [ARGS...]",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    store_options(p, variant_required=False)
-    home_option(p)
+    add_shape(p, ("run",))
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="CMD [ARGS...]",
                    help="the command and its arguments (default variant: the box's active one)")
     p.set_defaults(func=cmd_run)
 
 
 def cmd_run(args) -> int:
-    from ...hot.replay import command_of
+    from ..table import command_of
 
-    argv = command_of(args)
+    argv = command_of(args.command, args.tail)
     if not argv:
         raise Fail.permanent("run: no command; usage: fdlenv run [--libtorch VARIANT] [--] CMD [ARGS...]")
     try:
@@ -58,7 +57,9 @@ def _run(args, argv: list[str]) -> int:
 
     from ...hot import memo as hotmemo
     from ...base import progress
-    from ..options import libtorch_of, settings_of
+    from ..options import hot_ask, owns_process, store_ask
+    from ...app.libtorch import settle
+    from ...app.settings import settings_for
     from ...names.buildtree import build_tree
     from ...hot.replay import exec_in
     from ...store.statecodec import restored
@@ -67,9 +68,10 @@ def _run(args, argv: list[str]) -> int:
     from ...store import leases
     from ...store.activation import environ_for
 
-    st = settings_of(args)
-    plan = hotmemo.start("run", args, st)
-    st, act = libtorch_of(args, say, prefer_realised=True, settings=st)
+    ask = store_ask(args)
+    st = settings_for(ask)
+    plan = hotmemo.start(hot_ask("run", args), ask.variant, st)
+    st, act = settle(ask, say, prefer_realised=True, fork=owns_process(args), settings=st)
     own = restored(os.environ)   # the caller's environment, a shell activation undone
     environ = build_tree(environ_for(st.home, act), own, act.variant, os.getcwd())
     if act.env is not None:

@@ -38,19 +38,12 @@ EPILOG = """examples:
 def add_parser(sub) -> None:
     import argparse
 
-    from ..options import home_option, store_options
-    from ...base.shells import SHELLS
+    from ..options import add_shape
 
     p = sub.add_parser("shell-hook", help="print the activation of a variant's env for a shell",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    store_options(p, variant_required=False)
-    p.add_argument("--shell", choices=SHELLS, default="sh",
-                   help="the shell that reads the output (bash, zsh and sh read the same; default sh)")
-    p.add_argument("--deactivate", action="store_true",
-                   help="print what undoes an earlier shell-hook in this shell")
-    p.add_argument("--json", action="store_true",
-                   help='print {"environment_variables": {VAR: value}, "unset": [...], variant, key, path}')
-    home_option(p)
+    add_shape(p, ("shell-hook",),
+              json='print {"environment_variables": {VAR: value}, "unset": [...], variant, key, path}')
     p.set_defaults(func=cmd_shell_hook)
 
 
@@ -66,13 +59,16 @@ def cmd_shell_hook(args) -> int:
         target = restored(base)
     else:
         from ...base import progress
-        from ..options import libtorch_of, settings_of
+        from ..options import hot_ask, owns_process, store_ask
+        from ...app.libtorch import settle
+        from ...app.settings import settings_for
         from ...names.buildtree import build_tree
         from ...source.nvcc import note_once
 
-        st = settings_of(args)
-        plan = hotmemo.start("shell-hook", args, st)
-        st, act = libtorch_of(args, say, prefer_realised=True, settings=st)
+        ask = store_ask(args)
+        st = settings_for(ask)
+        plan = hotmemo.start(hot_ask("shell-hook", args), ask.variant, st)
+        st, act = settle(ask, say, prefer_realised=True, fork=owns_process(args), settings=st)
         if act.env is not None and act.env.created:
             say(f"shell-hook: {act.variant} was not realised on this home, so it was realised now; "
                 f"`fdlenv env realize --libtorch {act.variant}` does this ahead of a shell")

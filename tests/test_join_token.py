@@ -192,7 +192,10 @@ def test_under_persist_a_token_file_provisioned_later_heals_the_join(box):
             proc.kill()
     text = "".join(seen) + rest
     assert decode(json.loads(out.read_text())["spec"])["salt_hex"] == TOKEN, text
-    assert sum(ln.startswith("error: ") for ln in text.splitlines()) == 1, text   # the missing file, once
+    errors = [ln for ln in text.splitlines() if ln.startswith("error: ")]
+    # The missing file, and nothing else: once, or again by an attempt that began before the write
+    # (a loaded box reads stderr late); the attempt after the write heals the join.
+    assert errors and all("not there yet" in ln for ln in errors), text
     assert "attempt failed after" in text and "re-dialing in" in text
     assert proc.returncode == 1 and "Traceback" not in text
 

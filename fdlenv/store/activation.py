@@ -47,6 +47,17 @@ from ..names.home import Home
 from .cudahome import DIRNAME as CUDA_HOME   # an NVIDIA env's own CUDA_HOME, `<env>/cuda`
 from .env import Env
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import TypedDict
+
+    from .active import Active
+
+    class Diff(TypedDict):
+        """What an env's activation changes (cached as JSON in `cache/activation/`)."""
+        set: dict[str, str]     # VAR -> value; SENTINEL in a path list stands for the inherited value
+        unset: list[str]
+
 __all__ = ["PATH_LISTS", "SENTINEL", "STATE", "restored", "shell_state"]   # shared with the replay
 # Owned by the shell, never by an env (the two snapshots already exclude them; belt and braces).
 SHELL_OWNED = {"SHLVL", "_", "PWD", "OLDPWD", "PS1", "PS2", "PS3", "PS4", "PROMPT_COMMAND",
@@ -76,7 +87,7 @@ def _alias_dir() -> str:
                          "set TMPDIR to one (letters, digits and ./_- only)")
 
 
-def _capture(env: Env, base: Mapping[str, str]) -> dict:
+def _capture(env: Env, base: Mapping[str, str]) -> Diff:
     """Run rattler's activation once and keep what it changed, as data.
 
     rattler writes the prefix into its script unquoted (`export PATH="<prefix>/bin:..."`), so a
@@ -111,7 +122,7 @@ def _capture(env: Env, base: Mapping[str, str]) -> dict:
                              f"{res.stderr.decode(errors='replace').strip()[-300:]}")
     was, now = _environ_of(before), _environ_of(after)
     real = str(os.path.abspath(env.path))
-    diff: dict = {"set": {}, "unset": []}
+    diff: Diff = {"set": {}, "unset": []}
     for var, value in now.items():
         if var in SHELL_OWNED or was.get(var) == value or not valid_name(var):
             continue
@@ -123,21 +134,23 @@ def _capture(env: Env, base: Mapping[str, str]) -> dict:
     return diff
 
 
-def _apply(diff: dict, base: Mapping[str, str]) -> dict[str, str]:
+def _apply(diff: Diff, base: Mapping[str, str]) -> dict[str, str]:
     return apply(diff["unset"], diff["set"].items(), base)
 
 
 def cache_file(home: Home, env: Env) -> Path:
     """Where the env's captured activation is kept: by env key and path."""
     tag = hashing.of_text(str(Path(env.path).absolute()))[:12]
-    return home.cache / "activation" / f"{env.key}-{tag}.json"
+    cached: Path = home.cache / "activation" / f"{env.key}-{tag}.json"   # Home's parts are Any to mypy
+    return cached
 
 
-def activation_diff(home: Home, env: Env) -> dict:
+def activation_diff(home: Home, env: Env) -> Diff:
     """The env's activation as a diff, captured on first use and cached by env key and path."""
     cached = cache_file(home, env)
     try:
-        return json.loads(cached.read_text())
+        diff: Diff = json.loads(cached.read_text())
+        return diff
     except (OSError, ValueError):
         pass
     diff = _capture(env, os.environ)
@@ -178,7 +191,7 @@ def child_environ(home: Home, env: Env, base: Mapping[str, str] | None = None,
     activation + flodl's variables."""
     base = restored(os.environ if base is None else base)
     out = _apply(activation_diff(home, env), base)
-    return libtorch_environ(out, Path(env.libtorch_root), variants.get(env.variant).vendor, rocm_root,
+    return libtorch_environ(out, Path(env.libtorch_root), env.spec.vendor, rocm_root,
                             env_path=Path(env.path))
 
 
@@ -203,7 +216,7 @@ def libtorch_environ(base: Mapping[str, str], libtorch: Path, vendor: str,
     return out
 
 
-def environ_for(home: Home, active, base: Mapping[str, str] | None = None,
+def environ_for(home: Home, active: Active, base: Mapping[str, str] | None = None,
                 rocm_root: Path | None = None) -> dict[str, str]:
     """The child environment for a settled libtorch (`store.active.Active`): an fdlenv env is
     activated whole; a libtorch flodl installed itself gets flodl's variables only."""

@@ -24,15 +24,28 @@ only, host ROCm first on AMD: `activation.libtorch_environ`).
 from __future__ import annotations
 
 import os
-from collections import namedtuple
 from pathlib import Path
 
+from ..base.record import Record
+from .env import Env
 from .pointers import env_of, follow, variant_of_label
 
-# label: flodl's variant id (the agent spec carries it); dir: the libtorch dir;
-# vendor: cpu | nvidia | amd; variant: canonical name when fdlenv knows it;
-# env: the fdlenv Env it lies in, else None (flodl's own download or build).
-Active = namedtuple("Active", "label dir vendor variant env")
+TYPE_CHECKING = False   # `typing` stays off the re-dial path
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from ..names.home import Home
+
+
+class Active(Record):
+    """The libtorch a command runs with, settled (a Record: it is on the re-dial path)."""
+
+    label: str              # flodl's variant id (the agent spec carries it)
+    dir: Path               # the libtorch dir
+    vendor: str             # cpu | nvidia | amd
+    variant: str | None     # the canonical name, when fdlenv knows it
+    env: Env | None         # the fdlenv env it lies in, else None (flodl's own download or build)
+
 
 # flodl's classification, by the name alone: a prefix, then (but for cpu) a digit.
 _VENDOR = (("cpu", "cpu"), ("cu", "nvidia"), ("sm", "nvidia"), ("rocm", "amd"), ("gfx", "amd"))
@@ -66,8 +79,8 @@ def _project_libtorch(project_root: Path | None, cwd: Path) -> Path | None:
     return None
 
 
-def find(home, project_root: Path | None = None, environ=None, cwd: Path | None = None,
-         notes: list[str] | None = None) -> Active | None:
+def find(home: Home, project_root: Path | None = None, environ: Mapping[str, str] | None = None,
+         cwd: Path | None = None, notes: list[str] | None = None) -> Active | None:
     """The active libtorch (see the module docstring), or None when nothing is active."""
     environ = os.environ if environ is None else environ
     case = (environ.get("FDL_LIBTORCH_CASE") or "").strip()
@@ -95,15 +108,13 @@ def find(home, project_root: Path | None = None, environ=None, cwd: Path | None 
     return Active(label, d, vendor_of(label, notes), variant_of_label(label), None)
 
 
-def of_env(env) -> Active:
+def of_env(env: Env) -> Active:
     """A realised Env as the Active it settles to (label: flodl's variant id)."""
-    from ..names import variants
-
-    v = variants.get(env.variant)
-    return Active(v.flodl_label, env.libtorch_root, v.vendor, env.variant, env)
+    v = env.spec
+    return Active(v.flodl_label, env.libtorch_root, v.vendor, v.name, env)
 
 
-def build_env(act: Active | None):
+def build_env(act: Active | None) -> Env | None:
     """The Env a build keys on and runs in: the fdlenv env itself, or for flodl's own libtorch
     one named by its label, real path and `build-version` (a re-download that changes the
     libtorch changes the build key)."""
@@ -111,7 +122,6 @@ def build_env(act: Active | None):
         return None if act is None else act.env
     from ..base import hashing
     from ..names.variants import Variant
-    from .env import Env
 
     d = Path(act.dir)
     try:

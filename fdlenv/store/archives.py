@@ -25,10 +25,10 @@ import errno
 import os
 import tempfile
 import urllib.parse
-from collections import namedtuple
 from pathlib import Path
 
 from ..base.errors import Fail
+from ..base.record import Record as TypedRecord   # `Record` here is the lock entry
 from ..names.home import Home
 from ..base import atomic, confine, hashing
 from ..index import mirrors as _mirrors
@@ -37,9 +37,12 @@ from ..lock.file import Record, mismatch
 CHUNK = 1 << 20
 
 
-# record: the Record; path: where the bytes are on this box; fetched: downloaded into
-# archives/ (already verified) vs read in place. A namedtuple: no dataclasses import.
-Archive = namedtuple("Archive", "record path fetched")
+class Archive(TypedRecord):
+    """A locked conda archive on this box (a Record: no dataclasses import)."""
+
+    record: Record     # the lock entry
+    path: Path         # where its bytes are
+    fetched: bool      # downloaded into archives/ (verified as it streamed), not read in place
 
 
 def _ext(filename: str) -> str:

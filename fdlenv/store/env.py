@@ -8,19 +8,64 @@ An env directory is immutable once published and always has
 from __future__ import annotations
 
 import json
-from collections import namedtuple
 from pathlib import Path
 
+from ..base.record import Record
+
 MANIFEST = ".fdlenv/manifest.json"
+TYPE_CHECKING = False   # `typing` stays off the re-dial path: the manifest's shape is for the checker
+if TYPE_CHECKING:
+    from typing import Any, TypedDict
+
+    from ..names.variants import Variant
+
+    class LockRef(TypedDict):
+        path: str      # the lock file the env was realised from, absolute
+        sha256: str    # its bytes' digest
+
+    class Sizes(TypedDict):
+        own: int               # bytes only the env holds (files with one link)
+        entries: list[str]     # the package-cache entries it links
+
+    class LinkReport(TypedDict):
+        hardlinked: int        # packages whose sample file is a hard link into the cache
+        copied: list[str]      # packages rattler copied instead (another filesystem?)
+
+    class _Written(TypedDict):
+        key: str
+        variant: str
+        platform: str
+        records: list[dict[str, Any]]   # each lock entry's `Record.to_json()`
+        lock: LockRef
+        libtorch_root: str              # where it was when written (`rebase` reads it from here)
+        created: str                    # ISO 8601, UTC
+        tool_version: str
+        links: LinkReport
+
+    class Manifest(_Written, total=False):
+        """`.fdlenv/manifest.json`, as `store.install` writes it (JSON, read back unchecked)."""
+        size: Sizes            # absent from envs built before sizes were kept: `sizes.of_env` walks them
 
 
-class Env(namedtuple("Env", "variant key path libtorch_root created", defaults=(False,))):
-    """A realised env: variant, key, path and libtorch_root (Paths), created (this call made it).
-    A namedtuple: it is on the re-dial path."""
+class Env(Record):
+    """A realised env. `variant` is its canonical name, but for the env a build of flodl's own
+    libtorch keys on (`active.build_env`), which carries the Variant made from its label;
+    `created`: this call made it. A Record (a namedtuple at run time): it is on the re-dial path."""
 
-    __slots__ = ()
+    variant: str | Variant
+    key: str
+    path: Path
+    libtorch_root: Path
+    created: bool = False
 
-    def to_json(self) -> dict:
+    @property
+    def spec(self) -> Variant:
+        """The variant's row (`names.variants`), or the Variant a build env carries."""
+        from ..names import variants
+
+        return variants.get(self.variant) if isinstance(self.variant, str) else self.variant
+
+    def to_json(self) -> dict[str, Any]:
         return {"variant": self.variant, "key": self.key, "path": str(self.path),
                 "libtorch_root": str(self.libtorch_root), "created": self.created}
 
@@ -35,11 +80,12 @@ def libtorch_root(prefix: Path) -> Path:
     return wheel.parent if wheel else prefix
 
 
-def read_manifest(env_dir: Path) -> dict:
-    return json.loads((env_dir / MANIFEST).read_text())
+def read_manifest(env_dir: Path) -> Manifest:
+    m: Manifest = json.loads((env_dir / MANIFEST).read_text())
+    return m
 
 
-def moved_from(env_dir: Path, m: dict) -> Path | None:
+def moved_from(env_dir: Path, m: Manifest) -> Path | None:
     """Where the env was when its manifest was written, when that is not `env_dir` (a moved
     home); None when it has not moved."""
     recorded = Path(m["libtorch_root"])

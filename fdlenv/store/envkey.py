@@ -13,7 +13,7 @@ import json
 
 from ..base import hashing
 
-TYPE_CHECKING = False   # `typing` and the Record dataclass stay off the re-dial path
+TYPE_CHECKING = False   # `typing` and the lock's reader (`lock.file`) stay off the re-dial path
 if TYPE_CHECKING:
     from ..lock.file import Record
 

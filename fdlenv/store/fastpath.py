@@ -18,7 +18,8 @@ from ..names.home import Home
 from .env import MANIFEST, Env, rebase
 
 
-_DIGESTS: dict = {}   # (path, inode, size, mtime) -> digest: the view and realise ask about one file
+# (path, inode, size, mtime) -> digest: the view and realise ask about one file
+_DIGESTS: dict[tuple[str, int, int, int], str] = {}
 
 
 def lock_digest(lock: Path) -> str:
@@ -29,8 +30,13 @@ def lock_digest(lock: Path) -> str:
     return _DIGESTS[memo]
 
 
+def _fast(home: Home) -> Path:
+    fast: Path = home.cache / "fast"   # Home's parts are Any to mypy
+    return fast
+
+
 def _entry(home: Home, digest: str, variant: str, platform: str) -> Path:
-    return home.cache / "fast" / f"{digest[:32]}-{variant}-{platform}.json"
+    return _fast(home) / f"{digest[:32]}-{variant}-{platform}.json"
 
 
 def lookup(home: Home, digest: str, variant: str, platform: str) -> Env | None:
@@ -53,7 +59,7 @@ HOLDS = ".holds"
 
 
 def _holds_entry(home: Home, digest: str, variant: str, platform: str) -> Path:
-    return home.cache / "fast" / f"{digest[:32]}-{variant}-{platform}{HOLDS}"
+    return _fast(home) / f"{digest[:32]}-{variant}-{platform}{HOLDS}"
 
 
 def holds_asked(entry: Path) -> str | None:

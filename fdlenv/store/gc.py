@@ -33,11 +33,11 @@ from __future__ import annotations
 
 import json
 import os
-from collections import namedtuple
-from collections.abc import Callable, Set as AbstractSet
+from collections.abc import Callable, Iterator, Set as AbstractSet
 from pathlib import Path
 
 from ..base import atomic
+from ..base.record import Record
 from ..base.flocks import exclusive, held
 from ..names.home import Home
 from . import fastpath, pointers
@@ -46,19 +46,34 @@ from .leases import in_use, store_lock
 from . import sizes
 from .maintain import env_dirs
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, TypedDict
+
+    class _Kept(TypedDict):
+        envs: int                  # bytes of the kept envs (each inode once)
+        never_collected: list[str]  # `dir/` of each tree gc never touches that exists
+
+    class Kept(_Kept, total=False):
+        source: str                # why source/ stays (without --sources)
+
 NEVER = ("channels", "data", "libtorch")
 # The env directory a hot memo names (None: no whole memo): `hot.replay.memo_env`, handed in by
 # the command so that the store never imports the memo; without it `cache/hot` is left alone.
 MemoReader = Callable[[str], "str | None"]
 
 
-class GcPlan(namedtuple("GcPlan", "envs cache_entries archives other bytes kept")):
-    """envs, cache_entries, archives: lists of Paths; other: [(Path, why)]; bytes: what goes (each
-    inode once); kept: {"envs": bytes, "never_collected": [dir/...], "source": why} of what stays."""
+class GcPlan(Record):
+    """What `env gc` removes, and what it keeps."""
 
-    __slots__ = ()
+    envs: list[Path]
+    cache_entries: list[Path]
+    archives: list[Path]
+    other: list[tuple[Path, str]]    # (path, why)
+    bytes: int                       # what goes (each inode once)
+    kept: Kept                       # what stays
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"envs": [str(p) for p in self.envs], "cache_entries": [str(p) for p in self.cache_entries],
                 "archives": [str(p) for p in self.archives],
                 "other": [{"path": str(p), "why": why} for p, why in self.other],
@@ -116,8 +131,8 @@ def gc_plan(home: Home, sources: bool = False, skip: AbstractSet[Path] = frozens
     return GcPlan(dead, entries, archives, other, total, _kept(home, held_sizes, sources))
 
 
-def _leftovers(home: Home, keys: set[str], dead: set[str], wanted: set[str], sources: bool,
-               dead_entries: set[str], asked: set[str], memo_env: MemoReader | None):
+def _leftovers(home: Home, keys: set[str], dead: set[str], wanted: set[str], sources: bool, dead_entries: set[str],
+               asked: set[str], memo_env: MemoReader | None) -> Iterator[tuple[Path, str]]:
     """Step 3 of the module docstring: (path, why)."""
     for p in sorted(home.roots.iterdir()) if home.roots.is_dir() else ():
         if p.is_symlink() and not p.exists():
@@ -209,11 +224,11 @@ def linked_templates(home: Home, kept_dirs: list[Path]) -> set[str]:
     return out
 
 
-def _kept(home: Home, kept_envs: list[tuple[int, list[str]]], sources: bool) -> dict:
+def _kept(home: Home, kept_envs: list[tuple[int, list[str]]], sources: bool) -> Kept:
     """What stays, by identifier: `envs` in bytes (each inode once); the trees gc never touches are
     named, not walked (a dataset under data/ may hold millions of files)."""
-    out: dict = {"envs": sizes.total(home, kept_envs)}
-    out["never_collected"] = [f"{name}/" for name in NEVER if (home.root / name).exists()]
+    out: Kept = {"envs": sizes.total(home, kept_envs),
+                 "never_collected": [f"{name}/" for name in NEVER if (home.root / name).exists()]}
     if not sources and home.source.exists():
         out["source"] = "kept; --sources drops the trees no join holds"
     return out

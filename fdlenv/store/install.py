@@ -35,16 +35,19 @@ from . import cudahome, linktree, ownfiles, sizes, wheels
 from .env import MANIFEST, libtorch_root
 from ..lock.file import Record
 
-# The worker's module (subprocess, signal, typing) and `store.archives` (tempfile) only for conda
+# The worker's module (subprocess, signal) and `store.archives` (tempfile) only for conda
 # packages, and shutil only to remove what a failed run left: an env of wheels whose entries
 # are all cached (a second env) imports none of them.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from .archives import Archive
-    from .install_worker import Request, WorkerProcess
+    from .env import LinkReport, Manifest
+    from .install_worker import WorkerProcess
 
 
-def _cache_in_use(home: Home):
+def _cache_in_use(home: Home) -> contextlib.AbstractContextManager[None]:
     """Shared hold on the package cache; cleanup of its temp dirs needs it exclusively."""
     home.ensure(home.locks, home.pkgs)
 
@@ -99,7 +102,7 @@ def build(home: Home, variant: str, key: str, records: list[Record], final: Path
             cudahome.assemble(stage, root, home.pkgs)
         ownfiles.write_arch(stage, root, variant, records)
         final_root = final / root.relative_to(stage)
-        manifest = {
+        manifest: Manifest = {
             "key": key, "variant": variant, "platform": platform,
             "records": [r.to_json() for r in records],
             "lock": {"path": str(lock.absolute()), "sha256": digest},
@@ -113,17 +116,14 @@ def build(home: Home, variant: str, key: str, records: list[Record], final: Path
         _fsync_files(stage)   # the manifest, `.arch` and their directories: fsynced as written
         _publish(home, stage, final, replace)
         _fsync_files(home.envs)
-    except OSError as e:
+    except BaseException as e:
         if worker is not None:
-            worker.abandon()
-        _rmtree(stage)
-        raise os_failure(e, str(home.root)) from None
-    except BaseException:
-        if worker is not None:
-            worker.abandon()
+            worker.abandon()   # killed and reaped: it writes no marker after the ones removed here
         _rmtree(stage)
         for leftover in (Path(str(stage) + ".ok"), Path(str(stage) + ".err")):
             leftover.unlink(missing_ok=True)
+        if isinstance(e, OSError):
+            raise os_failure(e, str(home.root)) from None
         _sweep_own_extractions(home)
         raise
     say(f"realised {variant} in {time.monotonic() - t0:.1f}s")
@@ -177,22 +177,11 @@ def _install(home: Home, worker: WorkerProcess | None, archives: list[Archive], 
     wheels are linked into the staging prefix once the worker has made it. Returns the
     wheels' cache entries (sha256 -> entry)."""
     marker, err = Path(str(stage) + ".ok"), Path(str(stage) + ".err")
-    req = None
-    if worker is not None:
-        from .install_worker import CondaItem, Request
-
-        req = Request(
-            conda=tuple(CondaItem(name=r.name, version=r.version, build=r.build, subdir=r.subdir,
-                                  filename=r.filename, channel=r.url.rsplit("/", 2)[0], archive=str(a.path),
-                                  sha256=r.sha256, md5=r.md5, dependencies=dict(r.dependencies))
-                        for a in archives for r in (a.record,)),
-            staging=str(stage), final=str(final), cache=str(home.pkgs), memo=str(home.cache / "verified"),
-            marker=str(marker), error=str(err))
     entries: dict[str, Path] = {}
     wheel_failures: list[BaseException] = []
     stop = threading.Event()     # set when this thread is interrupted: the downloads stop too
 
-    def fetch_wheels():
+    def fetch_wheels() -> None:
         try:
             entries.update(wheels.ensure(home, wheel_records, mirrors, stop, variant))
         except BaseException as e:  # noqa: BLE001 - re-raised in this thread below
@@ -201,8 +190,8 @@ def _install(home: Home, worker: WorkerProcess | None, archives: list[Archive], 
     failures: list[Fail] = []
     fetcher = threading.Thread(target=fetch_wheels, daemon=True)
     try:
-        returncode = _run_beside(fetcher, wheel_records, archives, home, worker, req, stage, marker, variant,
-                                 failures)
+        returncode = _run_beside(fetcher, wheel_records, archives, home, worker, stage, final, marker, err,
+                                 variant, failures)
     except BaseException:    # Ctrl-C: the downloads stop and clean up before the caller's cleanup
         stop.set()
         if fetcher.is_alive():
@@ -254,8 +243,8 @@ def _install(home: Home, worker: WorkerProcess | None, archives: list[Archive], 
 
 
 def _run_beside(fetcher: threading.Thread, wheel_records: list[Record], archives: list[Archive], home: Home,
-                worker: WorkerProcess | None, req: Request | None, stage: Path, marker: Path, variant: str,
-                failures: list) -> int:
+                worker: WorkerProcess | None, stage: Path, final: Path, marker: Path, err: Path, variant: str,
+                failures: list[Fail]) -> int:
     """The wheels' fetcher, the install worker and the hashing of local archives, side by side;
     returns the worker's exit code (its marker file, not this, says whether it succeeded).
     Without conda packages there is no worker: the prefix is made here, as the worker would."""
@@ -268,9 +257,17 @@ def _run_beside(fetcher: threading.Thread, wheel_records: list[Record], archives
         if wheel_records:
             fetcher.join()
         return 0
-    # Hash local archives while the worker extracts them.
+    from .install_worker import CondaItem, Request
 
-    def hash_all():
+    req = Request(
+        conda=tuple(CondaItem(name=r.name, version=r.version, build=r.build, subdir=r.subdir,
+                              filename=r.filename, channel=r.url.rsplit("/", 2)[0], archive=str(a.path),
+                              sha256=r.sha256, md5=r.md5, dependencies=dict(r.dependencies))
+                    for a in archives for r in (a.record,)),
+        staging=str(stage), final=str(final), cache=str(home.pkgs), memo=str(home.cache / "verified"),
+        marker=str(marker), error=str(err))
+
+    def hash_all() -> None:   # local archives, hashed while the worker extracts them
         from concurrent.futures import ThreadPoolExecutor
 
         from .archives import verify
@@ -289,7 +286,6 @@ def _run_beside(fetcher: threading.Thread, wheel_records: list[Record], archives
     poll, size = _installed(stage, archives)
     with during(f"installing {len(archives)} package(s) for {variant}", every=3.0, poll=poll,
                 total=size) if archives else contextlib.nullcontext():
-        assert req is not None
         returncode = worker.run(req)
         hasher.join()
     if wheel_records:
@@ -297,7 +293,7 @@ def _run_beside(fetcher: threading.Thread, wheel_records: list[Record], archives
     return returncode
 
 
-def _installed(stage: Path, archives: list[Archive]):
+def _installed(stage: Path, archives: list[Archive]) -> tuple[Callable[[], tuple[int, str]], int]:
     """Progress of the worker, which reports none: the packages whose conda-meta record exists
     in the staging prefix, weighed by their archives' sizes (a listdir per look)."""
     sizes = {}
@@ -308,7 +304,7 @@ def _installed(stage: Path, archives: list[Archive]):
         except OSError:
             sizes[f"{r.name}-{r.version}-{r.build}.json"] = 0
 
-    def poll():
+    def poll() -> tuple[int, str]:
         try:
             names = set(os.listdir(stage / "conda-meta"))
         except OSError:
@@ -342,33 +338,29 @@ def _site_python(archives: list[Archive], wheel_records: list[Record]) -> str:
     return f"{sys.version_info[0]}.{sys.version_info[1]}"
 
 
-def _link_report(home: Home, stage: Path, records: list[Record]) -> dict:
+def _link_report(home: Home, stage: Path, records: list[Record]) -> LinkReport:
     """One plain file per package: nlink == 1 means rattler fell back to copying.
 
     The sample comes from the package's cache entry (a directory walk, no JSON:
     a 20,000-file package's conda-meta costs more to parse than to link), skipping
-    files that are copied on purpose (prefix placeholders, no_link).
+    files that are copied on purpose (prefix placeholders, no_link). A wheel's entry
+    holds under `site/` what the env holds under site-packages.
     """
     linked, copied = 0, []
     site = next(iter(stage.glob("lib/python*/site-packages")), None)
+    into: Path | None
     for r in records:
+        entry, into, skip = home.pkgs / sizes.entry_name(r), stage, set()
         if r.manager == "pip":
-            sample = _first_file(home.wheel_entry(r.sha256) / "site", set())
-            if sample and site and (site / sample).is_file():
-                if (site / sample).lstat().st_nlink > 1:
-                    linked += 1
-                else:
-                    copied.append(r.name)
-            continue
-        entry = home.pkgs / r.filename.removesuffix(".conda").removesuffix(".tar.bz2")
-        skip = set()
-        for name in ("has_prefix", "no_link"):
-            with contextlib.suppress(OSError):
-                skip |= {ln.split()[-1] for ln in (entry / "info" / name).read_text().splitlines() if ln.strip()}
+            entry, into = entry / "site", site
+        else:
+            for name in ("has_prefix", "no_link"):
+                with contextlib.suppress(OSError):
+                    skip |= {ln.split()[-1] for ln in (entry / "info" / name).read_text().splitlines() if ln.strip()}
         sample = _first_file(entry, skip)
-        if sample is None or not (stage / sample).is_file():
+        if sample is None or into is None or not (into / sample).is_file():
             continue
-        if (stage / sample).lstat().st_nlink > 1:
+        if (into / sample).lstat().st_nlink > 1:
             linked += 1
         else:
             copied.append(r.name)

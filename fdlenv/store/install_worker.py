@@ -30,12 +30,19 @@ import subprocess
 import sys
 import traceback
 from pathlib import Path
-from typing import NamedTuple
 
 from ..base import confine
+from ..base.record import Record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from rattler import RepoDataRecord
+
+    # An archive's layout as `_check_paths` reads it: {"links", "files", "dirs"} -> sorted paths
+    Layout = dict[str, list[str]]
 
 
-class CondaItem(NamedTuple):
+class CondaItem(Record):
     """One verified conda archive to install (what rattler's RepoDataRecord needs)."""
 
     name: str
@@ -47,10 +54,10 @@ class CondaItem(NamedTuple):
     archive: str              # the local file, already verified or hashed beside the install
     sha256: str
     md5: str | None
-    dependencies: dict
+    dependencies: dict[str, str]   # name -> constraint, as the lock records them
 
 
-class Request(NamedTuple):
+class Request(Record):
     """What the parent asks of the worker; sent once, as JSON, over the pipe."""
 
     conda: tuple[CondaItem, ...]
@@ -70,7 +77,7 @@ class Request(NamedTuple):
         return cls(**dict(d, conda=tuple(CondaItem(**it) for it in d["conda"])))
 
 
-def _conda_records(items: tuple[CondaItem, ...]):
+def _conda_records(items: tuple[CondaItem, ...]) -> list[RepoDataRecord]:
     from rattler import BuildString, PackageRecord, RepoDataRecord
 
     out = []
@@ -115,7 +122,7 @@ class WorkerProcess:
     def __init__(self, fork: bool = False):
         read_fd, w = os.pipe()
         self._w: int | None = w
-        self._proc: subprocess.Popen | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
         if fork and _fork_ok():
             sys.stdout.flush()
             sys.stderr.flush()
@@ -175,7 +182,7 @@ def _die_with_parent() -> None:
         os._exit(1)
 
 
-def _layout(memo: Path) -> dict | None:
+def _layout(memo: Path) -> Layout | None:
     """What an earlier check remembered of an archive: its symlinks, its other paths and the dirs
     they pass through (an empty or older memo file: None, so it is read again)."""
     try:
@@ -185,14 +192,14 @@ def _layout(memo: Path) -> dict | None:
         return None
 
 
-async def _check_paths(items: tuple[CondaItem, ...], memo: Path) -> tuple[dict[str, dict], dict[str, dict]]:
+async def _check_paths(items: tuple[CondaItem, ...], memo: Path) -> tuple[dict[str, Layout], dict[str, Layout]]:
     """Refuse what could write outside the prefix, before anything is linked: a path that
     escapes, and a path that runs through a symlink or lands on another package's symlink
     (rattler would write through it).
     Returns (every archive's layout, those read here): the parent remembers the second once the
     archive's bytes are verified, so a tampered archive never vouches for the real one."""
-    layouts: dict[str, dict] = {}
-    checked: dict[str, dict] = {}
+    layouts: dict[str, Layout] = {}
+    checked: dict[str, Layout] = {}
     links: dict[str, str] = {}
     dirs: dict[str, str] = {}
     files: dict[str, str] = {}
@@ -202,8 +209,8 @@ async def _check_paths(items: tuple[CondaItem, ...], memo: Path) -> tuple[dict[s
             from rattler.package_streaming import PackageArchive
 
             archive = await PackageArchive.from_path(it.archive)
-            mine: list = []
-            plain: list = []
+            mine: list[str] = []
+            plain: list[str] = []
             through: set[str] = set()
             for entry in (await archive.paths_json()).paths:
                 rel = str(entry.relative_path)
@@ -230,7 +237,7 @@ def _inside(path: str, *roots: Path) -> bool:
     return any(path == str(r) or path.startswith(str(r) + os.sep) for r in roots)
 
 
-def _check_links(items: tuple[CondaItem, ...], layouts: dict[str, dict], staging: Path, final: Path) -> None:
+def _check_links(items: tuple[CondaItem, ...], layouts: dict[str, Layout], staging: Path, final: Path) -> None:
     """After the install: every symlink a package made resolves inside the env."""
     roots = (Path(os.path.realpath(staging)), final)
     for it in items:
@@ -241,7 +248,7 @@ def _check_links(items: tuple[CondaItem, ...], layouts: dict[str, dict], staging
                                  f"outside the env ({real}); refusing to install it")
 
 
-async def _conda(req: Request) -> dict[str, dict]:
+async def _conda(req: Request) -> dict[str, Layout]:
     """Path check, then the install, in one event loop, then where the symlinks resolve."""
     staging, final = Path(req.staging), Path(req.final)
     layouts, checked = await _check_paths(req.conda, Path(req.memo))
@@ -258,7 +265,7 @@ async def _conda(req: Request) -> dict[str, dict]:
     return checked
 
 
-def run(req: Request) -> dict[str, dict]:
+def run(req: Request) -> dict[str, Layout]:
     import asyncio
 
     return asyncio.run(_conda(req))

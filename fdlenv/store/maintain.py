@@ -12,24 +12,36 @@ from __future__ import annotations
 
 import json
 import os
-from collections import namedtuple
 from stat import S_ISREG
 from pathlib import Path
 
 from ..base import hashing
+from ..base.record import Record
 from ..names.home import Home
 from ..base.flocks import exclusive
 from .leases import store_lock
 from . import pointers, sizes
 from .env import MANIFEST, moved_from, read_manifest
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
-# Namedtuples and a plain class: dataclasses (and with it inspect and ast) cost every
+
+# Records and a plain class: dataclasses (and with it inspect and ast) cost every
 # `env list/gc/verify` about 10 ms to import.
-class EnvInfo(namedtuple("EnvInfo", "variant key path size created active rooted")):
-    __slots__ = ()
+class EnvInfo(Record):
+    """One realised env, as `env list` shows it."""
 
-    def to_json(self) -> dict:
+    variant: str
+    key: str
+    path: Path
+    size: int          # bytes it holds, each cache entry once (`store.sizes`)
+    created: str       # ISO 8601, from its manifest
+    active: bool       # `.active` names it
+    rooted: bool       # a root or a pointer keeps it
+
+    def to_json(self) -> dict[str, Any]:
         return {"variant": self.variant, "key": self.key, "path": str(self.path), "size": self.size,
                 "created": self.created, "active": self.active, "rooted": self.rooted}
 
@@ -54,9 +66,23 @@ def listing(home: Home) -> list[EnvInfo]:
     return out
 
 
-Problem = namedtuple("Problem", "path what package")
-# A file `verify --full` re-hashes: shown as `shown`, `expected` in "hex" or "b64" (`how`), `size` bytes.
-Queued = namedtuple("Queued", "path shown expected how package size")
+class Problem(Record):
+    """What `verify` found wrong: a path in the env, what is wrong, and whose it is."""
+
+    path: str
+    what: str
+    package: str       # a package's name, or `(env)`, `(libtorch)`
+
+
+class Queued(Record):
+    """A file `verify --full` re-hashes."""
+
+    path: str | Path   # where it is (a str for a wheel's files: no Path object per RECORD row)
+    shown: str         # as a Problem names it
+    expected: str
+    how: str           # `expected` in "hex" or "b64"
+    package: str
+    size: int
 
 
 class Report:
@@ -69,7 +95,7 @@ class Report:
         # activation do not depend on them; a fresh realise under the new home rewrites them.
         self.stale: list[str] = []
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"path": str(self.env), "ok": not self.problems, "moved_from": self.moved_from,
                 "names_old_path": self.stale,
                 "problems": [p._asdict() for p in self.problems]}
@@ -107,7 +133,7 @@ def verify(env_dir: Path, full: bool = False) -> Report:
 
 
 def _walk_conda(env_dir: Path, metas: list[Path], want_sha: dict[str, str], old: Path | None, full: bool,
-                rep: Report, hashes: list) -> None:
+                rep: Report, hashes: list[Queued]) -> None:
     """Each conda package's files as its conda-meta record lists them; what a move left naming
     the old path (`stale`); in `full`, sizes checked and contents queued for hashing."""
     for meta in metas:
@@ -197,7 +223,8 @@ def _links_outside(env_dir: Path) -> list[Problem]:
     return out
 
 
-def _verify_wheels(env_dir: Path, wheels: list[dict], full: bool, rep: Report, hashes: list) -> None:
+def _verify_wheels(env_dir: Path, wheels: list[dict[str, Any]], full: bool, rep: Report,
+                   hashes: list[Queued]) -> None:
     """Each wheel's dist-info with its RECORD in the env's site-packages; in `full`, every file
     against its RECORD (present, size; the sha256 queued)."""
     import csv

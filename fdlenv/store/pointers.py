@@ -31,6 +31,10 @@ from ..names import variants
 from ..names.home import Home
 from .env import MANIFEST, Env, from_dir
 
+TYPE_CHECKING = False   # `typing` stays off the re-dial path
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Set as AbstractSet
+
 OWN_SUFFIX = "-fdlenv"
 
 
@@ -61,7 +65,7 @@ def _is_flodls(path: Path) -> bool:
 def link_variant(home: Home, env: Env) -> str:
     """Point flodl's `precompiled/<dir>` (or, beside flodl's own download, `<dir>-fdlenv`) at the
     env's libtorch root; returns the pointer's label (`precompiled/<name>`)."""
-    d = variants.get(env.variant).flodl_name
+    d = env.spec.flodl_name
     pre = home.libtorch / "precompiled"
     name = d + OWN_SUFFIX if _is_flodls(pre / d) else d
     _symlink(pre / name, Path(env.libtorch_root))
@@ -129,21 +133,22 @@ def follow(home: Home, link: Path) -> Path | None:
 
 def root_link(home: Home, lock: Path, variant: str) -> Path:
     """roots/<variant>-<hash of the lock's path>: one per (lock path, variant)."""
-    return home.roots / f"{variant}-{hashing.of_text(str(lock.absolute()))[:12]}"
+    link: Path = home.roots / f"{variant}-{hashing.of_text(str(lock.absolute()))[:12]}"   # Home's parts: Any
+    return link
 
 
 def root(home: Home, lock: Path, env: Env) -> None:
     """The lock's root -> env: a new lock at that path moves the root."""
-    _symlink(root_link(home, lock, env.variant), env.path)
+    _symlink(root_link(home, lock, env.spec.name), env.path)
 
 
-def _links(home: Home):
+def _links(home: Home) -> Iterator[Path]:
     for d in (home.roots, home.libtorch / "precompiled"):
         if d.is_dir():
             yield from (p for p in d.iterdir() if p.is_symlink())
 
 
-def live_targets(home: Home, skip=frozenset()) -> set[Path]:
+def live_targets(home: Home, skip: AbstractSet[Path] = frozenset()) -> set[Path]:
     """Env dirs something still uses: roots and flodl's precompiled pointers (but `skip`)."""
     out: set[Path] = set()
     envs = home.envs.resolve()

@@ -26,6 +26,10 @@ from .leases import store_lock
 from .env import MANIFEST, Env, libtorch_root
 from ..names.platforms import this_platform
 
+TYPE_CHECKING = False   # the worker's module (subprocess, signal) only when conda packages install
+if TYPE_CHECKING:
+    from .install_worker import WorkerProcess
+
 
 def choose_lock(lock: Path, variant: str) -> Path:
     """A lock file, or its `--split` sibling for this variant when that is where the variant is."""
@@ -57,7 +61,7 @@ def realise(home: Home, variant: str, lock: Path, mirrors: dict[str, str] | None
     with shared(store_lock(home.locks), f"realising {variant}"):
         env = fastpath.lookup(home, digest, variant, platform)
         if env is None:
-            worker = None
+            worker: WorkerProcess | None = None
             if b"manager: conda" in lock.read_bytes():
                 # Conda packages install through a worker, started now: it imports rattler in a
                 # child while this process reads the lock. A lock of wheels only needs none.
@@ -78,7 +82,7 @@ def realise(home: Home, variant: str, lock: Path, mirrors: dict[str, str] | None
 
 
 def _slow_path(home: Home, variant: str, lock: Path, digest: str, platform: str,
-               mirrors: dict[str, str], worker) -> Env:
+               mirrors: dict[str, str], worker: WorkerProcess | None) -> Env:
     from ..base.flocks import exclusive
     from .envkey import env_dirname, env_key
     from .install import build

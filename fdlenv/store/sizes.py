@@ -23,6 +23,12 @@ from ..base import atomic
 from ..names.home import Home
 from ..lock.file import Record
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from .env import Manifest, Sizes
+
 
 def entry_name(r: Record) -> str:
     """The package-cache directory a record's files are linked from."""
@@ -31,7 +37,7 @@ def entry_name(r: Record) -> str:
     return r.filename.removesuffix(".conda").removesuffix(".tar.bz2")
 
 
-def _stats(root: Path, skip: tuple[Path, ...] = ()):
+def _stats(root: Path, skip: tuple[Path, ...] = ()) -> Iterator[os.stat_result]:
     """lstat of every file under `root` (or of `root` itself when it is not a directory),
     the directories in `skip` left out; a file gone meanwhile is passed over."""
     if not os.path.isdir(root) or os.path.islink(root):
@@ -80,7 +86,7 @@ def entry_size(home: Home, name: str) -> int:
     return size
 
 
-def measure(home: Home, stage: Path, records: list[Record]) -> dict:
+def measure(home: Home, stage: Path, records: list[Record]) -> Sizes:
     """The manifest's `size` of a freshly built env (one walk of it, at build time). In an env
     of wheels only, site-packages holds nothing but hard links into the cache (`linktree.link`
     links every file, no package writes there): it holds no bytes of its own and is not walked."""
@@ -91,7 +97,7 @@ def measure(home: Home, stage: Path, records: list[Record]) -> dict:
     return {"own": _walk_bytes(stage, only_single=True, skip=linked), "entries": names}
 
 
-def of_env(home: Home, manifest: dict, env_dir: Path) -> tuple[int, list[str]]:
+def of_env(home: Home, manifest: Manifest, env_dir: Path) -> tuple[int, list[str]]:
     """(own bytes, cache entry names) of an env; an env built before sizes were kept is walked once."""
     size = manifest.get("size")
     if isinstance(size, dict) and isinstance(size.get("own"), int) and isinstance(size.get("entries"), list):

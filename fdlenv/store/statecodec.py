@@ -10,6 +10,11 @@ length-prefixed text (any character may be in a value), `restored` undoes it.
 
 from __future__ import annotations
 
+TYPE_CHECKING = False   # `typing` stays off the replay's path
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+    from typing import Any
+
 SENTINEL = "/__fdlenv_inherited__"
 PATH_LISTS = ("PATH", "LD_LIBRARY_PATH", "LIBRARY_PATH", "CPATH", "PKG_CONFIG_PATH",
               "CMAKE_PREFIX_PATH", "PYTHONPATH", "MANPATH", "XDG_DATA_DIRS")
@@ -17,9 +22,10 @@ STATE = "_FDLENV_STATE"
 ROCM_VARS = ("ROCM_PATH", "HIP_PATH", "HSA_PATH")   # what the host ROCm lib dir is read from
 
 
-def join(parts) -> str:
+def join(parts: Iterable[str]) -> str:
     """A path list from `parts`: empty entries dropped, the first of each kept."""
-    seen, out = set(), []
+    seen: set[str] = set()
+    out: list[str] = []
     for p in parts:
         if p and p not in seen:
             seen.add(p)
@@ -27,7 +33,7 @@ def join(parts) -> str:
     return ":".join(out)
 
 
-def apply(unset, sets, base) -> dict[str, str]:
+def apply(unset: Iterable[str], sets: Iterable[tuple[str, str]], base: Mapping[str, str]) -> dict[str, str]:
     """`base` with `unset` removed, then each of `sets` (VAR, value) set; SENTINEL in a value
     stands for base's value of VAR (a path list: the result is de-duplicated)."""
     out = dict(base)
@@ -44,7 +50,7 @@ def _field(value: str | None) -> str:
     return "-" if value is None else f"{len(value)}:{value}"
 
 
-def shell_state(before, after) -> str:
+def shell_state(before: Mapping[str, str], after: Mapping[str, str]) -> str:
     """The `_FDLENV_STATE` value recording how `before` became `after` (for `restored`): each
     changed variable as `<len>:<name>` then its value before and after, `<len>:<value>` or
     `-` for unset. Lengths, not separators: a value may hold any character."""
@@ -52,9 +58,7 @@ def shell_state(before, after) -> str:
     return "fdlenv1;" + "".join(_field(k) + _field(before.get(k)) + _field(after.get(k)) for k in changed)
 
 
-def _take(text: str, i: int, nullable: bool):
-    if nullable and text.startswith("-", i):
-        return None, i + 1
+def _take(text: str, i: int) -> tuple[str, int]:
     colon = text.index(":", i)
     n = int(text[i:colon])
     if n < 0 or colon + 1 + n > len(text):
@@ -62,7 +66,13 @@ def _take(text: str, i: int, nullable: bool):
     return text[colon + 1:colon + 1 + n], colon + 1 + n
 
 
-def _read_state(raw: str) -> dict:
+def _take_nullable(text: str, i: int) -> tuple[str | None, int]:
+    return (None, i + 1) if text.startswith("-", i) else _take(text, i)
+
+
+def _read_state(raw: str) -> dict[str, Any]:
+    """Each changed variable -> [value before, value after]: fdlenv's own codec, checked only for
+    its framing, or the JSON an older fdlenv wrote; `restored` checks each pair."""
     if raw.startswith("{"):   # written by fdlenv before 0.1's memo: JSON
         import json
 
@@ -70,16 +80,17 @@ def _read_state(raw: str) -> dict:
         return state if isinstance(state, dict) else {}
     if not raw.startswith("fdlenv1;"):
         raise ValueError("not ours")
-    out, i = {}, len("fdlenv1;")
+    out: dict[str, Any] = {}
+    i = len("fdlenv1;")
     while i < len(raw):
-        var, i = _take(raw, i, False)
-        was, i = _take(raw, i, True)
-        now, i = _take(raw, i, True)
+        var, i = _take(raw, i)
+        was, i = _take_nullable(raw, i)
+        now, i = _take_nullable(raw, i)
         out[var] = [was, now]
     return out
 
 
-def restored(environ) -> dict[str, str]:
+def restored(environ: Mapping[str, str]) -> dict[str, str]:
     """`environ` with a shell activation (`_FDLENV_STATE`) undone: each variable gets its value
     from before, unless it was changed since. A path list changed since loses only the entries
     the activation added."""

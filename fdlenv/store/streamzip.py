@@ -33,14 +33,18 @@ import struct
 import zlib
 from pathlib import Path
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ..base import confine, memory
+
+if TYPE_CHECKING:
+    import threading
 
 try:   # ISA-L's inflate is about twice zlib's speed: inflating is most of a cold realise's CPU
     from isal.isal_zlib import decompressobj as _decompressobj
     from isal.isal_zlib import error as _isal_error
-    INFLATE_ERRORS: tuple = (zlib.error, _isal_error)
+    # isal's stub calls `error` an Exception, not its class (the ignore is unused without isal)
+    INFLATE_ERRORS: tuple[type[Exception], ...] = (zlib.error, _isal_error)  # type: ignore[assignment, unused-ignore]
 except ImportError:   # a platform without isal's wheels: the same with zlib
     from zlib import decompressobj as _decompressobj  # type: ignore[assignment]
     INFLATE_ERRORS = (zlib.error,)
@@ -83,7 +87,7 @@ class Malformed(Exception):
     """Bytes that are not a well-formed zip (or inflate past their bounds)."""
 
 
-def file_complete(path) -> bool:
+def file_complete(path: str | Path) -> bool:
     """`complete` for a zip on disk (a downloaded part): does it end with its end record?"""
     with open(path, "rb") as f:
         total = f.seek(0, 2)
@@ -97,7 +101,8 @@ def complete(tail: bytes, total: int) -> bool:
     at = tail.rfind(END, max(0, len(tail) - (22 + 0xFFFF)))
     if at < 0 or len(tail) - at < 22:
         return False
-    size, offset, comment = struct.unpack_from("<IIH", tail, at + 12)
+    fields: tuple[int, int, int] = struct.unpack_from("<IIH", tail, at + 12)
+    size, offset, comment = fields
     if at + 22 + comment != len(tail):
         return False
     if 0xFFFFFFFF in (size, offset):          # zip64: its own end record precedes
@@ -108,7 +113,7 @@ def complete(tail: bytes, total: int) -> bool:
 class StreamUnzip:
     """Feed it the bytes of a zip in order; members land under `root` at `place(name)`."""
 
-    def __init__(self, root: Path, place: Callable[[str], str | None], stop=None):
+    def __init__(self, root: Path, place: Callable[[str], str | None], stop: threading.Event | None = None):
         memory.hold()
         self.root, self.place = root, place
         self.stop = stop            # an Event: once set, feed() raises Stopped at the next member
@@ -124,7 +129,7 @@ class StreamUnzip:
         self.read = self.written = 0             # bytes fed, bytes extracted (the ratio cap)
         self.member_name, self.member_size, self.member_written = "", None, 0
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: bytes | memoryview) -> None:
         self.read += len(data)
         if self.state == "central":
             self.tail += data
@@ -268,14 +273,14 @@ class StreamUnzip:
             return True
         return False
 
-    def _inflate(self, out, chunk) -> None:
+    def _inflate(self, out: BinaryIO | None, chunk: memoryview) -> None:
         """Inflate `chunk` OUT_STEP at a time, each step written (and bounded) before the next."""
         d = self.inflate
         self._write(out, d.decompress(chunk, OUT_STEP))
         while d.unconsumed_tail and not d.eof:
             self._write(out, d.decompress(d.unconsumed_tail, OUT_STEP))
 
-    def _write(self, out, data) -> None:
+    def _write(self, out: BinaryIO | None, data: bytes | memoryview) -> None:
         if not data:
             return
         self.member_written += len(data)
@@ -290,7 +295,7 @@ class StreamUnzip:
         if self.written // TRIM_EVERY != (self.written - len(data)) // TRIM_EVERY:
             memory.give_back()
 
-    def _end_member(self, out) -> None:
+    def _end_member(self, out: BinaryIO | None) -> None:
         if self.inflate is not None and not self.inflate.eof:
             self._write(out, self.inflate.flush())
         if out is not None:

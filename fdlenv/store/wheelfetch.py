@@ -29,6 +29,11 @@ from . import fetchorder, streamzip, wheelfile, wheelmeta
 from .wheelfile import CHUNK
 from ..lock.file import Record
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
+    from http.client import HTTPResponse
+
 # Wheels fetched side by side, one connection each. Four fill a fast link (the cu128 env from
 # the configured index: 41.5 s with 4, 46.0 s with 16) and hold a third of the memory (peak
 # RSS 112 MiB with 4, 186 MiB with 16; uv's 76 MiB): bench/wheels.py, the cold row.
@@ -205,7 +210,7 @@ def _extract_whole(home: Home, r: Record, path: Path, pool: ThreadPoolExecutor, 
     progress.add(extracted=1)
 
 
-def _open_whole(url: str):
+def _open_whole(url: str) -> HTTPResponse:
     """The response to a whole-file request (a 206 to it, or no answer, is transient)."""
     try:
         resp = netread.open_url(url)
@@ -214,10 +219,11 @@ def _open_whole(url: str):
     if resp.status != 200:
         resp.close()
         raise Fail.retry(f"download of {url}: the server answered {resp.status} to a whole-file request; retry")
-    return resp
+    out: HTTPResponse = resp   # what urlopen answers for http(s); `open_url` says nothing yet
+    return out
 
 
-def _file_chunks(path: Path):
+def _file_chunks(path: Path) -> Iterator[memoryview]:
     """A local file in CHUNK pieces read into one buffer: each piece is a view its consumer is
     done with before the next read (a fresh object per piece faults its pages in anew, about
     5 us per 4 KiB page on a VM)."""
@@ -228,8 +234,8 @@ def _file_chunks(path: Path):
             yield view[:n]
 
 
-def _stream(home: Home, r: Record, chunks, where: str, progress: Bytes, check: wheelmeta.Against,
-            whole: bool = True) -> None:
+def _stream(home: Home, r: Record, chunks: Iterable[bytes | memoryview], where: str, progress: Bytes,
+            check: wheelmeta.Against, whole: bool = True) -> None:
     """Read, hash and extract in one pass (a download or a local file); the entry is published
     only on a sha256 match. By cause: bytes that end before the zip's end record, when nothing
     says they are `whole` (a declared or stated length; a local file is whole), are a cut
@@ -245,7 +251,7 @@ def _stream(home: Home, r: Record, chunks, where: str, progress: Bytes, check: w
             for chunk in chunks:
                 if progress.stopped.is_set():
                     raise wheelfile.stopped(r)
-                sha.update(chunk)
+                sha.update(chunk)  # type: ignore[arg-type]  # any buffer (hashlib's); `Digest` says bytes
                 unzip.feed(chunk)
                 progress.add(len(chunk))
         except streamzip.Stopped:

@@ -29,7 +29,21 @@ from .streamzip import escapes
 
 TYPE_CHECKING = False   # concurrent.futures (and logging) only where a wheel is extracted whole
 if TYPE_CHECKING:
+    import zipfile
+    from collections.abc import Callable
     from concurrent.futures import Future, ThreadPoolExecutor
+    from http.client import HTTPResponse
+    from typing import Protocol
+
+    class Progress(Protocol):
+        """What a download reports its bytes to, and is stopped by (`wheelfetch.Bytes`)."""
+
+        stopped: threading.Event
+
+        def add(self, n: int = 0) -> None: ...
+
+    # (member, its path in the cache entry): what a thread extracts
+    Planned = tuple[zipfile.ZipInfo, str]
 
 CHUNK = 1 << 20
 # A download whose size nobody states (PyTorch's HTML pages give none) stops here: the largest
@@ -55,7 +69,7 @@ def stopped(r: Record) -> Fail:
     return Fail.retry(f"stopped fetching {r.filename}: another wheel failed or the realise was stopped")
 
 
-def _range_start(resp) -> int | None:
+def _range_start(resp: HTTPResponse) -> int | None:
     """Where a 206's body starts (`Content-Range: bytes START-END/TOTAL`), or None."""
     value = resp.headers.get("Content-Range", "")
     unit, _, rest = value.partition(" ")
@@ -63,7 +77,7 @@ def _range_start(resp) -> int | None:
     return int(first) if unit == "bytes" and first.isdigit() else None
 
 
-def download(home: Home, r: Record, url: str, progress, stated: int | None = None) -> Path:
+def download(home: Home, r: Record, url: str, progress: Progress, stated: int | None = None) -> Path:
     """`archives/<sha256>.whl`, verified; resumes a part an interrupted run left. By cause: a cut,
     a bad range or a part that does not yet end like a zip is transient (the part is kept); only
     whole bytes with another sha256 are permanent (the part is dropped)."""
@@ -71,7 +85,7 @@ def download(home: Home, r: Record, url: str, progress, stated: int | None = Non
 
     from ..base import netread
 
-    done = home.archives / f"{r.sha256}.whl"
+    done: Path = home.archives / f"{r.sha256}.whl"
     part = home.archives / f".{r.sha256}.part"
     if done.is_file():   # verified (renamed only on a match) by a run killed before extracting it
         return done
@@ -168,7 +182,8 @@ def place(name: str) -> str | None:
 
 
 def extract(home: Home, r: Record, path: Path, pool: ThreadPoolExecutor,
-            stop: threading.Event | None = None, check=None) -> None:
+            stop: threading.Event | None = None,
+            check: Callable[[Record, Path, dict[str, int]], None] | None = None) -> None:
     """Unpack verified bytes at `path` into the cache entry; `stop` set: give up between members.
     `check(r, root, sizes)`, when given, runs after RECORD's (`store.wheelmeta`), before publishing."""
     import zipfile   # only where a wheel is extracted whole: not on a link-only realise
@@ -184,7 +199,7 @@ def extract(home: Home, r: Record, path: Path, pool: ThreadPoolExecutor,
         if sum(m.file_size for m in members) > streamzip.RATIO * path.stat().st_size + streamzip.SLACK:
             raise Fail.permanent(f"wheel {r.filename} inflates over {streamzip.RATIO}x its size "
                                  "(a zip bomb?); refusing it")
-        planned = []
+        planned: list[Planned] = []
         for m in members:
             if "\0" in m.filename:
                 raise Fail.permanent(f"wheel {r.filename} has a member name no file can have "
@@ -200,7 +215,7 @@ def extract(home: Home, r: Record, path: Path, pool: ThreadPoolExecutor,
         for d in dirs:
             os.makedirs(tmp / d, exist_ok=True)
         groups = _balance(planned, max(1, min(os.cpu_count() or 2, len(planned) // 64 or 1)))
-        futures: list[Future] = [pool.submit(_extract_group, path, g, tmp, stop) for g in groups]
+        futures: list[Future[None]] = [pool.submit(_extract_group, path, g, tmp, stop) for g in groups]
         for f in futures:
             f.result()
         sizes = {m.filename: m.file_size for m in members}
@@ -219,7 +234,7 @@ def extract(home: Home, r: Record, path: Path, pool: ThreadPoolExecutor,
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _bad_zip() -> tuple:
+def _bad_zip() -> tuple[type[BaseException], ...]:
     """What a crafted zip makes zipfile raise (besides OSError): a permanent "not a valid zip"."""
     import zipfile
 
@@ -227,8 +242,8 @@ def _bad_zip() -> tuple:
             ValueError, *streamzip.PARSE_ERRORS, *streamzip.INFLATE_ERRORS)
 
 
-def _balance(planned: list, n: int) -> list[list]:
-    groups: list[list] = [[] for _ in range(n)]
+def _balance(planned: list[Planned], n: int) -> list[list[Planned]]:
+    groups: list[list[Planned]] = [[] for _ in range(n)]
     sizes = [0] * n
     for item in sorted(planned, key=lambda p: -p[0].file_size):
         i = sizes.index(min(sizes))
@@ -237,7 +252,7 @@ def _balance(planned: list, n: int) -> list[list]:
     return [g for g in groups if g]
 
 
-def _extract_group(path: Path, group: list, root: Path, stop: threading.Event | None) -> None:
+def _extract_group(path: Path, group: list[Planned], root: Path, stop: threading.Event | None) -> None:
     import zipfile
 
     with zipfile.ZipFile(path) as zf:

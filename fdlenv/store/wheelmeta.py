@@ -31,6 +31,10 @@ from ..index import pipindex
 from ..base.errors import Fail
 from ..lock.file import Record
 
+TYPE_CHECKING = False   # packaging and the index's modules only when a wheel is extracted
+if TYPE_CHECKING:
+    from ..index.provider import Meta
+
 
 class Against:
     """The check of each extracted wheel of `records` (one env's, one platform) against them."""
@@ -61,7 +65,7 @@ class Against:
         if differs:
             raise self._refuse(r, "; ".join(differs))
 
-    def differences(self, r: Record, meta) -> list[str]:
+    def differences(self, r: Record, meta: Meta) -> list[str]:
         """What `meta` (the wheel's own) says that the lock's entry `r` and its env do not."""
         from packaging.version import InvalidVersion, Version
 

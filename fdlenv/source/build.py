@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ..base import hashing
-from ..names import variants
 from ..base.errors import Fail
 from ..names.home import Home
 from ..base.progress import say
@@ -124,11 +123,6 @@ def _end_group(proc) -> None:
             continue
 
 
-def _variant(env) -> variants.Variant:
-    v = env.variant
-    return v if isinstance(v, variants.Variant) else variants.get(v)
-
-
 class _Tail:
     """The recipe's output streamed to fdlenv's stderr as it comes, its last 64 KiB kept for
     classing a failure (a thread: the wait stays interruptible by Ctrl-C)."""
@@ -192,7 +186,7 @@ def _run_recipe(recipe: Recipe, project: Path, env, environ: dict, keep_fds: tup
     output = tail.text()   # all of it forwarded before fdlenv says more
     if rc == 0:
         return
-    variant = _variant(env)
+    variant = env.spec
     if variant.cuda and (gap := nvcc.cmake_cuda_gap(output, variant.cuda, environ)):
         raise Fail.permanent(f"the build in {project} failed (exit {rc}): {gap}")
     vendor = variant.vendor
@@ -216,7 +210,7 @@ def variant_trees(project: Path, env, environ: dict) -> tuple[dict, Path | None]
     (`cmake -S . -B "$FDLENV_BUILD_DIR"`)."""
     from ..names.buildtree import BUILD_DIR, TARGET_DIR, tree_dirs
 
-    target, build = tree_dirs(str(project), _variant(env).name)
+    target, build = tree_dirs(str(project), env.spec.name)
     out = dict(environ)
     out.setdefault(BUILD_DIR, build)
     if TARGET_DIR in environ:

@@ -112,14 +112,11 @@ def cmake_toolkit_note(cuda: str, environ: dict) -> str | None:
 
 
 def note_once(home, env, environ: dict) -> str | None:
-    """`cmake_toolkit_note` for `env` (key, path, variant) the first time it applies, else None
+    """`cmake_toolkit_note` for `env` (key, path, spec) the first time it applies, else None
     (also for a variant without CUDA). Shown is remembered in `<home>/cache/notes/` (not in the
     env: its files are verified), keyed by the env's key and path; where that cannot be written
     the note is given every time."""
-    from ..names import variants
-
-    v = env.variant if isinstance(env.variant, variants.Variant) else variants.VARIANTS.get(env.variant)
-    cuda = v.cuda if v is not None else None
+    cuda = env.spec.cuda
     if not cuda:
         return None
     from ..base import hashing

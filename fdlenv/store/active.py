@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from ..names.home import Home
+    from ..names.variants import Variant
 
 
 class Active(Record):
@@ -114,14 +115,24 @@ def of_env(env: Env) -> Active:
     return Active(v.flodl_label, env.libtorch_root, v.vendor, v.name, env)
 
 
-def build_env(act: Active | None) -> Env | None:
-    """The Env a build keys on and runs in: the fdlenv env itself, or for flodl's own libtorch
-    one named by its label, real path and `build-version` (a re-download that changes the
-    libtorch changes the build key)."""
+class OwnLibtorch(Record):
+    """What a build keys on and runs in when the active libtorch is flodl's own, not an fdlenv
+    env: its label as the variant's row (`spec`), a key from its real path and `build-version`
+    (a re-download that changes the libtorch changes the build key), its directory."""
+
+    spec: Variant
+    key: str
+    path: Path
+    libtorch_root: Path
+
+
+def build_env(act: Active | None) -> Env | OwnLibtorch | None:
+    """What a build keys on and runs in (`spec`, `key`, `path`): the fdlenv env itself, or
+    flodl's own libtorch (`OwnLibtorch`)."""
     if act is None or act.env is not None:
         return None if act is None else act.env
     from ..base import hashing
-    from ..names.variants import Variant
+    from ..names.variants import Variant as Row
 
     d = Path(act.dir)
     try:
@@ -129,5 +140,5 @@ def build_env(act: Active | None) -> Env | None:
     except OSError:
         version = ""
     ident = f"{act.label}\0{os.path.realpath(d)}\0{version}\0{(d / 'lib').stat().st_mtime_ns}"
-    return Env(Variant(act.label, act.label.rsplit("/", 1)[-1], act.vendor, None, None),
-               "flodl-" + hashing.of_text(ident)[:16], d, d)
+    return OwnLibtorch(Row(act.label, act.label.rsplit("/", 1)[-1], act.vendor, None, None),
+                       "flodl-" + hashing.of_text(ident)[:16], d, d)

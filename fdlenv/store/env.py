@@ -48,11 +48,10 @@ if TYPE_CHECKING:
 
 
 class Env(Record):
-    """A realised env. `variant` is its canonical name, but for the env a build of flodl's own
-    libtorch keys on (`active.build_env`), which carries the Variant made from its label;
+    """A realised env: its variant's canonical name, key, directory and libtorch root;
     `created`: this call made it. A Record (a namedtuple at run time): it is on the re-dial path."""
 
-    variant: str | Variant
+    variant: str
     key: str
     path: Path
     libtorch_root: Path
@@ -60,10 +59,10 @@ class Env(Record):
 
     @property
     def spec(self) -> Variant:
-        """The variant's row (`names.variants`), or the Variant a build env carries."""
+        """The variant's row (`names.variants`)."""
         from ..names import variants
 
-        return variants.get(self.variant) if isinstance(self.variant, str) else self.variant
+        return variants.get(self.variant)
 
     def to_json(self) -> dict[str, Any]:
         return {"variant": self.variant, "key": self.key, "path": str(self.path),

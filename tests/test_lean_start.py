@@ -28,7 +28,7 @@ DETECT_MODULES = {
     "fdlenv.base.confine", "fdlenv.names.leasefile", "fdlenv.hot.replay", "fdlenv.front.commands", "fdlenv.front.commands.detect",
     "fdlenv.names.variants", "fdlenv.app.libtorch", "fdlenv.hw", "fdlenv.hw.survey", "fdlenv.hw.gates", "fdlenv.hw.masks",
     "fdlenv.hw.model", "fdlenv.hw.coverage", "fdlenv.hw.routing", "fdlenv.source", "fdlenv.source.nvcc",
-    "fdlenv.base.memory", "fdlenv.names.roots", "fdlenv.store.statecodec",
+    "fdlenv.base.memory", "fdlenv.names.roots", "fdlenv.store.statecodec", "fdlenv.base.record",
     # the packages those live in (each an __init__ of a docstring)
     "fdlenv.app", "fdlenv.base", "fdlenv.front", "fdlenv.hot", "fdlenv.names", "fdlenv.store",
 }

@@ -46,9 +46,9 @@ def test_realise_installs_links_rewrites_and_publishes(tmp_path):
 
 # The re-dial path when no memo answers it (the first call after a change writes the memo
 # that `hotpath` answers the next ones from): what `fdlenv env realize` of a realised env
-# imports (docs/ARCHITECTURE.md lists it). Records there are collections.namedtuples: neither
-# typing nor dataclasses is imported, nor hashlib (CPython's own sha256 module serves the lock's
-# digest) nor shutil (cli's parser computes the help width itself).
+# imports (docs/ARCHITECTURE.md lists it). Records there are `base.record.Record`s (collections.namedtuples
+# at run time): neither typing nor dataclasses is imported, nor hashlib (CPython's own sha256 module serves
+# the lock's digest) nor shutil (cli's parser computes the help width itself).
 REDIAL_MODULES = {
     "fdlenv", "fdlenv.__main__", "fdlenv.front.cli", "fdlenv.base.errors", "fdlenv.base.progress", "fdlenv.base.hashing", "fdlenv.base.atomic",
     "fdlenv.front.commands", "fdlenv.front.commands.env", "fdlenv.front.options", "fdlenv.app.settings", "fdlenv.app.libtorch", "fdlenv.app.lockview", "fdlenv.store.active",
@@ -56,7 +56,7 @@ REDIAL_MODULES = {
     "fdlenv.store", "fdlenv.store.realise", "fdlenv.store.fastpath", "fdlenv.store.env",
     "fdlenv.store.envkey", "fdlenv.store.pointers", "fdlenv.store.leases", "fdlenv.base.flocks", "fdlenv.base.output",
     "fdlenv.names.platforms", "fdlenv.hot.replay", "fdlenv.base.confine", "fdlenv.names.leasefile", "fdlenv.names.buildtree", "fdlenv.hot.memo", "fdlenv.base.shells",
-    "fdlenv.base.memory", "fdlenv.names.roots", "fdlenv.store.statecodec",
+    "fdlenv.base.memory", "fdlenv.names.roots", "fdlenv.store.statecodec", "fdlenv.base.record",
     # the packages those live in (each an __init__ of a docstring)
     "fdlenv.app", "fdlenv.base", "fdlenv.config", "fdlenv.front", "fdlenv.hot", "fdlenv.index", "fdlenv.lock",
     "fdlenv.names",

@@ -18,10 +18,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 TRASH = ".trash-"
 
 
-def write_text(path: Path, text: str, *, durable: bool = True, publish_if=None, mode: int | None = None) -> None:
+def write_text(path: Path, text: str, *, durable: bool = True,
+               publish_if: Callable[[os.stat_result], bool] | None = None, mode: int | None = None) -> None:
     """Replace `path` with `text` atomically (its directory is made when missing; UTF-8, with
     what os.environ holds undecodable written back as it came). `durable`: fsynced first, so a
     power loss leaves the old content or the new, never an empty file (a cache can do without).
@@ -62,7 +67,7 @@ def cache_text(path: Path, text: str) -> bool:
         raise
 
 
-def symlink(link: Path, target) -> None:
+def symlink(link: Path, target: str | os.PathLike[str]) -> None:
     """Point `link` at `target` atomically (a rename over the old link)."""
     link.parent.mkdir(parents=True, exist_ok=True)
     tmp = link.with_name(f".{link.name}.{os.getpid()}")

@@ -24,6 +24,11 @@ from __future__ import annotations
 
 import os
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from pathlib import Path
+
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -51,7 +56,8 @@ def problem(name: str, *, quoted: bool = False, backslash: bool = False) -> str 
     return None
 
 
-def inside(root, name: str, field: str, *, quoted: bool = False, backslash: bool = False):
+def inside(root: str | os.PathLike[str], name: str, field: str, *, quoted: bool = False,
+           backslash: bool = False) -> Path:
     """`root / name` (a Path), normalised, refused with a permanent Fail naming `field` when it
     would leave `root` or run through a symlink under it."""
     from pathlib import Path
@@ -83,7 +89,7 @@ def within(path: str, root: str) -> bool:
     return real.startswith(top.rstrip("/") + "/")
 
 
-def open_dir(root, parts, make: bool = True) -> int:
+def open_dir(root: int | str | os.PathLike[str], parts: Iterable[str], make: bool = True) -> int:
     """A descriptor of `root/parts...`, each part opened with O_NOFOLLOW under the one before
     (made when missing, with `make`); `Refused` when one is a symlink or a file. `root`: a
     path, or a directory descriptor (left open)."""
@@ -111,7 +117,8 @@ def open_dir(root, parts, make: bool = True) -> int:
     return fd
 
 
-def write_own(root, rel: str, data: bytes, *, keep: bool = False, fsync: bool = True) -> bool:
+def write_own(root: int | str | os.PathLike[str], rel: str, data: bytes, *, keep: bool = False,
+              fsync: bool = True) -> bool:
     """fdlenv's own file `root/rel`: written through directory descriptors (`open_dir`), its
     name unlinked first (a link there is replaced, never followed), created O_EXCL|O_NOFOLLOW.
     `keep`: leave whatever stands there (a link too) and return False. True when written."""

@@ -34,6 +34,10 @@ import errno
 import os
 import sys
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
 EXIT_OK = 0
 EXIT_TRANSIENT = 1
 EXIT_PERMANENT = 2
@@ -57,7 +61,7 @@ class Fail(Exception):
     def retry(cls, message: str) -> Fail:
         return cls(message, transient=True)
 
-    def with_notes(self, notes) -> Fail:
+    def with_notes(self, notes: Iterable[str]) -> Fail:
         """The same failure carrying `notes` (raise it `from` the original)."""
         return Fail(self.message, self.transient, tuple(notes))
 
@@ -139,7 +143,7 @@ def os_failure(e: OSError, where: str | None = None) -> Fail:
     return Fail.retry(text)
 
 
-def _argv0(cmd) -> str:
+def _argv0(cmd: object) -> str:
     return str(cmd[0] if isinstance(cmd, (list, tuple)) and cmd else cmd)
 
 

@@ -40,6 +40,11 @@ from pathlib import Path
 from .errors import Fail
 from .progress import Ticker, say
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from typing import TextIO
+
 
 def holder(path: Path) -> str:
     """Who holds `path` exclusively, as a waiter names it."""
@@ -51,7 +56,7 @@ def holder(path: Path) -> str:
         return "another process"
 
 
-def _wait(f, mode: int, path: Path, what: str, every: float, poll: float) -> None:
+def _wait(f: TextIO, mode: int, path: Path, what: str, every: float, poll: float) -> None:
     """Take `mode` on the open file `f`, naming the holder while waiting, for FDLENV_LOCK_TIMEOUT
     seconds at most (then a transient `Fail`)."""
     ticker, end, limit = None, 0.0, 0.0
@@ -73,7 +78,7 @@ def _wait(f, mode: int, path: Path, what: str, every: float, poll: float) -> Non
             time.sleep(poll)
 
 
-def _open(path: Path):
+def _open(path: Path) -> TextIO:
     """The lock file, made when missing; read-only when it exists in a home this process may not
     write (a baked image, a read-only mount): flock needs no write, so a command that changes
     nothing still takes the lock there."""
@@ -89,7 +94,7 @@ def _open(path: Path):
 
 
 @contextlib.contextmanager
-def exclusive(path: Path, what: str, every: float = 3.0, poll: float = 0.1):
+def exclusive(path: Path, what: str, every: float = 3.0, poll: float = 0.1) -> Iterator[int]:
     """Hold `path` alone for the block; `what` names the work in the waiting lines."""
     with _open(path) as f:
         _wait(f, fcntl.LOCK_EX, path, what, every, poll)
@@ -105,7 +110,8 @@ def exclusive(path: Path, what: str, every: float = 3.0, poll: float = 0.1):
 
 
 @contextlib.contextmanager
-def shared(path: Path, what: str, first=None, every: float = 3.0, poll: float = 0.1):
+def shared(path: Path, what: str, first: Callable[[], object] | None = None, every: float = 3.0,
+           poll: float = 0.1) -> Iterator[None]:
     """Hold `path` beside other sharers; `first()` runs when nobody else holds it at all."""
     with _open(path) as f:
         try:

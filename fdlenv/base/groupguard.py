@@ -27,6 +27,11 @@ import signal
 import subprocess
 import sys
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
 _WATCHER = r"""
 import os, signal, sys, time
 pgid, parent = int(sys.argv[1]), int(sys.argv[2])
@@ -98,13 +103,14 @@ class Guard:
         self._out.close()
 
 
-class Guarded(subprocess.Popen):
+class Guarded(subprocess.Popen[bytes]):
     """A child started by `spawn`: `guard` kills its group if fdlenv dies first."""
 
     guard: Guard
 
 
-def spawn(argv: list[str], *, cwd=None, env=None, **popen) -> Guarded:
+def spawn(argv: list[str], *, cwd: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None,
+          **popen: Any) -> Guarded:
     """Start `argv` in a session of its own, guarded; `proc.guard` is its Guard."""
     given = os.environ if env is None else env
     lc = "=" + given["LC_CTYPE"] if "LC_CTYPE" in given else "-"

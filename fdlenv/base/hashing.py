@@ -19,13 +19,18 @@ from __future__ import annotations
 
 import os
 
-try:   # CPython's builtin sha256: `_sha2` from 3.12, `_sha256` before
-    from _sha2 import sha256 as _sha256
-except ImportError:
-    try:
-        from _sha256 import sha256 as _sha256
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from hashlib import sha256 as _sha256   # typeshed has no stubs for the builtin; hashlib's has its interface
+else:
+    try:   # CPython's builtin sha256: `_sha2` from 3.12, `_sha256` before
+        from _sha2 import sha256 as _sha256
     except ImportError:
-        from hashlib import sha256 as _sha256
+        try:
+            from _sha256 import sha256 as _sha256
+        except ImportError:
+            from hashlib import sha256 as _sha256
 
 CHUNK = 1 << 20
 
@@ -57,7 +62,8 @@ class Digest:
         return self._md5.hexdigest() if self._md5 is not None else ""
 
 
-def of_file(path, md5: bool = False, chunk: int = CHUNK, tick=None) -> Digest:
+def of_file(path: str | os.PathLike[str], md5: bool = False, chunk: int = CHUNK,
+            tick: Callable[[int], object] | None = None) -> Digest:
     """Hash a whole file; `tick(done_bytes)` is called after each chunk (progress)."""
     d = Digest(md5)
     with open(path, "rb") as f:
@@ -71,7 +77,7 @@ def of_file(path, md5: bool = False, chunk: int = CHUNK, tick=None) -> Digest:
 MAPPED = 1 << 20
 
 
-def sha256_of_file(path) -> str:
+def sha256_of_file(path: str | os.PathLike[str]) -> str:
     """sha256 hex of a whole file: small ones by one read, larger ones through an mmap
     (1 MiB reads where the file cannot be mapped)."""
     import hashlib

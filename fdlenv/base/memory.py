@@ -12,8 +12,15 @@ must not find its allocator retuned. So, in this order:
 
 from __future__ import annotations
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    # glibc's (malloc_trim, mallopt), as ctypes calls them
+    Libc = tuple[Callable[[int], int], Callable[[int, int], int]]
+
 _OWNED: list[bool] = []   # [True] once the program's main owns the process
-_LIBC: list = []          # [glibc's (malloc_trim, mallopt), or None where the C library has neither], found once
+_LIBC: list[Libc | None] = []   # [glibc's (malloc_trim, mallopt), or None where the C library has neither], found once
 _HELD: list[bool] = []    # [True] once hold() has set the thresholds
 HOLD_BELOW = 8 << 20      # blocks under this come from malloc's arenas, not a mapping of their own
 TRIM_ABOVE = 32 << 20     # an arena's free top is handed back only past this (give_back does the rest)
@@ -25,7 +32,7 @@ def own_process() -> None:
         _OWNED.append(True)
 
 
-def _libc():
+def _libc() -> Libc | None:
     if not _OWNED:
         return None
     if not _LIBC:

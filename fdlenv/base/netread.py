@@ -33,6 +33,25 @@ import time
 
 from .errors import Fail
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import http.client
+    import io
+    import socket
+    import ssl
+    import urllib.request
+    from collections.abc import Callable, Iterator
+    from typing import Any, TypeVar
+
+    T = TypeVar("T")
+
+    class Response(http.client.HTTPResponse):
+        """What `open_url` answers: urllib's response to an http(s) request, carrying its watch
+        (`read_all` and `chunks` stand it down; a HEAD's caller cancels it). A name for the type
+        checker only: import it under TYPE_CHECKING."""
+
+        fdlenv_watch: _Watch
+
 TIMEOUT = 60                 # seconds one socket operation may block
 STALL_WINDOW = 60            # a download is stalled when, over this many seconds,
 STALL_BYTES = 64 << 10       # ... fewer bytes than this arrived
@@ -52,13 +71,13 @@ class _Watch:
 
     def __init__(self, url: str, seconds: float):
         self.url, self.seconds, self.fired, self.done = url, seconds, False, False
-        self.socks: list = []
+        self.socks: list[socket.socket] = []
         self.guard = threading.Lock()
         self.timer = threading.Timer(seconds, self._fire)
         self.timer.daemon = True
         self.timer.start()
 
-    def add(self, sock) -> None:
+    def add(self, sock: socket.socket) -> None:
         with self.guard:
             self.socks.append(sock)
             if not self.fired:
@@ -66,7 +85,7 @@ class _Watch:
         self._shut(sock)
 
     @staticmethod
-    def _shut(sock) -> None:
+    def _shut(sock: socket.socket) -> None:
         import socket
         try:
             sock.shutdown(socket.SHUT_RDWR)
@@ -103,7 +122,7 @@ class _Watch:
 
 
 _local = threading.local()
-_OPENER = None
+_OPENER: urllib.request.OpenerDirector | None = None
 # One TLS context for every request of the process: each context loads the CA store (~1 MiB),
 # and urllib makes one per connection when given none (16 for 16 index pages side by side).
 # Verification is the default context's (system CAs, SSL_CERT_FILE / SSL_CERT_DIR), hostnames
@@ -111,35 +130,39 @@ _OPENER = None
 _CONTEXT_LOCK = threading.Lock()
 
 
-def _watched(conn_class):
+def _watched(conn_class: Callable[..., http.client.HTTPConnection]) -> Callable[..., http.client.HTTPConnection]:
     """`conn_class`, each connection's socket added to this thread's watch once connected."""
-    def make(host, **kw):
+    def make(host: str, **kw: Any) -> http.client.HTTPConnection:
         conn = conn_class(host, **kw)
-        watch, connect = getattr(_local, "watch", None), conn.connect
+        watch: _Watch | None = getattr(_local, "watch", None)
+        connect = conn.connect
 
-        def connect_watched():
+        def connect_watched() -> None:
             connect()
             if watch is not None:
                 watch.add(conn.sock)
-        conn.connect = connect_watched
+        conn.connect = connect_watched   # type: ignore[method-assign]  # this connection's own connect
         return conn
     return make
 
 
-def _opener():
+def _opener() -> urllib.request.OpenerDirector:
     global _OPENER
     if _OPENER is None:
         import urllib.request
 
-        class Watched:
-            def do_open(self, http_class, req, **kw):
-                return super().do_open(_watched(http_class), req, **kw)   # type: ignore[misc]
+        class Watched(urllib.request.AbstractHTTPHandler):
+            def do_open(self, http_class: Callable[..., http.client.HTTPConnection], req: urllib.request.Request,
+                        **kw: Any) -> http.client.HTTPResponse:
+                return super().do_open(_watched(http_class), req, **kw)
 
         class HTTP(Watched, urllib.request.HTTPHandler):
             pass
 
         class HTTPS(Watched, urllib.request.HTTPSHandler):
-            def https_open(self, req):
+            _context: ssl.SSLContext | None   # HTTPSHandler's own, which typeshed does not declare
+
+            def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
                 if self._context is None:   # made on the first https:// request, then shared
                     with _CONTEXT_LOCK:
                         if self._context is None:
@@ -153,7 +176,7 @@ def _opener():
 
 
 def open_url(url: str, headers: dict[str, str] | None = None, method: str | None = None,
-             within: float | None = None):
+             within: float | None = None) -> Response:
     """urlopen under one total deadline (FDLENV_REQUEST_TIMEOUT, or `within` s where that is
     shorter: connect, redirects, headers and, read by `read_all`, the body); OSError (URLError,
     HTTPError) on failure, `Overdue` past it. `method`: "HEAD" for headers only."""
@@ -166,8 +189,8 @@ def open_url(url: str, headers: dict[str, str] | None = None, method: str | None
     watch = _Watch(url, seconds)
     _local.watch = watch
     try:
-        resp = _opener().open(urllib.request.Request(url, headers=headers or {}, method=method),
-                              timeout=min(TIMEOUT, seconds))
+        resp: Response = _opener().open(urllib.request.Request(url, headers=headers or {}, method=method),
+                                        timeout=min(TIMEOUT, seconds))
     except (OSError, http.client.HTTPException):
         if watch.cancel():
             raise watch.overdue() from None
@@ -190,20 +213,21 @@ def why(e: BaseException) -> str:
     return " ".join(str(getattr(e, "reason", None) or e).split())
 
 
-def _stand_down(f) -> None:
+def _stand_down(f: io.BufferedIOBase) -> None:
     """A download's body is held to the stall rule, not to the request's deadline."""
     watch = getattr(f, "fdlenv_watch", None)
     if watch is not None:
         watch.stand_down()
 
 
-def _piece(f, n: int) -> bytes:
+def _piece(f: io.BufferedIOBase, n: int) -> bytes:
     """What has arrived, up to `n` bytes, without waiting for all `n` (read1 where it exists)."""
     read1 = getattr(f, "read1", None)
-    return read1(n) if read1 is not None else f.read(n)
+    piece: bytes = read1(n) if read1 is not None else f.read(n)
+    return piece
 
 
-def _gathered(f, n: int) -> bytes:
+def _gathered(f: io.BufferedIOBase, n: int) -> bytes:
     """Up to `n` bytes: what has arrived, then more while it keeps arriving (GATHER s at most).
     Over HTTPS a read hands out one 16 KiB TLS record; whoever consumes the pieces (the hash,
     the zip stream, the file writes) pays per piece, so it gets a few large ones instead."""
@@ -220,7 +244,7 @@ def _gathered(f, n: int) -> bytes:
     return b"".join(parts)
 
 
-def _ended_short(f, url: str, n: int) -> None:
+def _ended_short(f: io.BufferedIOBase, url: str, n: int) -> None:
     """At the end of a body: one the server declared longer (Content-Length; http.client's read1
     just stops at a cut, it does not raise) was cut."""
     left = getattr(f, "length", None)
@@ -232,16 +256,17 @@ def _cut(url: str, e: BaseException) -> Fail:
     return Fail.retry(f"reading {url} was cut ({type(e).__name__}: {e}); retry")
 
 
-def read_all(f, limit: int, url: str, deadline: float | None = None) -> bytes:
+def read_all(f: io.BufferedIOBase, limit: int, url: str, deadline: float | None = None) -> bytes:
     """The whole body of `f`, at most `limit` bytes (more: permanent), within `deadline` s
     (default: what is left of the request's deadline; past it: `Overdue`, transient)."""
     import http.client
 
     from .deadlines import request_timeout
 
-    watch = getattr(f, "fdlenv_watch", None)
+    watch: _Watch | None = getattr(f, "fdlenv_watch", None)
     seconds = deadline if deadline is not None else watch.seconds if watch is not None else request_timeout()
-    end, parts, n = time.monotonic() + seconds, [], 0
+    end, n = time.monotonic() + seconds, 0
+    parts: list[bytes] = []
     try:
         while True:
             chunk = _piece(f, min(PIECE, limit + 1 - n))
@@ -268,7 +293,8 @@ def read_all(f, limit: int, url: str, deadline: float | None = None) -> bytes:
     return b"".join(parts)
 
 
-def chunks(f, url: str, limit: int, stated: int | None = None, size: int = PIECE):
+def chunks(f: io.BufferedIOBase, url: str, limit: int, stated: int | None = None,
+           size: int = PIECE) -> Iterator[bytes]:
     """The body of download `f` piece by piece: at most `limit` bytes (`stated`: the size the
     lock or index gives, a tighter cap, and a body ending short of it is a cut), never stalled;
     a cut is a transient `Fail`."""
@@ -300,7 +326,7 @@ def chunks(f, url: str, limit: int, stated: int | None = None, size: int = PIECE
         yield chunk
 
 
-def retrying(fetch, what: str, stop=None):
+def retrying(fetch: Callable[[], T], what: str, stop: Callable[[], bool] | None = None) -> T:
     """`fetch()`, tried again after a transient `Fail` (TRIES in all); `stop()` true: give up now
     (another download of the same realise failed for good)."""
     from .progress import say
@@ -313,3 +339,4 @@ def retrying(fetch, what: str, stop=None):
                 raise
             say(f"{what}: {f.message}; trying again ({attempt + 1}/{TRIES})")
             time.sleep(PAUSE * 2 ** (attempt - 1))
+    raise AssertionError("unreachable: the last attempt returns or raises")

@@ -18,6 +18,10 @@ from __future__ import annotations
 
 import sys
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
 SCHEMA = 1
 _JSON = False
 
@@ -27,11 +31,11 @@ def set_json(on: bool) -> None:
     _JSON = on
 
 
-def emit(obj: dict) -> None:
+def emit(obj: Mapping[str, object]) -> None:
     print(dumps({"schema": SCHEMA, **obj}))
 
 
-def dumps(obj) -> str:
+def dumps(obj: object) -> str:
     """json.dumps(obj), byte for byte, without importing json (its decoder imports re, which a
     hot command's answer would pay for): dicts with str keys, lists, tuples, str, int, float,
     bool and None. Anything else goes to json itself."""
@@ -42,7 +46,7 @@ def dumps(obj) -> str:
         return json.dumps(obj)
 
 
-def _encode(obj) -> str:
+def _encode(obj: object) -> str:
     from _json import encode_basestring_ascii
 
     if isinstance(obj, str):
@@ -55,7 +59,7 @@ def _encode(obj) -> str:
         return repr(obj)
     if type(obj) is dict and all(type(k) is str for k in obj):
         return "{" + ", ".join(f"{encode_basestring_ascii(k)}: {_encode(v)}" for k, v in obj.items()) + "}"
-    if type(obj) in (list, tuple):
+    if type(obj) is list or type(obj) is tuple:
         return "[" + ", ".join(_encode(v) for v in obj) + "]"
     raise TypeError(type(obj).__name__)
 

@@ -19,6 +19,12 @@ import os
 import sys
 import time
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections import deque
+    from collections.abc import Callable
+    from typing import Any
+
 PREFIX = "fdlenv"
 _QUIET = False
 
@@ -53,7 +59,8 @@ def note(command: str, message: str) -> None:
 class Ticker:
     """Call `tick()` often; it prints at most once per `every` seconds."""
 
-    def __init__(self, message, every: float = 3.0, clock=time.monotonic):
+    def __init__(self, message: str | Callable[[], str], every: float = 3.0,
+                 clock: Callable[[], float] = time.monotonic):
         self._message = message  # str or callable returning str
         self._every = every
         self._clock = clock
@@ -76,7 +83,8 @@ class Meter:
 
     WINDOW = 8.0       # seconds of recent progress the rate and ETA are read from
 
-    def __init__(self, message: str, total: int = 0, every: float = 3.0, poll=None, clock=time.monotonic):
+    def __init__(self, message: str, total: int = 0, every: float = 3.0,
+                 poll: Callable[[], tuple[int, str]] | None = None, clock: Callable[[], float] = time.monotonic):
         import threading   # not at module level: the re-dial path imports this module, never a Meter
         from collections import deque
 
@@ -86,11 +94,11 @@ class Meter:
         self._start = clock()
         # (time, done) looks, the oldest within WINDOW: a slow start (index lookups, the first
         # connection) does not weigh on the rate for the rest of the download.
-        self._samples: deque = deque([(self._start, 0)])
+        self._samples: deque[tuple[float, int]] = deque([(self._start, 0)])
         self._stop = threading.Event()
         self._live = live()
         self._thread = threading.Thread(target=self._run, daemon=True)
-        self._bar = None
+        self._bar: Any = None   # a tqdm bar (tqdm has no types), drawn on a terminal only
 
     def add(self, n: int) -> None:
         with self._lock:
@@ -167,7 +175,7 @@ class Meter:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if _QUIET:
             return
         self._stop.set()
@@ -177,7 +185,7 @@ class Meter:
             self._bar.close()
 
 
-def _stderr_size():
+def _stderr_size() -> os.terminal_size:
     """The size of the terminal the bar is drawn on: stderr's (stdout may be a pipe: `--json | jq`);
     $COLUMNS/$LINES when set, a 0x0 pty or none: 100x24."""
     import shutil
@@ -212,5 +220,6 @@ class during(Meter):
     """`with during("compiling x"):`: a step with no size (a compiler, a compressor): its
     elapsed time, live on a terminal, else a line every `every` seconds."""
 
-    def __init__(self, message: str, every: float = 5.0, poll=None, total: int = 0):
+    def __init__(self, message: str, every: float = 5.0, poll: Callable[[], tuple[int, str]] | None = None,
+                 total: int = 0):
         super().__init__(message, total, every, poll)

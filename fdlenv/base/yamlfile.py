@@ -15,11 +15,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from collections.abc import Hashable
+
+    from yaml import MappingNode, Node, SafeLoader
+
 
 class YamlError(ValueError):
     """A file that is not YAML fdlenv accepts; `str()` names the file and the line."""
 
-    def __init__(self, source, line: int | None, problem: str):
+    def __init__(self, source: object, line: int | None, problem: str):
         self.source, self.line, self.problem = str(source), line, problem
         super().__init__(f"{source}" + (f", line {line}" if line else "") + f": {problem}")
 
@@ -29,26 +37,29 @@ class YamlError(ValueError):
         return (f"line {self.line}: " if self.line else "") + self.problem
 
 
-_LOADER = None
+_LOADER: type[SafeLoader] | None = None
 
 
-def _loader():
+def _loader() -> type[SafeLoader]:
     global _LOADER
     if _LOADER is None:
         import yaml
         from yaml.constructor import ConstructorError
         from yaml.nodes import ScalarNode
 
-        base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        if TYPE_CHECKING:
+            from yaml import SafeLoader as Base
+        else:
+            Base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-        class Strict(base):
-            def construct_object(self, node, deep=False):
+        class Strict(Base):
+            def construct_object(self, node: Node, deep: bool = False) -> Any:
                 if node in self.constructed_objects or node in self.recursive_objects:
                     raise ConstructorError(None, None, "an alias (*name) is not accepted", node.start_mark)
                 return super().construct_object(node, deep)
 
-            def construct_mapping(self, node, deep=False):
-                seen = set()
+            def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Hashable, Any]:
+                seen: set[object] = set()
                 for key, _value in node.value:
                     if key.tag == "tag:yaml.org,2002:merge":
                         raise ConstructorError(None, None, "a merge key (<<) is not accepted", key.start_mark)
@@ -63,7 +74,7 @@ def _loader():
     return _LOADER
 
 
-def loads(text: str, source: str | Path = "<text>"):
+def loads(text: str, source: str | Path = "<text>") -> Any:
     """The document in `text` (None when empty); YamlError names `source` and the line."""
     import yaml
 
@@ -88,7 +99,7 @@ def loads(text: str, source: str | Path = "<text>"):
 MAX_DEPTH = 256   # deeper than any config; libyaml's recursive composer overflows the C stack far below 100,000
 
 
-def check_nesting(text: str, source) -> None:
+def check_nesting(text: str, source: object) -> None:
     """Refuse flow collections nested deeper than MAX_DEPTH (`[[[[...`): libyaml would crash the
     interpreter, not raise. Counted only when there are that many brackets at all; quoted
     brackets count too, which only makes the bound stricter."""
@@ -106,7 +117,7 @@ def check_nesting(text: str, source) -> None:
             line += 1
 
 
-def load(path: Path):
+def load(path: str | Path) -> Any:
     """`loads` of a UTF-8 file."""
     try:
         text = Path(path).read_bytes().decode("utf-8")

@@ -24,11 +24,18 @@ import io
 import os
 import re
 from collections.abc import Mapping
-from collections import namedtuple
 from pathlib import Path
 
+from ..base.record import Record
 from .gates import kfd_nodes, pci_amd_display
 from .model import AMD, HARDWARE_UNUSABLE, UNPARSABLE, Device, Finding
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    # amdsmi has no stubs: the module, or a test's stand-in for it, is taken as it comes.
+    Smi = Any
 
 AMD_VENDOR_ID = 4098
 MIB = 1024 * 1024
@@ -38,14 +45,21 @@ ROCM_ENV = ("ROCM_PATH", "HIP_PATH", "HSA_PATH")
 _VERSION = re.compile(r"\d+\.\d+(?:\.\d+)?")
 
 
-# Plain namedtuples: dataclasses would cost detect more to import than its whole probe.
-AmdProbe = namedtuple("AmdProbe", "devices findings host_rocm", defaults=((), (), None))
+class AmdProbe(Record):
+    """What the probe found. A `Record` (a namedtuple at run time), as is `Identity`:
+    dataclasses would cost detect more to import than its whole probe."""
+
+    devices: tuple[Device, ...] = ()
+    findings: tuple[Finding, ...] = ()
+    host_rocm: str | None = None
 
 
-class Identity(namedtuple("Identity", "uid gid groups")):
+class Identity(Record):
     """Who asks for /dev/kfd: effective uid, gid and supplementary groups (a frozenset)."""
 
-    __slots__ = ()
+    uid: int
+    gid: int
+    groups: frozenset[int]
 
     @classmethod
     def current(cls) -> Identity:
@@ -137,7 +151,7 @@ def _unusable(message: str, host_rocm: str | None = None) -> AmdProbe:
 
 
 def probe(sysfs_root: Path, dev_root: Path, rocm_root: Path, environ: Mapping[str, str],
-          who: Identity | None = None, smi=None) -> AmdProbe:
+          who: Identity | None = None, smi: Smi | None = None) -> AmdProbe:
     """AMD's usable devices; `who` and `smi` (an amdsmi-like module) are injectable for tests."""
     runtime = rocm_runtime(environ, rocm_root)
     host_rocm = rocm_version(runtime) if runtime else None
@@ -162,13 +176,14 @@ def probe(sysfs_root: Path, dev_root: Path, rocm_root: Path, environ: Mapping[st
     return AmdProbe(tuple(_enrich(nodes, smi)), tuple(notes), host_rocm)
 
 
-def _enrich(nodes: list[tuple[int, Device]], smi) -> list[Device]:
+def _enrich(nodes: list[tuple[int, Device]], smi: Smi | None) -> list[Device]:
     """Market names from amdsmi, matched by KFD node id; any trouble keeps sysfs names."""
     names: dict[int, str] = {}
     try:
         with contextlib.redirect_stdout(io.StringIO()):
             if smi is None:
-                import amdsmi as smi  # type: ignore[no-redef]
+                import amdsmi
+                smi = amdsmi
             smi.amdsmi_init()
             try:
                 for h in smi.amdsmi_get_processor_handles():

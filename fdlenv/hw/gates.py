@@ -14,17 +14,17 @@ import os
 # sixth of its budget, for joining a few names. The roots may be str or Path.
 
 
-def nvidia_driver(dev_root, proc_root) -> bool:
+def nvidia_driver(dev_root: str | os.PathLike[str], proc_root: str | os.PathLike[str]) -> bool:
     """The NVIDIA kernel driver is loaded (or its nodes were passed into this container)."""
     return (os.path.exists(os.path.join(dev_root, "nvidiactl"))
             or os.path.exists(os.path.join(proc_root, "driver", "nvidia")))
 
 
-def kfd_nodes(sysfs_root) -> str:
+def kfd_nodes(sysfs_root: str | os.PathLike[str]) -> str:
     return os.path.join(sysfs_root, "class", "kfd", "kfd", "topology", "nodes")
 
 
-def pci_amd_display(sysfs_root) -> bool:
+def pci_amd_display(sysfs_root: str | os.PathLike[str]) -> bool:
     """An AMD display-class device on PCI (vendor 0x1002, class 0x03xxxx)."""
     base = os.path.join(sysfs_root, "bus", "pci", "devices")
     try:
@@ -44,5 +44,5 @@ def pci_amd_display(sysfs_root) -> bool:
     return False
 
 
-def amd_present(sysfs_root) -> bool:
+def amd_present(sysfs_root: str | os.PathLike[str]) -> bool:
     return os.path.isdir(kfd_nodes(sysfs_root)) or pci_amd_display(sysfs_root)

@@ -1,15 +1,15 @@
 """The survey's data: devices, typed findings, and the whole Survey.
 
-Immutable `collections.namedtuple`s (dataclasses, and typing's NamedTuple, cost more
-to import than `detect`'s budget on a GPU-less box) so routing can be table-tested without hardware and
-the `--json` shape is produced in one place (`as_json`). A device's `index` is
-its per-vendor ordinal as the vendor runtime numbers it (NVML index, HIP order
-of KFD GPU nodes), so a mixed box can carry nvidia 0 and amd 0.
+Immutable typed records (`base.record.Record`: a `collections.namedtuple` at run time, since
+dataclasses and typing cost more to import than `detect`'s budget on a GPU-less box) so routing
+can be table-tested without hardware and the `--json` shape is produced in one place
+(`as_json`). A device's `index` is its per-vendor ordinal as the vendor runtime numbers it (NVML
+index, HIP order of KFD GPU nodes), so a mixed box can carry nvidia 0 and amd 0.
 """
 
 from __future__ import annotations
 
-from collections import namedtuple
+from ..base.record import Record
 
 # Declared hardware for tests/CI (hw/spoof.py); read before any probe.
 SPOOF_VAR = "FLODL_TESTING_GPU_JSON"
@@ -26,14 +26,19 @@ MASK_APPLIED = "mask_applied"
 VENDOR_MISMATCH = "vendor_mismatch"
 
 
-class Device(namedtuple("Device", "vendor index name arch vram_mb uuid", defaults=(None,))):
+class Device(Record):
     """vendor: nvidia | amd; index: the per-vendor ordinal a visibility mask uses; arch: NVIDIA
     compute capability "8.6", AMD bare target "gfx90a"; uuid: lets a mask's UUID entries
     select the device (None when unknown)."""
 
-    __slots__ = ()
+    vendor: str
+    index: int   # type: ignore[assignment]  # the field shadows tuple.index, as the namedtuple always did
+    name: str
+    arch: str
+    vram_mb: int
+    uuid: str | None = None
 
-    def as_json(self) -> dict:
+    def as_json(self) -> dict[str, object]:
         return {"vendor": self.vendor, "index": self.index, "name": self.name,
                 "arch": self.arch, "vram_mb": self.vram_mb}
 
@@ -43,20 +48,25 @@ class Device(namedtuple("Device", "vendor index name arch vram_mb uuid", default
         return f"{self.vendor} {self.index} ({detail})"
 
 
-class Finding(namedtuple("Finding", "kind message")):
-    __slots__ = ()
+class Finding(Record):
+    kind: str
+    message: str
 
-    def as_json(self) -> dict:
+    def as_json(self) -> dict[str, object]:
         return {"kind": self.kind, "message": self.message}
 
 
-class Survey(namedtuple("Survey", "devices findings nvidia_driver driver_cuda host_rocm spoofed",
-                        defaults=((), (), None, None, None, False))):
+class Survey(Record):
     """devices and findings (tuples); nvidia_driver: display only, e.g. "570.124.06";
     driver_cuda: the highest CUDA the driver runs, "12.8"; host_rocm: /opt/rocm/.info/version,
     "7.1.0"; spoofed: from FLODL_TESTING_GPU_JSON."""
 
-    __slots__ = ()
+    devices: tuple[Device, ...] = ()
+    findings: tuple[Finding, ...] = ()
+    nvidia_driver: str | None = None
+    driver_cuda: str | None = None
+    host_rocm: str | None = None
+    spoofed: bool = False
 
     def of(self, vendor: str) -> tuple[Device, ...]:
         return tuple(d for d in self.devices if d.vendor == vendor)
@@ -72,5 +82,5 @@ class Survey(namedtuple("Survey", "devices findings nvidia_driver driver_cuda ho
                       for d in dropped)
         return self._replace(devices=self.of(vendor), findings=self.findings + notes)
 
-    def driver_json(self) -> dict:
+    def driver_json(self) -> dict[str, str | None]:
         return {"nvidia": self.nvidia_driver, "cuda": self.driver_cuda, "rocm": self.host_rocm}

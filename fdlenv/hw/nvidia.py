@@ -10,19 +10,30 @@ query fails is dropped with a finding, not silently.
 
 from __future__ import annotations
 
-from collections import namedtuple
-
+from ..base.record import Record
 from .model import HARDWARE_UNUSABLE, NVIDIA, TOOL_FAILED, UNPARSABLE, Device, Finding
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    # pynvml has no stubs: the module, or a test's stand-in for it, is taken as it comes.
+    Nvml = Any
 
 MIB = 1024 * 1024
 
 
-# driver: e.g. "570.124.06"; driver_cuda: e.g. "12.8". A namedtuple: dataclasses would cost
-# detect more to import than NVML's probe.
-NvidiaProbe = namedtuple("NvidiaProbe", "devices findings driver driver_cuda", defaults=((), (), None, None))
+class NvidiaProbe(Record):
+    """driver: e.g. "570.124.06"; driver_cuda: e.g. "12.8". A `Record` (a namedtuple at run
+    time): dataclasses would cost detect more to import than NVML's probe."""
+
+    devices: tuple[Device, ...] = ()
+    findings: tuple[Finding, ...] = ()
+    driver: str | None = None
+    driver_cuda: str | None = None
 
 
-def _text(value) -> str:
+def _text(value: object) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
@@ -31,7 +42,7 @@ def _cuda_version(code: int) -> str:
     return f"{code // 1000}.{code % 1000 // 10}"
 
 
-def _init_failure(nvml, err) -> Finding:
+def _init_failure(nvml: Nvml, err: BaseException) -> Finding:
     value = getattr(err, "value", None)
     if value == nvml.NVML_ERROR_LIBRARY_NOT_FOUND:
         return Finding(HARDWARE_UNUSABLE, "NVIDIA driver nodes exist but libnvidia-ml.so.1 cannot be loaded "
@@ -45,7 +56,7 @@ def _init_failure(nvml, err) -> Finding:
     return Finding(TOOL_FAILED, f"NVML init failed: {err}")
 
 
-def _device(nvml, i: int) -> Device:
+def _device(nvml: Nvml, i: int) -> Device:
     h = nvml.nvmlDeviceGetHandleByIndex(i)
     major, minor = nvml.nvmlDeviceGetCudaComputeCapability(h)
     vram = nvml.nvmlDeviceGetMemoryInfo(h).total // MIB
@@ -53,14 +64,15 @@ def _device(nvml, i: int) -> Device:
                   _text(nvml.nvmlDeviceGetUUID(h)))
 
 
-def probe(nvml=None) -> NvidiaProbe:
+def probe(nvml: Nvml | None = None) -> NvidiaProbe:
     """NVML's view of this box; `nvml` is injectable (a module-like object) for tests."""
     if nvml is None:
         try:
-            import pynvml as nvml  # type: ignore[no-redef]
+            import pynvml
         except ImportError:
             return NvidiaProbe(findings=(Finding(HARDWARE_UNUSABLE, "NVIDIA driver present but pynvml "
                                                                     "(nvidia-ml-py) is not installed"),))
+        nvml = pynvml
     try:
         nvml.nvmlInit()
     except nvml.NVMLError as e:
@@ -74,9 +86,10 @@ def probe(nvml=None) -> NvidiaProbe:
             pass  # the answers are in hand; a failed shutdown changes none of them
 
 
-def _query(nvml) -> NvidiaProbe:
+def _query(nvml: Nvml) -> NvidiaProbe:
     findings: list[Finding] = []
-    driver = cuda = None
+    driver: str | None = None
+    cuda: str | None = None
     try:
         driver = _text(nvml.nvmlSystemGetDriverVersion())
         cuda = _cuda_version(int(nvml.nvmlSystemGetCudaDriverVersion()))

@@ -29,27 +29,35 @@ flodl's own routing rules as the floor, in this order:
 
 from __future__ import annotations
 
-from collections import namedtuple
-
 from ..base.errors import Fail
+from ..base.record import Record
 from .coverage import ARCHS, leading_version, parse_cc, variant_covers
 from .model import AMD, NVIDIA, Device, Survey
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 CU128_DRIVER = (12, 8)
 
 
-class Route(namedtuple("Route", "variant reason candidates brief routed realised",
-                       defaults=((), "", None, frozenset()))):
+class Route(Record):
     """variant: None when no variant can run here until the reason's fix is done;
     candidates: the variants this box can run, routing's first choice first (empty when
     variant is None); brief: the first choice's reason in a few words; routed: routing's own
     Route when a realised candidate won over it, else None; realised: the candidates realised."""
 
-    __slots__ = ()
+    variant: str | None
+    reason: str
+    candidates: tuple[str, ...] = ()
+    brief: str = ""
+    routed: Route | None = None
+    realised: frozenset[str] = frozenset()
 
-    def as_json(self) -> dict:
-        out = {"variant": self.variant, "reason": self.reason, "candidates": list(self.candidates),
-               "realised": [v for v in self.candidates if v in self.realised]}
+    def as_json(self) -> dict[str, object]:
+        out: dict[str, object] = {"variant": self.variant, "reason": self.reason,
+                                  "candidates": list(self.candidates),
+                                  "realised": [v for v in self.candidates if v in self.realised]}
         if self.routed is not None:
             out["routing"] = {"variant": self.routed.variant, "reason": self.routed.reason}
         return out
@@ -65,7 +73,7 @@ def _version(text: str | None) -> tuple[int, int] | None:
     return leading_version(text or "")
 
 
-def _labels(devices) -> str:
+def _labels(devices: Iterable[Device]) -> str:
     return ", ".join(d.label for d in devices)
 
 

@@ -10,9 +10,9 @@ real hardware.
 from __future__ import annotations
 
 import json
-from collections import namedtuple
 
 from ..base.errors import Fail
+from ..base.record import Record
 from .coverage import parse_cc, parse_gfx
 from .model import AMD, NVIDIA, SPOOF_VAR, VENDORS, Device
 
@@ -24,7 +24,10 @@ _ENVELOPE = {"devices", "driver_cuda", "host_rocm"}
 _ENTRY = {"vendor", "arch", "vram_mb", "name", "uuid"}
 
 
-Spoof = namedtuple("Spoof", "devices driver_cuda host_rocm")
+class Spoof(Record):
+    devices: tuple[Device, ...]
+    driver_cuda: str | None
+    host_rocm: str | None
 
 
 def _bad(why: str) -> Fail:
@@ -38,7 +41,7 @@ def _is_version(text: str) -> bool:
             and all(c.isalnum() or c in "_.+-" for c in rest))
 
 
-def _version(value, key: str) -> str | None:
+def _version(value: object, key: str) -> str | None:
     if value is None:
         return None
     text = str(value) if isinstance(value, (str, float)) else ""
@@ -47,7 +50,7 @@ def _version(value, key: str) -> str | None:
     return text
 
 
-def _device(entry, ordinals: dict[str, int], pos: int) -> Device:
+def _device(entry: object, ordinals: dict[str, int], pos: int) -> Device:
     if not isinstance(entry, dict):
         raise _bad(f"device {pos} is not an object")
     unknown = set(entry) - _ENTRY
@@ -84,7 +87,7 @@ def parse(value: str) -> Spoof:
         doc = json.loads(value)
     except ValueError as e:
         raise _bad(f"not JSON ({e})") from None
-    envelope = {}
+    envelope: dict[str, object] = {}
     if isinstance(doc, dict):
         unknown = set(doc) - _ENVELOPE
         if unknown:

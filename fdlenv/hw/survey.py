@@ -22,12 +22,16 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from .amd import Identity, Smi
+    from .nvidia import Nvml
+
 DEFAULT_ROCM = "/opt/rocm"
 
 
 def survey(sysfs_root: str | Path | None = None, rocm_root: str | Path | None = None,
            environ: Mapping[str, str] | None = None, *, dev_root: str | Path | None = None,
-           proc_root: str | Path | None = None, nvml=None, smi=None, who=None) -> Survey:
+           proc_root: str | Path | None = None, nvml: Nvml | None = None, smi: Smi | None = None,
+           who: Identity | None = None) -> Survey:
     """The devices a child of this process would see, with the findings that explain any absence.
 
     `nvml`/`smi` stand in for pynvml/amdsmi and `who` (an `amd.Identity`) for

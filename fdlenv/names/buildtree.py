@@ -13,6 +13,10 @@ from __future__ import annotations
 
 import os
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping
+
 TARGET_DIR = "CARGO_TARGET_DIR"
 BUILD_DIR = "FDLENV_BUILD_DIR"   # a CMake build dir per variant
 _CONFIGS = ("config.toml", "config")   # cargo's config files in a `.cargo` dir
@@ -26,7 +30,7 @@ def _has_line(path: str, prefixes: tuple[str, ...]) -> bool:
         return False
 
 
-def _ancestors(cwd: str):
+def _ancestors(cwd: str) -> Iterator[str]:
     d = cwd
     while True:
         yield d
@@ -38,7 +42,7 @@ def _ancestors(cwd: str):
 def cargo_root(cwd: str) -> str | None:
     """The root of the cargo workspace `cwd` is in, as cargo finds it: the nearest Cargo.toml
     up from `cwd`, or an enclosing one with a `[workspace]` table; None outside any crate."""
-    package = None
+    package: str | None = None
     for d in _ancestors(cwd):
         if os.path.isfile(manifest := os.path.join(d, "Cargo.toml")):
             package = package or d
@@ -47,7 +51,7 @@ def cargo_root(cwd: str) -> str | None:
     return package
 
 
-def users_target_dir(base, cwd: str) -> bool:
+def users_target_dir(base: Mapping[str, str], cwd: str) -> bool:
     """Whether the user chose cargo's target dir: CARGO_TARGET_DIR or CARGO_BUILD_TARGET_DIR in
     `base`, or `target-dir` in a cargo config file cargo reads from `cwd` (`.cargo/config.toml`
     in it or above, and in `$CARGO_HOME`, default `~/.cargo`)."""
@@ -65,7 +69,7 @@ def tree_dirs(root: str, variant: str) -> tuple[str, str]:
     return os.path.join(root, "target", f"fdlenv-{variant}"), os.path.join(root, "build", f"fdlenv-{variant}")
 
 
-def build_tree(environ: dict, base, variant: str | None, cwd: str) -> dict:
+def build_tree(environ: dict[str, str], base: Mapping[str, str], variant: str | None, cwd: str) -> dict[str, str]:
     """`environ` with a tree per variant, as `fdlenv build` keeps: CARGO_TARGET_DIR =
     `<cargo_root>/target/fdlenv-<variant>`, unless the user chose a target dir
     (`users_target_dir`; `base` is the caller's environment, a shell activation undone), `cwd`

@@ -8,29 +8,62 @@ rename. `Home` is a plain value; which root a command uses is settled by
 
 from __future__ import annotations
 
-from collections import namedtuple
 from pathlib import Path
 
+from ..base.record import Record
 
-class Home(namedtuple("Home", "root")):
-    """The home root (a Path) and its parts; a namedtuple: it is on the re-dial path.
-    `Home(path)` takes the root as given; `settings.resolve` makes it absolute."""
 
-    __slots__ = ()
+class Home(Record):
+    """The home root (a Path) and its parts; a `Record` (a namedtuple at run time): it is on the
+    re-dial path. `Home(path)` takes the root as given; `settings.resolve` makes it absolute."""
 
-    pkgs = property(lambda self: self.root / "pkgs")
-    archives = property(lambda self: self.root / "archives")
-    envs = property(lambda self: self.root / "envs")
-    staging = property(lambda self: self.root / "staging")
-    locks = property(lambda self: self.root / "locks")
-    roots = property(lambda self: self.root / "roots")
-    cache = property(lambda self: self.root / "cache")
-    libtorch = property(lambda self: self.root / "libtorch")
-    source = property(lambda self: self.root / "source")
-    builds = property(lambda self: self.root / "builds")
-    # The local channel `fdlenv pack` fills; its last path component is the
-    # channel alias `flodl` that envs/*.yml name, so `--mirror flodl=URL` maps it.
-    channel = property(lambda self: self.root / "channels" / "flodl")
+    root: Path
+
+    @property
+    def pkgs(self) -> Path:
+        return self.root / "pkgs"
+
+    @property
+    def archives(self) -> Path:
+        return self.root / "archives"
+
+    @property
+    def envs(self) -> Path:
+        return self.root / "envs"
+
+    @property
+    def staging(self) -> Path:
+        return self.root / "staging"
+
+    @property
+    def locks(self) -> Path:
+        return self.root / "locks"
+
+    @property
+    def roots(self) -> Path:
+        return self.root / "roots"
+
+    @property
+    def cache(self) -> Path:
+        return self.root / "cache"
+
+    @property
+    def libtorch(self) -> Path:
+        return self.root / "libtorch"
+
+    @property
+    def source(self) -> Path:
+        return self.root / "source"
+
+    @property
+    def builds(self) -> Path:
+        return self.root / "builds"
+
+    @property
+    def channel(self) -> Path:
+        """The local channel `fdlenv pack` fills; its last path component is the channel alias
+        `flodl` that envs/*.yml name, so `--mirror flodl=URL` maps it."""
+        return self.root / "channels" / "flodl"
 
     def wheel_entry(self, sha256: str) -> Path:
         """A wheel's package-cache entry (`store.wheels`), complete once it exists (published by

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import os
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
 CONFIG_NAMES = ("fdl.yaml", "fdl.yml", "fdl.json")   # a project's config file, as flodl names it
 
 
@@ -18,7 +22,7 @@ def absolute(path: str) -> str:
     return path if path.startswith("/") else os.path.join(os.getcwd(), path)
 
 
-def home_root(given: str | None, environ) -> str:
+def home_root(given: str | None, environ: Mapping[str, str]) -> str:
     """The home: `given` (`--home`, or fdl.yml's `fdlenv: home:` as `settings.resolve` passes
     it), else `$FLODL_HOME`, else `~/.flodl`; absolute."""
     raw = given or (environ.get("FLODL_HOME") or "").strip()

@@ -7,15 +7,18 @@ never disagree between the store, routing and join.
 
 from __future__ import annotations
 
-from collections import namedtuple
-
 from ..base.errors import Fail
+from ..base.record import Record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 # A vendor's cargo feature, as flodl's `FDL_GPU_FEATURE` carries it.
 FEATURE = {"nvidia": "cuda", "amd": "rocm", "cpu": ""}
 
 
-class Variant(namedtuple("Variant", "name flodl_dir vendor cuda rocm")):
+class Variant(Record):
     """One variant:
     name       canonical token, also the lock category: cpu cu126 cu128 rocm7.0 rocm7.1
     flodl_dir  flodl's precompiled/<dir> name (x86_64; `flodl_name` is this machine's)
@@ -23,10 +26,14 @@ class Variant(namedtuple("Variant", "name flodl_dir vendor cuda rocm")):
     cuda       declared CUDA version (the __cuda virtual package), None off NVIDIA
     rocm       ROCm major.minor, None off AMD
 
-    A `collections.namedtuple`, like every record on the re-dial path: neither
-    `dataclasses` nor `typing` is imported there (see docs/ARCHITECTURE.md)."""
+    A `Record` (a `collections.namedtuple` at run time), like every record on the re-dial
+    path: neither `dataclasses` nor `typing` is imported there (see docs/ARCHITECTURE.md)."""
 
-    __slots__ = ()
+    name: str
+    flodl_dir: str
+    vendor: str
+    cuda: str | None
+    rocm: str | None
 
     @property
     def flodl_name(self) -> str:
@@ -112,7 +119,8 @@ def _cuda_of(requires: dict[str, str]) -> str | None:
     return None
 
 
-def build_mismatch(variant: str, version: str, requires: dict[str, str], listing=None) -> str | None:
+def build_mismatch(variant: str, version: str, requires: dict[str, str],
+                   listing: Iterable[object] | None = None) -> str | None:
     """Why torch `version` (its local label: `2.10.0+cu128`), requiring `requires` (normalised
     project name -> specifier, as applies on the target) and shipping `listing` (its members, when
     the wheel was read; None otherwise), is not a `variant` build; None when it is one."""

@@ -50,6 +50,7 @@ from ..store.env import Env
 
 if TYPE_CHECKING:
     from ..config.model import JoinSettings, Libtorch, SourceSpec, SshConfig
+    from ..store.active import OwnLibtorch
     from ..hw.model import Survey
     from ..source.build import Built, Recipe
     from ..source.fetch import Fetched
@@ -288,7 +289,7 @@ def _rustc_note(m: RunManifest, tree: Path, environ: dict[str, str]) -> str | No
     return f"the run was published with {m.rustc.strip()}, this box has {local} (advisory)"
 
 
-def build_source(home: Home, fetched: Fetched, m: RunManifest | None, recipe: Recipe, env: Env | None,
+def build_source(home: Home, fetched: Fetched, m: RunManifest | None, recipe: Recipe, env: Env | OwnLibtorch | None,
                  environ: dict[str, str], notes: list[str], claim: int | None = None) -> Built:
     """The artifact for this tree in this env, built only when its build key is new. `claim`:
     the source claim's descriptor, inherited by the recipe (see source.fetch.claimed)."""

@@ -123,6 +123,7 @@ def cmd_realize(args) -> int:
     before = active_label(st.home)
     st, act = settle(ask, say, prefer_realised=False, activate=True, fork=owns_process(args), settings=st)
     env = act.env
+    assert env is not None, "a named variant is realised as an env"   # flodl's own libtorch is never the answer
     after = active_label(st.home)
     if after != before:     # realise activates, as flodl's install does: never silently
         say(f"the active libtorch is now {after} (was {before or 'none'}); `fdlenv env use VARIANT` switches")
@@ -188,6 +189,7 @@ def cmd_use(args) -> int:
     st, act = settle(store_ask(args, allow_auto=False), say, prefer_realised=True, activate=True,
                      fork=owns_process(args))
     env, home = act.env, st.home
+    assert env is not None, "a named variant is realised as an env"   # flodl's own libtorch is never the answer
     if args.json:
         emit(dict(env.to_json(), active=active_label(home)))
     else:

@@ -1,4 +1,4 @@
-"""Test helpers for the source step: a fake env, trees on disk, a local git remote."""
+"""Test helpers for the source step: an env record without a store, trees on disk, a local git remote."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from fdlenv.store.env import Env
+
 needs_rsync = pytest.mark.skipif(not shutil.which("rsync"), reason="rsync is not installed")
 needs_git = pytest.mark.skipif(not shutil.which("git") or not importlib.util.find_spec("git"),
                                reason="git or gitpython is not installed")
@@ -18,22 +20,15 @@ needs_git = pytest.mark.skipif(not shutil.which("git") or not importlib.util.fin
 OLD = 1_500_000_000  # 2017: an mtime no fetch could produce by restamping
 
 
-@dataclass(frozen=True)
-class FakeEnv:
-    """What build() needs of the store's Env, without the store."""
-    variant: str
-    key: str
-    path: Path
-    libtorch_root: Path
-
-
-def fake_env(tmp: Path, variant: str = "cpu", key: str = "e" * 64) -> FakeEnv:
+def fake_env(tmp: Path, variant: str = "cpu", key: str = "e" * 64) -> Env:
+    """The store's own Env record for a directory holding only `libtorch/lib`: what build()
+    needs of an env, with no realise behind it."""
     path = tmp / f"env-{variant}"
     (path / "libtorch" / "lib").mkdir(parents=True, exist_ok=True)
-    return FakeEnv(variant, key, path, path / "libtorch")
+    return Env(variant, key, path, path / "libtorch")
 
 
-def environ_for(env: FakeEnv, **extra: str) -> dict:
+def environ_for(env: Env, **extra: str) -> dict:
     """A hand-made child environment: LIBTORCH_PATH plus an activate.d-style marker."""
     return dict(os.environ, LIBTORCH_PATH=str(env.libtorch_root), FDL_GPU_FEATURE="",
                 FDL_TEST_ACTIVATED=f"from-{env.key[:8]}", **extra)

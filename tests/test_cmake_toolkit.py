@@ -227,8 +227,8 @@ def test_a_recipe_on_a_terminal_keeps_cargos_colours_and_progress_through_the_pi
     tree = write_tree(tmp_path / "tree", {"x": ""})
     code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
             "from pathlib import Path\nfrom fdlenv.names.home import Home\nfrom fdlenv.source import build\n"
-            "from helpers_source import FakeEnv, environ_for\n"
-            f"env = FakeEnv('cpu', 'e' * 64, Path({str(env.path)!r}), Path({str(env.libtorch_root)!r}))\n"
+            "from helpers_source import environ_for\nfrom fdlenv.store.env import Env\n"
+            f"env = Env('cpu', 'e' * 64, Path({str(env.path)!r}), Path({str(env.libtorch_root)!r}))\n"
             "recipe = build.Recipe('mkdir -p out && echo \"tty=$CARGO_TERM_COLOR/$CARGO_TERM_PROGRESS_WHEN\" | "
             "tee out/app', '', 'out/app', False)\n"
             f"build.build(Home(Path({str(tmp_path / 'home')!r})), Path({str(tree)!r}), 'd' * 64, env, environ_for(env), recipe)\n")

@@ -17,7 +17,7 @@ import sys
 import pytest
 from helpers_store import bump_variant, make_world, realise_json
 
-from fdlenv.hot import memo as hotmemo, replay as hotpath
+from fdlenv.hot import memo as hot_memo, replay
 
 SLOW = {"FDLENV_NO_HOTPATH": "1"}
 
@@ -130,10 +130,10 @@ def test_no_memo_is_written_when_a_dependency_moved_while_the_slow_path_ran(worl
     given = {"libtorch": "cpu", "lock": str(world.lock), "home": str(world.home.root), "mirror": None,
              "frozen": False, "shell": "sh"}
     st = resolve(given["home"], None, given["lock"], project=None)
-    plan = hotmemo.start(ask_of("shell-hook", given, None), "cpu", st)
+    plan = hot_memo.start(ask_of("shell-hook", given, None), "cpu", st)
     assert plan is not None and str(world.lock) in plan.deps
     world.lock.write_text(world.lock.read_text() + "\n")     # the lock moved under the resolver
-    hotmemo.record(plan, st.home, of_env(pointed_env(st.home, "cpu")))
+    hot_memo.record(plan, st.home, of_env(pointed_env(st.home, "cpu")))
     assert not os.path.exists(plan.path)
 
 
@@ -143,12 +143,12 @@ def test_a_torn_memo_is_no_memo(world):
     (memo,) = (world.home.cache / "hot").glob("shell-hook-*")
     text = memo.read_text()
     key = text.split("\0")[0]
-    assert hotpath.read_memo(str(memo), key) is not None
+    assert replay.read_memo(str(memo), key) is not None
     for cut in [i for i, c in enumerate(text) if c == "\0"]:
         memo.write_text(text[:cut])
-        assert hotpath.read_memo(str(memo), key) is None, cut
+        assert replay.read_memo(str(memo), key) is None, cut
     memo.write_text(text.replace("\0end", "\0ending"))
-    assert hotpath.read_memo(str(memo), key) is None
+    assert replay.read_memo(str(memo), key) is None
 
 
 def test_a_regular_installs_command_replays_without_re_json_or_pathlib(world, tmp_path):
@@ -186,8 +186,8 @@ def _replant(memo, *, env_to: str | None = None, no_deps: bool = False) -> None:
     def moved(text: str) -> str:
         return text.replace(env_from, env_to) if env_to else text
 
-    deps = {} if no_deps else {moved(p): hotpath.sig(moved(p)) for p in deps}
-    memo.write_text(hotpath.memo_text(parts[0], deps, {k: moved(v) for k, v in answer.items()},
+    deps = {} if no_deps else {moved(p): replay.sig(moved(p)) for p in deps}
+    memo.write_text(replay.memo_text(parts[0], deps, {k: moved(v) for k, v in answer.items()},
                                       [v for kind, v, _ in triples if kind == "u"],
                                       [(v, moved(x)) for kind, v, x in triples if kind == "s"]))
     os.chmod(memo, 0o644)

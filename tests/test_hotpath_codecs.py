@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fdlenv.hot import memo as hotmemo, replay as hotpath
+from fdlenv.hot import memo as hot_memo, replay
 from fdlenv.base.output import dumps
 from fdlenv.base.shells import quote, valid_name
 
@@ -36,11 +36,11 @@ def test_a_memo_is_written_only_when_every_dependency_is_older_than_it(tmp_path)
     dep.write_text("x")
     future = os.stat(dep).st_mtime_ns + 10**12     # a change yet to come, as a tick not yet past
     os.utime(dep, ns=(future, future))
-    hotmemo._write_if_settled(str(memo), "text", {str(dep): hotpath.sig(str(dep))})
+    hot_memo._write_if_settled(str(memo), "text", {str(dep): replay.sig(str(dep))})
     assert not memo.exists()
     os.utime(dep, ns=(0, 0))
     _past_on_the_file_systems_clock(tmp_path, os.stat(dep).st_ctime_ns)
-    hotmemo._write_if_settled(str(memo), "text", {str(dep): hotpath.sig(str(dep))})
+    hot_memo._write_if_settled(str(memo), "text", {str(dep): replay.sig(str(dep))})
     assert memo.read_text() == "text"
     assert [p.name for p in memo.parent.iterdir()] == ["memo"]   # no temp file left
 
@@ -52,20 +52,20 @@ VALUES = st.text(st.characters(blacklist_characters="\0", blacklist_categories=(
 @settings(max_examples=EXAMPLES, deadline=None)
 @given(before=st.dictionaries(NAMES, VALUES, max_size=6), after=st.dictionaries(NAMES, VALUES, max_size=6))
 def test_a_shell_state_undoes_exactly_what_it_recorded(before, after):
-    before.pop(hotpath.STATE, None)
-    after.pop(hotpath.STATE, None)
-    shell = {**after, hotpath.STATE: hotpath.shell_state(before, after)}
-    assert hotpath.restored(shell) == before
+    before.pop(replay.STATE, None)
+    after.pop(replay.STATE, None)
+    shell = {**after, replay.STATE: replay.shell_state(before, after)}
+    assert replay.restored(shell) == before
 
 
 def test_a_state_written_by_an_older_fdlenv_as_json_is_still_undone():
     old = json.dumps({"vars": {"PATH": ["/usr/bin", "/env/bin:/usr/bin"], "NEW": [None, "1"]}})
-    assert hotpath.restored({"PATH": "/env/bin:/usr/bin", "NEW": "1", hotpath.STATE: old}) == {"PATH": "/usr/bin"}
+    assert replay.restored({"PATH": "/env/bin:/usr/bin", "NEW": "1", replay.STATE: old}) == {"PATH": "/usr/bin"}
 
 
 @pytest.mark.parametrize("garbage", ["fdlenv1;", "fdlenv1;9:PATH", "fdlenv1;4:PATH-x", "fdlenv1;-1:x--", "[1]", "plain"])
 def test_a_state_fdlenv_cannot_read_is_dropped_and_nothing_else_touched(garbage):
-    assert hotpath.restored({"PATH": "/a", hotpath.STATE: garbage}) == {"PATH": "/a"}
+    assert replay.restored({"PATH": "/a", replay.STATE: garbage}) == {"PATH": "/a"}
 
 
 JSONABLE = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),

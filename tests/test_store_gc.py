@@ -241,7 +241,7 @@ def test_gc_sweeps_the_trash_killed_deletes_left_in_envs_pkgs_and_staging(tmp_pa
 def test_removing_an_env_sweeps_its_hot_memos_and_keeps_the_others(tmp_path):
     from test_hotpath import replayed
 
-    from fdlenv.hot import replay as hotpath
+    from fdlenv.hot import replay
 
     w = make_world(tmp_path, variants=("cpu", "cu126"))
     for v in ("cpu", "cu126"):
@@ -250,7 +250,7 @@ def test_removing_an_env_sweeps_its_hot_memos_and_keeps_the_others(tmp_path):
     hot = w.home.cache / "hot"
 
     def named() -> list[str]:
-        return sorted(os.path.basename(hotpath.memo_env(str(p)) or "?").split("-")[0] for p in hot.iterdir())
+        return sorted(os.path.basename(replay.memo_env(str(p)) or "?").split("-")[0] for p in hot.iterdir())
 
     assert named() == ["cpu", "cu126"]
     fdlenv("env", "remove", "cpu", *_home(w), check=True)

@@ -45,7 +45,7 @@ def test_realise_installs_links_rewrites_and_publishes(tmp_path):
 
 
 # The re-dial path when no memo answers it (the first call after a change writes the memo
-# that `hotpath` answers the next ones from): what `fdlenv env realize` of a realised env
+# that `hot.replay` answers the next ones from): what `fdlenv env realize` of a realised env
 # imports (docs/ARCHITECTURE.md lists it). Records there are `base.record.Record`s, namedtuples at
 # run time: neither typing nor dataclasses is imported, nor hashlib (CPython's own sha256 module serves the lock's
 # digest) nor shutil (cli's parser computes the help width itself).

@@ -17,7 +17,7 @@ path is made, before anything is created:
    a time with O_NOFOLLOW (made when missing), and a file of fdlenv's own written there
    with O_EXCL|O_NOFOLLOW after its name is unlinked: what stood there, a link included,
    is replaced, never written through.
-Imports only os: the memo replay (`hotpath`) uses it; Fail is imported where one is raised.
+Imports only os: the memo replay (`hot.replay`) uses it; Fail is imported where one is raised.
 """
 
 from __future__ import annotations

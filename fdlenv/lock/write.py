@@ -12,7 +12,7 @@ everything in that variant's category, so a category always names the variant
 it serves and asking a one-variant lock for another variant fails instead of
 silently yielding `main`. `metadata.custom_metadata["fdlenv.variants"]` lists
 the variants a file covers, and `["fdlenv.sizes"]` each file's size where the
-index stated or answered it (`lockfile.SIZES_KEY`: entries may hold no field
+index stated or answered it (`lock.file.SIZES_KEY`: entries may hold no field
 conda-lock's models do not name), so a realise starts the largest download first.
 
 conda-lock keys entries by (manager, name, platform): two variants needing

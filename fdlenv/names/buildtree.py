@@ -6,7 +6,7 @@ target dir shared by two variants rebuilds its C++ on every switch. In order:
 CARGO_TARGET_DIR to `<root>/target/fdlenv-<variant>` there (the dir `fdlenv build`
 uses) unless the user chose one (`users_target_dir`: the environment, or
 `target-dir` in a cargo config file). It depends on the cwd, so it is never part of a
-memo: the slow path and `hotpath`'s replay both call it (only `os` is imported).
+memo: the slow path and `hot.replay` both call it (only `os` is imported).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """An env's lease file: where it lives and how it is taken, for the replay and the slow path alike.
 
-Why its own module: `fdlenv run`'s replay (hotpath, which imports only os and sys)
+Why its own module: `fdlenv run`'s replay (`hot.replay`, which imports only os and sys)
 and `store.leases` take the same lease, so both must find it in the same place. In
 order: the home's `locks/use-<env dir>.lock`, made when the home can be written,
 opened read-only when it exists (flock needs no write); else, for a home that

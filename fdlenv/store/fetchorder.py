@@ -4,7 +4,7 @@ A cold realise is as long as its longest download and extraction (torch: 0.9 GB
 in, 11,780 files and 1.8 GB out), so that one must start at once and the rest
 fill the slots around it; in lock order torch starts last (8.85 s late on a
 loopback index whose pages state no sizes). A file's size comes from, in order:
-1. the lock (`lockfile.SIZES_KEY`, which `fdlenv lock` and lock on demand write),
+1. the lock (`lock.file.SIZES_KEY`, which `fdlenv lock` and lock on demand write),
    so a realise from an fdlenv-written lock asks nothing more;
 2. the index (PEP 700 `size` in a JSON page) or the file itself, when local
    (`wheelfetch.where_served`, which reads the pages anyway);

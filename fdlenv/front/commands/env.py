@@ -106,7 +106,7 @@ def add_parser(sub) -> None:
 def cmd_realize(args) -> int:
     import os
 
-    from ...hot import memo as hotmemo
+    from ...hot import memo
     from ...base import progress
     from ...names import variants
     from ...store.statecodec import restored
@@ -119,7 +119,7 @@ def cmd_realize(args) -> int:
     t0 = time.monotonic()
     ask = store_ask(args)
     st = settings_for(ask)
-    plan = hotmemo.start(hot_ask("realize", args), ask.variant, st)
+    plan = memo.start(hot_ask("realize", args), ask.variant, st)
     before = active_label(st.home)
     st, act = settle(ask, say, prefer_realised=False, activate=True, fork=owns_process(args), settings=st)
     env = act.env
@@ -132,7 +132,7 @@ def cmd_realize(args) -> int:
         if (note := note_once(st.home, env, restored(os.environ))):   # once per env, before the memo
             progress.note("env realize", note)
     if st.view().holder(env.variant, st.platform) is not None:
-        hotmemo.record(plan, st.home, act)   # a re-dial from a lock: replayed next time
+        memo.record(plan, st.home, act)   # a re-dial from a lock: replayed next time
     out = dict(env.to_json(), seconds=round(time.monotonic() - t0, 4), active=after, was_active=before)
     if args.json:
         emit(out)

@@ -55,7 +55,7 @@ def cmd_run(args) -> int:
 def _run(args, argv: list[str]) -> int:
     import os
 
-    from ...hot import memo as hotmemo
+    from ...hot import memo
     from ...base import progress
     from ..options import hot_ask, owns_process, store_ask
     from ...app.libtorch import settle
@@ -70,7 +70,7 @@ def _run(args, argv: list[str]) -> int:
 
     ask = store_ask(args)
     st = settings_for(ask)
-    plan = hotmemo.start(hot_ask("run", args), ask.variant, st)
+    plan = memo.start(hot_ask("run", args), ask.variant, st)
     st, act = settle(ask, say, prefer_realised=True, fork=owns_process(args), settings=st)
     own = restored(os.environ)   # the caller's environment, a shell activation undone
     environ = build_tree(environ_for(st.home, act), own, act.variant, os.getcwd())
@@ -78,5 +78,5 @@ def _run(args, argv: list[str]) -> int:
         if (note := note_once(st.home, act.env, own)):   # before the memo: said once
             progress.note("run", note)
         leases.take(act.env.path)   # inherited through exec: env gc leaves the env while CMD runs
-    hotmemo.record(plan, st.home, act)
+    memo.record(plan, st.home, act)
     return exec_in(argv, environ)

@@ -48,7 +48,7 @@ def add_parser(sub) -> None:
 
 
 def cmd_shell_hook(args) -> int:
-    from ...hot import memo as hotmemo
+    from ...hot import memo
     from ...base.progress import say
     from ...base.shells import render
     from ...store.activation import STATE, environ_for, restored, shell_state
@@ -67,7 +67,7 @@ def cmd_shell_hook(args) -> int:
 
         ask = store_ask(args)
         st = settings_for(ask)
-        plan = hotmemo.start(hot_ask("shell-hook", args), ask.variant, st)
+        plan = memo.start(hot_ask("shell-hook", args), ask.variant, st)
         st, act = settle(ask, say, prefer_realised=True, fork=owns_process(args), settings=st)
         if act.env is not None and act.env.created:
             say(f"shell-hook: {act.variant} was not realised on this home, so it was realised now; "
@@ -80,7 +80,7 @@ def cmd_shell_hook(args) -> int:
         about = {"variant": act.variant, "label": act.label, "libtorch": str(act.dir),
                  "key": act.env.key if act.env else None,
                  "path": str(act.env.path) if act.env else None}
-        hotmemo.record(plan, st.home, act)
+        memo.record(plan, st.home, act)
     changes = {k: target.get(k) for k in sorted(set(base) | set(target)) if base.get(k) != target.get(k)}
     if args.json:
         emit({"environment_variables": {k: v for k, v in changes.items() if v is not None},

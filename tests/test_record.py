@@ -48,10 +48,20 @@ def test_a_field_without_a_default_after_one_with_a_default_is_refused():
             b: int
 
 
-def test_making_records_imports_no_typing():
+def test_making_records_imports_neither_typing_nor_collections():
     code = ("import sys; from fdlenv.base.record import Record\n"
             "class R(Record):\n    a: int\n"
-            "print('typing' in sys.modules, R(1).a)")
+            "print('typing' in sys.modules, 'collections' in sys.modules, R(1).a)")
     out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
                          env={"PYTHONPATH": ":".join(p for p in sys.path if p)}, check=True).stdout
-    assert out.split() == ["False", "1"]
+    assert out.split() == ["False", "False", "1"]
+
+
+def test_a_record_is_made_as_a_namedtuple_is():
+    p = Pointer("a", target="b")
+    assert p == Pointer("a", "b", None) and p._asdict() == {"link": "a", "target": "b", "size": None}
+    assert repr(p) == "Pointer(link='a', target='b', size=None)" and Pointer._field_defaults == {"size": None}
+    for bad in (lambda: Pointer("a"), lambda: Pointer("a", "b", 1, 2), lambda: Pointer("a", "b", link="c"),
+                lambda: p._replace(other=1)):
+        with pytest.raises(TypeError):
+            bad()

@@ -98,7 +98,10 @@ def parse_token(token: str, *, allow_auto: bool = True) -> str:
 
 
 def get(name: str) -> Variant:
-    return VARIANTS[parse_token(name, allow_auto=False)]
+    """The variant's row: a canonical name (what a manifest or a parsed token holds) is looked
+    up, anything else parsed as a user's token (one `error:` line when it names none)."""
+    row = VARIANTS.get(name)
+    return row if row is not None else VARIANTS[parse_token(name, allow_auto=False)]
 
 
 # A variant is what it says (checked at lock, `lock.closure`, and at realise, `store.wheels`):

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from fdlenv.config.grammar import local_hostname, parse_controller, parse_devices, parse_ssh_spec
-from fdlenv.app.libtorch import parse
-from fdlenv.config.model import FdlenvBlock, JoinBlock, JoinFlags, Libtorch, Project, SourceSpec, SshConfig
+from fdlenv.names.variants import parse
+from fdlenv.config.model import FdlenvBlock, JoinBlock, JoinFlags, Project, SourceSpec, SshConfig
+from fdlenv.names.variants import Libtorch
 from fdlenv.app.joinsettings import check_given_bin, resolve, resolve_prepare
 from fdlenv.base.errors import Fail
 

@@ -19,7 +19,7 @@ from fdlenv.config.model import FdlenvBlock, JoinBlock, JoinFlags, Project
 from fdlenv.base.errors import Fail
 from fdlenv.hw.model import AMD, NVIDIA, Device, Survey
 from fdlenv.app.joinsettings import resolve
-from fdlenv.config.model import Libtorch
+from fdlenv.names.variants import Libtorch
 from fdlenv.app.prepare import PrepareRequest, check_devices
 
 H100 = Device(NVIDIA, 0, "NVIDIA H100 80GB HBM3", "9.0", 81559)

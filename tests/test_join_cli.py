@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from fdlenv.config.model import Libtorch
+from fdlenv.names.variants import Libtorch
 from fdlenv.front import cli
 from fdlenv.front.commands import join as J
 from fdlenv.front.commands import recipe as R

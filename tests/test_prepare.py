@@ -13,8 +13,9 @@ import pytest
 from helpers_source import write_tree
 from helpers_store import make_world
 
-from fdlenv.app.libtorch import parse
-from fdlenv.config.model import JoinSettings, Libtorch, SourceSpec, SshConfig
+from fdlenv.names.variants import parse
+from fdlenv.config.model import JoinSettings, SourceSpec, SshConfig
+from fdlenv.names.variants import Libtorch
 from fdlenv.base.errors import Fail
 from fdlenv.names.home import Home
 from fdlenv.hw.model import AMD, NVIDIA, Device, Finding, Survey

@@ -34,7 +34,9 @@ from collections.abc import Callable, Mapping
 
 from ..base.errors import Fail
 from ..config.grammar import check_distinct, check_share, has_strict_host_key_option, local_hostname, parse_controller, parse_devices, parse_ssh_spec
-from ..config.model import DEFAULT_CONTROLLER_HOST, DEFAULT_CONTROLLER_PORT, JoinBlock, JoinFlags, JoinSettings, Libtorch, Project, SourceSpec, SshConfig
+from ..config.model import DEFAULT_CONTROLLER_HOST, DEFAULT_CONTROLLER_PORT, JoinBlock, JoinFlags, JoinSettings, Project, SourceSpec, SshConfig
+from ..names import variants
+from ..names.variants import Libtorch
 
 ACCEPT_NEW = "StrictHostKeyChecking=accept-new"
 
@@ -215,8 +217,7 @@ def _libtorch(flags: JoinFlags, block: JoinBlock) -> Libtorch | None:
     the field."""
     if flags.libtorch is not None or block.libtorch is None:
         return flags.libtorch
-    from .libtorch import parse
-    return parse(block.libtorch, where="join.libtorch")
+    return variants.parse(block.libtorch, where="join.libtorch")
 
 
 def _gpu_ram_share(flags: JoinFlags, block: JoinBlock) -> float | None:

@@ -6,7 +6,7 @@ all three (each imported only when the answer needs it). Given the variant
 token (or none), the lock view (`lockview.LockView`) and the settings, the
 answer is an `store.active.Active` (an fdlenv env, or flodl's own libtorch),
 or None when nothing is settled. The token arrives parsed (`parse`, called once by the
-front or, for fdl.yml's `join.libtorch`, by `joinsettings`): a `config.model.Libtorch`.
+front or, for fdl.yml's `join.libtorch`, by `joinsettings`): a `names.variants.Libtorch`.
 In order:
 1. No token: the box's active libtorch as flodl reads it (`store.active`),
    carried as it is, unless a near lock (given, beside fdl.yml, in the source
@@ -40,23 +40,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ..config.model import Libtorch
+    from ..names.variants import Libtorch
 
     from ..store.active import Active
     from .settings import Settings, StoreAsk
-
-
-def parse(token: str, *, where: str = "--libtorch", allow_auto: bool = True) -> Libtorch:
-    """The one parse of a `--libtorch` token (`variants.parse_token`); `where` names the field
-    a bad token is blamed on (`join.libtorch` for fdl.yml's)."""
-    from ..config.model import Libtorch   # not at import: `detect` reads no token
-
-    try:
-        return Libtorch(variants.parse_token(token, allow_auto=allow_auto))
-    except Fail as e:
-        if where == "--libtorch":
-            raise
-        raise Fail.permanent(e.message.replace("--libtorch", where, 1)) from None
 
 
 def realised_variants(home, names) -> frozenset[str]:

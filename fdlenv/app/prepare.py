@@ -49,7 +49,8 @@ from ..names.home import Home
 from ..store.env import Env
 
 if TYPE_CHECKING:
-    from ..config.model import JoinSettings, Libtorch, SourceSpec, SshConfig
+    from ..config.model import JoinSettings, SourceSpec, SshConfig
+    from ..names.variants import Libtorch
     from ..store.active import OwnLibtorch
     from ..hw.model import Survey
     from ..source.build import Built, Recipe

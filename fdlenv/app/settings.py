@@ -34,7 +34,8 @@ from .lockview import LockView
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from ..config.model import Libtorch, Project
+    from ..config.model import Project
+    from ..names.variants import Libtorch
 
 _LOAD = object()   # `project` not given: discover and load fdl.yml from the cwd
 

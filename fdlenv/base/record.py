@@ -47,16 +47,16 @@ else:
             return tuple.__new__(cls, values)
 
         def _replace(self, **kw):
-            out = type(self)(*(kw.pop(f, v) for f, v in zip(fields, self)))
+            out = type(self)(*(kw.pop(f, v) for f, v in zip(fields, self, strict=True)))
             if kw:
                 raise TypeError(f"{name}._replace() got unexpected arguments {sorted(kw)}")
             return out
 
         def _asdict(self):
-            return dict(zip(fields, self))
+            return dict(zip(fields, self, strict=True))
 
         def __repr__(self):
-            return f"{name}(" + ", ".join(f"{f}={v!r}" for f, v in zip(fields, self)) + ")"
+            return f"{name}(" + ", ".join(f"{f}={v!r}" for f, v in zip(fields, self, strict=True)) + ")"
 
         def __getnewargs__(self):
             return tuple(self)

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from pathlib import Path
 
+    from ..names.variants import Libtorch
+
 DEFAULT_CONTROLLER_HOST = "127.0.0.1"
 DEFAULT_CONTROLLER_PORT = 1337
 
@@ -36,17 +38,6 @@ FDLENV_KEYS = ("lock", "mirrors", "home", "token_file", "frozen")
 CLUSTER_JOIN_KEYS = ("min_rank_start", "join_timeout", "target_ranks", "max_join_timeout",
                      "open_admission", "discovery", "token", "tunnel_only", "start")
 CLUSTER_JOIN_START = ("auto", "manual", "hybrid")
-
-
-class Libtorch(Record):
-    """A `--libtorch` (or `join.libtorch`) token, parsed once (`app.libtorch.parse`): the
-    canonical variant name (cpu, cu126, cu128, rocm7.0, rocm7.1), or `auto` (route on this box's
-    GPUs). Everything past the front takes this, never the token as written."""
-    name: str
-
-    @property
-    def auto(self) -> bool:
-        return self.name == "auto"
 
 
 class SshConfig(Record):

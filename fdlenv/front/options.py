@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     import argparse
 
     from ..app.settings import StoreAsk
-    from ..config.model import JoinFlags, Libtorch
+    from ..config.model import JoinFlags
+    from ..names.variants import Libtorch
     from ..hot.replay import Ask
 
 _VARIANTS = "cpu, cu126, cu128, rocm7.0, rocm7.1"
@@ -99,11 +100,11 @@ def owns_process(args: argparse.Namespace) -> bool:
 
 
 def libtorch_given(args: argparse.Namespace, *, allow_auto: bool = True) -> Libtorch | None:
-    """`--libtorch` parsed, once (`app.libtorch.parse`); None when not given."""
+    """`--libtorch` parsed, once (`names.variants.parse`); None when not given."""
     token = getattr(args, "libtorch", None)
     if token is None:
         return None
-    from ..app.libtorch import parse
+    from ..names.variants import parse
     return parse(token, allow_auto=allow_auto)
 
 

@@ -26,8 +26,8 @@ class Variant(Record):
     cuda       declared CUDA version (the __cuda virtual package), None off NVIDIA
     rocm       ROCm major.minor, None off AMD
 
-    A `Record` (a `collections.namedtuple` at run time), like every record on the re-dial
-    path: neither `dataclasses` nor `typing` is imported there (see docs/ARCHITECTURE.md)."""
+    A `Record` (a tuple at run time), like every record on the re-dial path: neither
+    `dataclasses` nor `typing` is imported there (see docs/ARCHITECTURE.md)."""
 
     name: str
     flodl_dir: str
@@ -95,6 +95,28 @@ def parse_token(token: str, *, allow_auto: bool = True) -> str:
         return t
     accepted = ACCEPTED if allow_auto else ACCEPTED.replace("auto, ", "")
     raise Fail.permanent(f"--libtorch: unknown variant {token!r}; accepted: {accepted}")
+
+
+class Libtorch(Record):
+    """A `--libtorch` (or `join.libtorch`) token, parsed once (`parse`): the
+    canonical variant name (cpu, cu126, cu128, rocm7.0, rocm7.1), or `auto` (route on this box's
+    GPUs). Everything past the front takes this, never the token as written."""
+    name: str
+
+    @property
+    def auto(self) -> bool:
+        return self.name == "auto"
+
+
+def parse(token: str, *, where: str = "--libtorch", allow_auto: bool = True) -> Libtorch:
+    """The one parse of a `--libtorch` token (`parse_token`): what everything past the front
+    takes. `where` names the field a bad token is blamed on (`join.libtorch` for fdl.yml's)."""
+    try:
+        return Libtorch(parse_token(token, allow_auto=allow_auto))
+    except Fail as e:
+        if where == "--libtorch":
+            raise
+        raise Fail.permanent(e.message.replace("--libtorch", where, 1)) from None
 
 
 def get(name: str) -> Variant:

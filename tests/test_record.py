@@ -1,4 +1,4 @@
-"""`base.record.Record`: a typed record that is a namedtuple at run time, without typing."""
+"""`base.record.Record`: a typed record that is a tuple at run time, as a namedtuple is, without typing."""
 
 from __future__ import annotations
 

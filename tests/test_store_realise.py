@@ -46,7 +46,7 @@ def test_realise_installs_links_rewrites_and_publishes(tmp_path):
 
 # The re-dial path when no memo answers it (the first call after a change writes the memo
 # that `hot.replay` answers the next ones from): what `fdlenv env realize` of a realised env
-# imports (docs/ARCHITECTURE.md lists it). Records there are `base.record.Record`s, namedtuples at
+# imports (docs/ARCHITECTURE.md lists it). Records there are `base.record.Record`s, tuples at
 # run time: neither typing nor dataclasses is imported, nor hashlib (CPython's own sha256 module serves the lock's
 # digest) nor shutil (cli's parser computes the help width itself).
 REDIAL_MODULES = {
@@ -57,7 +57,7 @@ REDIAL_MODULES = {
     "fdlenv.store.envkey", "fdlenv.store.pointers", "fdlenv.store.leases", "fdlenv.base.flocks", "fdlenv.base.output",
     "fdlenv.names.platforms", "fdlenv.hot.replay", "fdlenv.base.confine", "fdlenv.names.leasefile", "fdlenv.names.buildtree", "fdlenv.hot.memo", "fdlenv.base.shells",
     "fdlenv.base.memory", "fdlenv.names.roots", "fdlenv.store.statecodec",
-    "fdlenv.base.record",   # typed records (the option table's, ChannelMap, Libtorch): namedtuples, no typing
+    "fdlenv.base.record",   # typed records (the option table's, ChannelMap, Libtorch): tuples, no typing or collections
     "fdlenv.front.table", "fdlenv.config.model",   # the option table; Libtorch, the token parsed once
     # the packages those live in (each an __init__ of a docstring)
     "fdlenv.app", "fdlenv.base", "fdlenv.config", "fdlenv.front", "fdlenv.hot", "fdlenv.index", "fdlenv.lock",

@@ -25,11 +25,11 @@ Writing is best effort: a read-only home simply has no memo.
 from __future__ import annotations
 
 import os
-from collections import namedtuple
 from pathlib import Path
 
 from .. import PACKAGE_DIR
 from ..base import atomic
+from ..base.record import Record
 from ..lock.paths import home_lock, shipped_candidates, split_path
 from ..names.roots import absolute, home_root
 from ..store import pointers, statecodec
@@ -52,8 +52,13 @@ if TYPE_CHECKING:
 _OTHER_FS_MARGIN_NS = 2_000_000_000
 
 
-# What `start` found: the memo's kind, key and path, and the dependencies it signed (path -> sig).
-Plan = namedtuple("Plan", "kind key path deps")
+class Plan(Record):
+    """What `start` found: the memo's kind, key and path, and the dependencies it signed."""
+
+    kind: str
+    key: str
+    path: str
+    deps: dict[str, str]     # path -> its signature (`replay.sig`)
 
 
 def start(ask: replay.Ask | None, variant: str | None, st: Settled) -> Plan | None:

@@ -46,7 +46,7 @@ _VERSION = re.compile(r"\d+\.\d+(?:\.\d+)?")
 
 
 class AmdProbe(Record):
-    """What the probe found. A `Record` (a namedtuple at run time), as is `Identity`:
+    """What the probe found. A `Record` (a tuple at run time), as is `Identity`:
     dataclasses would cost detect more to import than its whole probe."""
 
     devices: tuple[Device, ...] = ()

@@ -1,6 +1,6 @@
 """The survey's data: devices, typed findings, and the whole Survey.
 
-Immutable typed records (`base.record.Record`: a `collections.namedtuple` at run time, since
+Immutable typed records (`base.record.Record`: a tuple at run time, since
 dataclasses and typing cost more to import than `detect`'s budget on a GPU-less box) so routing
 can be table-tested without hardware and the `--json` shape is produced in one place
 (`as_json`). A device's `index` is its per-vendor ordinal as the vendor runtime numbers it (NVML
@@ -32,7 +32,7 @@ class Device(Record):
     select the device (None when unknown)."""
 
     vendor: str
-    index: int   # type: ignore[assignment]  # the field shadows tuple.index, as the namedtuple always did
+    index: int   # type: ignore[assignment]  # the field shadows tuple.index, as it always did
     name: str
     arch: str
     vram_mb: int

@@ -24,7 +24,7 @@ MIB = 1024 * 1024
 
 
 class NvidiaProbe(Record):
-    """driver: e.g. "570.124.06"; driver_cuda: e.g. "12.8". A `Record` (a namedtuple at run
+    """driver: e.g. "570.124.06"; driver_cuda: e.g. "12.8". A `Record` (a tuple at run
     time): dataclasses would cost detect more to import than NVML's probe."""
 
     devices: tuple[Device, ...] = ()

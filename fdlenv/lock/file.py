@@ -43,7 +43,7 @@ class Record(TypedRecord):
     verify need. The one model of a locked package: the reader makes it from a lock
     (`read_variant`), the solvers from a solve (`lock.solve`, `lock.closure`), the writer
     writes it (`lock.write`), the store installs it and keeps it in each env's manifest
-    (`to_json`). A typed namedtuple (`base.record`): immutable, hashable, equal field by field;
+    (`to_json`). A typed record (`base.record`, a tuple at run time): immutable, hashable, equal field by field;
     dataclasses would cost the install path 10 ms of imports (inspect)."""
 
     manager: str            # conda | pip

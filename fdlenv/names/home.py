@@ -14,7 +14,7 @@ from ..base.record import Record
 
 
 class Home(Record):
-    """The home root (a Path) and its parts; a `Record` (a namedtuple at run time): it is on the
+    """The home root (a Path) and its parts; a `Record` (a tuple at run time): it is on the
     re-dial path. `Home(path)` takes the root as given; `settings.resolve` makes it absolute."""
 
     root: Path

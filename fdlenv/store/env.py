@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
 class Env(Record):
     """A realised env: its variant's canonical name, key, directory and libtorch root;
-    `created`: this call made it. A Record (a namedtuple at run time): it is on the re-dial path."""
+    `created`: this call made it. A Record (a tuple at run time): it is on the re-dial path."""
 
     variant: str
     key: str

@@ -42,15 +42,20 @@ class _LoadError(Exception):
 
 
 def _deep_merge(base: Any, over: Any) -> Any:
+    """`over` merged over `base` (documents: mappings merge key by key, anything else replaces)."""
     if isinstance(base, dict) and isinstance(over, dict):
-        out = dict(base)
-        for k, v in over.items():
-            out[k] = _deep_merge(base[k], v) if k in base else v
-        return out
+        return _merge(base, over)
     return over
 
 
-def _load_chain(path: Path, seen: set[Path]) -> dict:
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _deep_merge(base[k], v) if k in base else v
+    return out
+
+
+def _load_chain(path: Path, seen: set[Path]) -> dict[str, Any]:
     """One file with its `inherit-from:` parents merged under it (de-duplicated by path)."""
     real = path.resolve()
     if real in seen:
@@ -75,13 +80,13 @@ def _load_chain(path: Path, seen: set[Path]) -> dict:
         parents = [parents]
     if not isinstance(parents, list) or not all(isinstance(p, str) for p in parents):
         raise _LoadError(path, f"{INHERIT_KEY}: expected a path or a list of paths")
-    merged: dict = {}
+    merged: dict[str, Any] = {}
     for parent in parents:
         pp = (path.parent / Path(parent).expanduser())
         if not pp.is_file():
             raise _LoadError(path, f"{INHERIT_KEY}: {parent} does not exist")
-        merged = _deep_merge(merged, _load_chain(pp, seen))
-    return _deep_merge(merged, data)
+        merged = _merge(merged, _load_chain(pp, seen))
+    return _merge(merged, data)
 
 
 def load_project(start: Path | str | None = None,
@@ -110,7 +115,7 @@ def load_project(start: Path | str | None = None,
                                        f"@{name}) names an overlay fdl.{name}."
                                        f"{{{','.join(OVERLAY_EXTS)}}} that does not exist "
                                        f"in {path.parent}; name an existing one or unset it")
-            data = _deep_merge(data, _load_chain(overlay, seen))
+            data = _merge(data, _load_chain(overlay, seen))
         root = path.parent.absolute()
         try:
             join, fdl = validate(data, root)

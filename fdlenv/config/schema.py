@@ -17,14 +17,16 @@ Relative `fdlenv:` paths are anchored at the project root here, once.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ..base.errors import Fail
 from .grammar import check_share, type_name
 from .model import CLUSTER_JOIN_KEYS, CLUSTER_JOIN_START, FDLENV_KEYS, JOIN_KEYS, SOURCE_KEYS, SSH_KEYS, FdlenvBlock, JoinBlock, SourceSpec, SshConfig
 
+_T = TypeVar("_T")
 
-def _strict_keys(d: Any, where: str, allowed: tuple[str, ...]) -> dict:
+
+def _strict_keys(d: Any, where: str, allowed: tuple[str, ...]) -> dict[str, Any]:
     if not isinstance(d, dict):
         raise Fail.permanent(f"{where}: expected a mapping, got {type_name(d)}")
     for k in d:
@@ -33,7 +35,7 @@ def _strict_keys(d: Any, where: str, allowed: tuple[str, ...]) -> dict:
     return d
 
 
-def _optional(d: dict, key: str, where: str, kind: type, expected: str):
+def _optional(d: dict[str, Any], key: str, where: str, kind: type[_T], expected: str) -> _T | None:
     """`d[key]` when absent (None) or of `kind`; else a Fail naming `where.key`."""
     v = d.get(key)
     if v is None or isinstance(v, kind):
@@ -42,11 +44,11 @@ def _optional(d: dict, key: str, where: str, kind: type, expected: str):
     raise Fail.permanent(f"{where}.{key}: expected {expected}, got {shown}")
 
 
-def _opt_str(d: dict, key: str, where: str) -> str | None:
+def _opt_str(d: dict[str, Any], key: str, where: str) -> str | None:
     return _optional(d, key, where, str, "a string")
 
 
-def _opt_bool(d: dict, key: str, where: str) -> bool | None:
+def _opt_bool(d: dict[str, Any], key: str, where: str) -> bool | None:
     return _optional(d, key, where, bool, "true or false")
 
 
@@ -197,7 +199,7 @@ def _validate_cluster(c: Any) -> None:
                              "computed from the probed device counts at launch); remove the key")
 
 
-def validate(data: dict, root: Path) -> tuple[JoinBlock | None, FdlenvBlock]:
+def validate(data: dict[str, Any], root: Path) -> tuple[JoinBlock | None, FdlenvBlock]:
     """The merged top-level mapping -> its `join:` and `fdlenv:` blocks, in that order,
     then the `cluster:` checks. Other top-level keys are flodl's and pass through."""
     join = parse_join_block(data.get("join"))

@@ -31,6 +31,10 @@ import os
 from ..base.errors import Fail
 from .model import JoinSettings
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
 CREDENTIAL = "fdlenv-token"            # the credential's name, `LoadCredential=fdlenv-token:PATH`
 CREDENTIAL_FIELD = "$CREDENTIALS_DIRECTORY/" + CREDENTIAL
 MAX_BYTES = 4096                       # a token is one short line; never slurp /dev/zero
@@ -75,7 +79,7 @@ def read_token_file(path: str, field: str, *, may_arrive: bool = False) -> str:
     return text
 
 
-def credential_path(environ) -> str | None:
+def credential_path(environ: Mapping[str, str]) -> str | None:
     """`$CREDENTIALS_DIRECTORY/fdlenv-token` when the service manager set the directory."""
     d = (environ.get("CREDENTIALS_DIRECTORY") or "").strip()
     return os.path.join(d, CREDENTIAL) if d else None

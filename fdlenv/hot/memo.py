@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from typing import Protocol
 
     from ..names.home import Home
+    from ..store.active import Active
 
     class Settled(Protocol):
         """What `start` reads of the command's settings (`app.settings.Settings`, above hot)."""
@@ -86,7 +87,7 @@ def start(ask: replay.Ask | None, variant: str | None, st: Settled) -> Plan | No
     return Plan(ask.kind, key, replay.memo_path(root, ask.kind, key), {p: replay.sig(p) for p in paths})
 
 
-def record(plan: Plan | None, home, act) -> None:
+def record(plan: Plan | None, home: Home, act: Active) -> None:
     """Write the memo of `act` (a `store.active.Active` of an fdlenv env) under `plan`."""
     if plan is None or act.env is None:
         return
@@ -96,8 +97,10 @@ def record(plan: Plan | None, home, act) -> None:
         pass   # a read-only or full home: no memo, the slow path answers
 
 
-def _record(plan: Plan, home, act) -> None:
+def _record(plan: Plan, home: Home, act: Active) -> None:
     env = act.env
+    if env is None:
+        return                          # not reached: `record` returns first (flodl's own libtorch)
     deps = {p: replay.sig(p) for p in plan.deps}
     if deps != plan.deps:
         return                          # the resolver's inputs moved while it ran

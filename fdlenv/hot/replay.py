@@ -46,6 +46,14 @@ from ..names.leasefile import take_lease
 from ..names.roots import CONFIG_NAMES, home_root
 from ..store.statecodec import ROCM_VARS, STATE, apply, restored, shell_state
 
+TYPE_CHECKING = False   # `typing` stays off the replay's path
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    # A memo's answer (its fields by name: variant, key, path, libtorch_root, label, active),
+    # the variables its activation unsets, and those it sets (`read_memo`).
+    Memo = tuple[dict[str, str], list[str], list[tuple[str, str]]]
+
 FORMAT = "fdlenv-hot-1"
 END = "end"   # a memo's last field: a torn write is no memo
 NOT_FOUND, NOT_EXECUTABLE = 127, 126
@@ -67,7 +75,7 @@ class Ask(Record):
     argv: tuple[str, ...] = ()      # run's CMD, `--` and its tail included
 
 
-def exec_in(argv: list[str], environ) -> int:
+def exec_in(argv: list[str], environ: Mapping[str, str]) -> int:
     """Exec CMD with `environ`; what a shell says when it cannot: 127 not found, 126 not
     executable (returned; on success this never returns)."""
     from ..base.output import fail
@@ -99,7 +107,7 @@ def sig(path: str) -> str:
     return "/".join(out)
 
 
-def key_of(ask: Ask, environ, base) -> str:
+def key_of(ask: Ask, environ: Mapping[str, str], base: Mapping[str, str]) -> str:
     """Everything a memo's answer depends on that is not a file (see the module docstring)."""
     from .. import __version__
 
@@ -145,28 +153,28 @@ def memo_text(key: str, deps: dict[str, str], answer: dict[str, str], unset: lis
     return "\0".join([*fields, END])
 
 
-def trusted(st) -> bool:
+def trusted(st: os.stat_result) -> bool:
     """A memo is read as ssh reads its config: owned by this user, and neither group- nor
     world-writable (anyone else who could write it could choose what a replay runs)."""
     return st.st_uid == os.geteuid() and not st.st_mode & 0o022
 
 
-def _fields(parts: list[str]) -> tuple[list[str], dict, list[str]]:
+def _fields(parts: list[str]) -> tuple[list[str], dict[str, str], list[str]]:
     """A memo's fields after its key: (dependencies as path, signature, ...; the answer; the
     recipe). ValueError or IndexError when they are not a whole memo."""
     n = int(parts[1])
     deps, rest = parts[2:2 + 2 * n], parts[2 + 2 * n:]
     m = int(rest[0])
-    answer: dict = dict(zip(rest[1:1 + 2 * m:2], rest[2:2 + 2 * m:2], strict=True))
+    answer = dict(zip(rest[1:1 + 2 * m:2], rest[2:2 + 2 * m:2], strict=True))
     recipe = rest[1 + 2 * m:-1]
     if rest[-1] != END or len(recipe) % 3:
         raise ValueError("torn")
     return deps, answer, recipe
 
 
-def read_memo(path: str, key: str) -> dict | None:
-    """The memo's answer when it is `trusted`, its key is `key`, every dependency's signature
-    still holds and the env it names signs it (its manifest is among them)."""
+def read_memo(path: str, key: str) -> Memo | None:
+    """The memo (its answer and recipe) when it is `trusted`, its key is `key`, every
+    dependency's signature still holds and the env it names signs it (its manifest is among them)."""
     try:
         with open(path, encoding="utf-8", errors="surrogateescape") as f:
             if not trusted(os.fstat(f.fileno())):
@@ -178,10 +186,10 @@ def read_memo(path: str, key: str) -> dict | None:
         for i in range(0, len(deps), 2):
             if sig(deps[i]) != deps[i + 1]:
                 return None
-        answer["unset"] = [recipe[i + 1] for i in range(0, len(recipe) - 1, 3) if recipe[i] == "u"]
-        answer["set"] = [(recipe[i + 1], recipe[i + 2]) for i in range(0, len(recipe) - 2, 3) if recipe[i] == "s"]
+        unset = [recipe[i + 1] for i in range(0, len(recipe) - 1, 3) if recipe[i] == "u"]
+        sets = [(recipe[i + 1], recipe[i + 2]) for i in range(0, len(recipe) - 2, 3) if recipe[i] == "s"]
         manifest = os.path.join(answer["path"], ".fdlenv", "manifest.json")
-        return answer if manifest in deps[::2] else None
+        return (answer, unset, sets) if manifest in deps[::2] else None
     except (OSError, ValueError, IndexError, KeyError):
         return None
 
@@ -195,7 +203,7 @@ def memo_env(path: str) -> str | None:
         return None
 
 
-def _locked_shared(path: str):
+def _locked_shared(path: str) -> int | None:
     """The store lock held shared, or None when that would wait (gc holds it: the slow path
     says whom it waits for). Read-only: a home baked read-only into an image still replays."""
     import fcntl
@@ -242,12 +250,13 @@ def _replay(ask: Ask) -> int | None:
     if fd is None:
         return None
     try:
-        memo = read_memo(memo_path(root, ask.kind, key), key)
-        if memo is None or not within(memo["path"], os.path.join(root, "envs")):
+        read = read_memo(memo_path(root, ask.kind, key), key)
+        if read is None or not within(read[0]["path"], os.path.join(root, "envs")):
             return None     # no memo, or one naming an env outside this home's envs/ (planted)
+        memo, unset, sets = read
         if ask.kind == "realize":
             return _print_realized(ask, memo)
-        target = build_tree(apply(memo["unset"], memo["set"], base), base, memo["variant"], os.getcwd())
+        target = build_tree(apply(unset, sets, base), base, memo["variant"], os.getcwd())
         if ask.kind == "shell-hook":
             return _print_changes(ask, dict(environ), base, target, memo)
         if not ask.argv or _lease(root, memo["path"]) is None:
@@ -262,7 +271,7 @@ def _lease(root: str, env_path: str) -> int | None:
     return take_lease(root, os.path.basename(env_path))
 
 
-def _print_realized(ask: Ask, memo: dict) -> int:
+def _print_realized(ask: Ask, memo: dict[str, str]) -> int:
     import time
 
     t0 = time.monotonic()
@@ -278,11 +287,12 @@ def _print_realized(ask: Ask, memo: dict) -> int:
     return 0
 
 
-def _print_changes(ask: Ask, base: dict, original, target: dict, memo: dict) -> int:
+def _print_changes(ask: Ask, base: dict[str, str], original: Mapping[str, str] | None,
+                   target: dict[str, str], memo: dict[str, str]) -> int:
     """shell-hook's output: what turns the shell's environment `base` into `target` (from
     `original`, `base` with an earlier activation undone, when a memo answered)."""
-    about = {}
-    if memo:
+    about: dict[str, str] = {}
+    if memo and original is not None:   # (a memo's call hands `original` in; deactivate's neither)
         target[STATE] = shell_state(original, target)
         about = {"variant": memo["variant"], "label": memo["label"], "libtorch": memo["libtorch_root"],
                  "key": memo["key"], "path": memo["path"]}

@@ -25,6 +25,14 @@ from pathlib import Path
 
 from ..base import hashing
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Iterator
+    from typing import IO
+
+    # A tar member: its header and, for a regular file, where its bytes are read from.
+    Member = tuple[tarfile.TarInfo, IO[bytes] | None]
+
 FIXED_MTIME = 0            # tar mtime of every member
 ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 ZSTD_LEVEL = 3             # fast; libtorch is mostly already-dense machine code
@@ -70,7 +78,7 @@ def _tarinfo(name: str, size: int = 0, mode: int = 0o644) -> tarfile.TarInfo:
     return ti
 
 
-def _write_tar_zst(out, members) -> None:
+def _write_tar_zst(out: IO[bytes], members: Iterable[Member]) -> None:
     """members: iterable of (TarInfo, fileobj|None), already in final order."""
     import zstandard
 
@@ -81,7 +89,7 @@ def _write_tar_zst(out, members) -> None:
                 tar.addfile(ti, fobj)
 
 
-def _payload_members(files: list[PkgFile]):
+def _payload_members(files: list[PkgFile]) -> Iterator[Member]:
     for f in files:
         if f.symlink is not None:
             ti = _tarinfo(f.path)
@@ -99,7 +107,7 @@ def _payload_members(files: list[PkgFile]):
             yield _tarinfo(f.path, len(f.data or b""), mode), io.BytesIO(f.data or b"")
 
 
-def _paths_entry(f: PkgFile) -> dict:
+def _paths_entry(f: PkgFile) -> dict[str, str | int]:
     if f.symlink is not None:
         return {"_path": f.path, "path_type": "softlink", "size_in_bytes": 0}
     if f.source is not None:
@@ -108,7 +116,7 @@ def _paths_entry(f: PkgFile) -> dict:
     else:
         data = f.data or b""
         digest, size = hashing.of_bytes(data), len(data)
-    entry = {"_path": f.path, "path_type": "hardlink", "sha256": digest, "size_in_bytes": size}
+    entry: dict[str, str | int] = {"_path": f.path, "path_type": "hardlink", "sha256": digest, "size_in_bytes": size}
     if f.prefix_placeholder:
         entry["file_mode"] = "text"
         entry["prefix_placeholder"] = f.prefix_placeholder
@@ -165,7 +173,7 @@ def write_conda(out_dir: Path, meta: PkgMeta, files: list[PkgFile]) -> Path:
         _write_tar_zst(info_buf, ((_tarinfo(n, len(b)), io.BytesIO(b)) for n, b in sorted(info.items())))
         partial = Path(tmp) / "out.conda"
         with zipfile.ZipFile(partial, "w", compression=zipfile.ZIP_STORED) as z:
-            def add(name: str, writer) -> None:
+            def add(name: str, writer: Callable[[IO[bytes]], object]) -> None:
                 zi = zipfile.ZipInfo(name, date_time=ZIP_DATE)
                 zi.external_attr = 0o644 << 16
                 with z.open(zi, "w", force_zip64=True) as dst:
@@ -177,7 +185,7 @@ def write_conda(out_dir: Path, meta: PkgMeta, files: list[PkgFile]) -> Path:
     return target
 
 
-def _copy(src: Path, dst) -> None:
+def _copy(src: Path, dst: IO[bytes]) -> None:
     with open(src, "rb") as f:
         while chunk := f.read(1 << 20):
             dst.write(chunk)

@@ -202,7 +202,7 @@ def _extract(zf: zipfile.ZipFile, kind: str, tree: Path) -> None:
         _write_members(zf, wanted, tree, meter)
 
 
-def _write_members(zf: zipfile.ZipFile, wanted, tree: Path, meter) -> None:
+def _write_members(zf: zipfile.ZipFile, wanted: list[tuple[zipfile.ZipInfo, str]], tree: Path, meter: Meter) -> None:
     tree.mkdir(parents=True, exist_ok=True)
     real_tree = os.path.realpath(tree)
     links = []

@@ -32,23 +32,30 @@ import os
 
 from .systemd import GPU_GROUPS, check_name, check_path, systemd_unit
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import yaml
+
+    from ..config.model import JoinBlock, Project
+    from .plan import JoinFacts
+
 UNIT_PATH = "/etc/systemd/system/fdlenv-join.service"
 DEFAULT_TOKEN_FILE = "/etc/fdlenv/token"
 VENV = ".local/share/fdlenv"
 
 
-def _dump(doc: dict) -> str:
+def _dump(doc: dict[str, object]) -> str:
     """YAML with multi-line strings as literal blocks, keys in the order written."""
     import yaml
 
     class Dumper(yaml.SafeDumper):
         pass
 
-    def text(dumper, data):
+    def text(dumper: Dumper, data: str) -> yaml.ScalarNode:
         style = "|" if "\n" in data else None
         return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
 
-    def command(dumper, data):
+    def command(dumper: Dumper, data: _Command) -> yaml.SequenceNode:
         return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=True)
 
     Dumper.add_representer(str, text)
@@ -57,7 +64,7 @@ def _dump(doc: dict) -> str:
                      allow_unicode=True)
 
 
-class _Command(list):
+class _Command(list[str]):
     """A runcmd entry, written on one line: [systemctl, daemon-reload]."""
 
 
@@ -65,7 +72,7 @@ RUSTUP = ('command -v cargo >/dev/null || [ -x "$HOME/.cargo/bin/cargo" ] || '
           "curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal")
 
 
-def _packages(join, tail_source: str | None, sshfs: bool, cargo: bool = False) -> list[str]:
+def _packages(join: JoinBlock | None, tail_source: str | None, sshfs: bool, cargo: bool = False) -> list[str]:
     pkgs = ["python3-venv"]
     if cargo:
         pkgs += ["build-essential", "pkg-config", "curl"]
@@ -79,7 +86,7 @@ def _packages(join, tail_source: str | None, sshfs: bool, cargo: bool = False) -
     return pkgs
 
 
-def cloud_config(*, user: str, install: str, fdl_yml: str | None, project, facts,
+def cloud_config(*, user: str, install: str, fdl_yml: str | None, project: Project | None, facts: JoinFacts,
                  join_args: list[str], workdir: str | None = None, home: str | None = None,
                  token_file: str | None = None, embedded_token: str | None = None,
                  tail_source: str | None = None, cargo: bool = False,
@@ -120,7 +127,7 @@ def cloud_config(*, user: str, install: str, fdl_yml: str | None, project, facts
         ["systemctl", "daemon-reload"],
         ["systemctl", "enable", "--now", os.path.basename(UNIT_PATH)],
     ]
-    doc: dict = {}
+    doc: dict[str, object] = {}
     if user not in ("root", "ubuntu"):
         doc["users"] = ["default", {"name": user, "lock_passwd": True, "shell": "/bin/bash"}]
     doc["packages"] = _packages(project.join if project is not None else None, tail_source,

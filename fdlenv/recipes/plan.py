@@ -17,6 +17,10 @@ from typing import NamedTuple
 from ..base.errors import Fail
 from .systemd import GPU_GROUPS, check_name, check_path, present_groups
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ..config.model import Project
+
 DEFAULT_MOUNT = "/flodl/data"      # flodl's mountpoint for a data_source without data_path
 
 
@@ -39,7 +43,7 @@ def tail_value(tail: list[str], flag: str) -> str | None:
     return found
 
 
-def facts(tail: list[str], project, base: str) -> JoinFacts:
+def facts(tail: list[str], project: Project | None, base: str) -> JoinFacts:
     """`project`: a loaded config.model.Project or None; `base`: where a relative tail path
     is read from (join's working directory)."""
     join = project.join if project is not None else None
@@ -115,7 +119,7 @@ def install_spec() -> str:
                          "a version on your index")
 
 
-def needs_cargo(project, tail: list[str]) -> bool:
+def needs_cargo(project: Project | None, tail: list[str]) -> bool:
     """Whether the join builds its binary with cargo (a source given, its recipe cargo's or the
     default `cargo build --release`)."""
     join = project.join if project is not None else None
@@ -146,7 +150,7 @@ def shipped_lock(fdl_yml: str, text: str) -> tuple[str, str] | None:
                              "on demand)") from None
 
 
-def project_at(workdir: str):
+def project_at(workdir: str) -> Project | None:
     """fdl.yml as join will find it from `workdir`, when that directory is on this box."""
     if not os.path.isdir(workdir):
         return None
@@ -154,9 +158,9 @@ def project_at(workdir: str):
     return load_project(workdir)
 
 
-def project_file(path: str, root: str):
-    """The fdl.yml a cloud-config ships to `root` on the box: read and validated as join will
-    (exit 2 if bad); its relative `fdlenv:` paths anchor at `root`."""
+def project_file(path: str, root: str) -> tuple[str, Project]:
+    """The fdl.yml a cloud-config ships to `root` on the box, as (its text, the project): read and
+    validated as join will (exit 2 if bad); its relative `fdlenv:` paths anchor at `root`."""
     from pathlib import Path
 
     from ..config.model import Project

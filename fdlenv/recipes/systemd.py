@@ -43,6 +43,10 @@ import sys
 from ..config.token import CREDENTIAL
 from ..base.errors import Fail
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 ENV_COMMAND = ("/usr/bin/env", "fdlenv")
 GPU_GROUPS = ("render", "video")        # AMD: /dev/kfd and /dev/dri/renderD* (older: video)
@@ -141,7 +145,7 @@ def user_home(user: str | None) -> str:
         return f"/home/{user}"
 
 
-def present_groups(names=GPU_GROUPS) -> tuple[str, ...]:
+def present_groups(names: Iterable[str] = GPU_GROUPS) -> tuple[str, ...]:
     """The GPU groups this box has: systemd refuses to start a unit naming a missing group."""
     import grp
     out = []

@@ -1,11 +1,13 @@
 """Runs the real join loop with a fake prepare pointing at join_standin.py.
 
-argv: OUTDIR CODE MODE [persist]. Used by the signal test, which needs the loop
-in its own process to SIGTERM it.
+argv: OUTDIR CODE MODE [persist] [thread]. Used by the signal test, which needs the loop
+in its own process to SIGTERM it; `thread` starts an idle thread first, as a real join has
+its tunnel's, for a signal the kernel hands to a thread that is not the main one.
 """
 
 import os
 import sys
+import threading
 from pathlib import Path
 
 from fdlenv.config.model import JoinSettings
@@ -14,7 +16,9 @@ from fdlenv.app.prepare import Prepared
 from fdlenv.store.env import Env
 
 out, code, mode = sys.argv[1], sys.argv[2], sys.argv[3]
-persist = len(sys.argv) > 4 and sys.argv[4] == "persist"
+persist = "persist" in sys.argv[4:]
+if "thread" in sys.argv[4:]:
+    threading.Thread(target=threading.Event().wait, name="tunnel-standin", daemon=True).start()
 standin = os.path.join(os.path.dirname(os.path.abspath(__file__)), "join_standin.py")
 
 

@@ -320,12 +320,23 @@ def hanging_join(tmp_path, *extra):
     return proc, int((tmp_path / "agent.pid").read_text()), int((tmp_path / "rank.pid").read_text())
 
 
-@pytest.mark.parametrize("persist", [False, True])
-def test_sigterm_to_fdlenv_stops_the_agent_and_its_children(tmp_path, persist):
-    proc, agent, rank = hanging_join(tmp_path, *(["persist"] if persist else []))
+@pytest.mark.parametrize("persist,to_thread", [(False, False), (True, False), (True, True)],
+                         ids=["once", "persist", "persist, to a tunnel thread"])
+def test_sigterm_to_fdlenv_stops_the_agent_and_its_children(tmp_path, persist, to_thread):
+    """`to a tunnel thread`: the kernel hands the stop signal to a thread while the main thread
+    waits for the agent; that wait is in slices (`base.deadlines.until_exited`), so the handler
+    still forwards it at once."""
+    from test_sigterm_realise import _TGKILL, _to_another_thread
+
+    if to_thread and os.uname().machine not in _TGKILL:
+        pytest.skip("no tgkill number for this machine")
+    proc, agent, rank = hanging_join(tmp_path, *(["persist"] if persist else []), *(["thread"] if to_thread else []))
     try:
         assert os.getpgid(agent) != proc.pid and os.getpgid(rank) == agent
-        proc.send_signal(signal.SIGTERM)
+        if to_thread:
+            _to_another_thread(proc.pid, signal.SIGTERM)
+        else:
+            proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=20)
     finally:
         if proc.poll() is None:

@@ -96,6 +96,7 @@ LINK_ONLY_MODULES = REDIAL_MODULES | {
     "fdlenv.lock.file", "fdlenv.base.yamlfile", "fdlenv.store.install", "fdlenv.store.wheels", "fdlenv.store.linktree",
     "fdlenv.store.cudahome", "fdlenv.store.ownfiles", "fdlenv.store.sizes", "fdlenv.index.pipindex", "fdlenv.hw",
     "fdlenv.hw.model", "fdlenv.hw.coverage", "fdlenv.source", "fdlenv.source.nvcc",
+    "fdlenv.base.deadlines",   # the fetcher joined in slices (a stop signal on another thread)
 }
 NEVER_LINK_ONLY = ("urllib.request", "http.client", "ssl", "socket", "concurrent.futures", "subprocess", "typing",
                    "tempfile", "shutil", "zipfile", "rattler", "conda_lock", "fdlenv.index.simpleapi", "fdlenv.base.netread",

@@ -11,6 +11,14 @@ are read here, the first time they are needed, from the environment:
   holds (`flocks`); a realise of a large env or a build may hold one for long.
 A value that is not a positive number is one `error:` line naming the variable.
 Neither costs an import: the re-dial path reads them only when it waits.
+
+And how the main thread waits: in slices (`join`, `until_exited`). A stop signal (SIGTERM
+from a service manager, `kill`) is process-directed: the kernel hands it to any thread, and
+Python runs the handler only when the main thread next runs Python code. A main thread in
+one unbounded `Thread.join` or `waitpid` (a download held by a slow mirror, a long install,
+join's agent) would not see it until that wait ended: `systemctl stop` would hang until its
+SIGKILL. A slice ends the wait every SLICE seconds, so a handler runs within one slice
+wherever the signal landed; an exit is still seen at once (a pidfd, not a poll).
 """
 
 from __future__ import annotations
@@ -19,7 +27,12 @@ import os
 
 from .errors import Fail
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import threading
+
 REQUEST_VAR, REQUEST_DEFAULT = "FDLENV_REQUEST_TIMEOUT", 120.0
+SLICE = 0.25   # seconds: the longest the main thread waits before a stop signal's handler may run
 LOCK_VAR, LOCK_DEFAULT = "FDLENV_LOCK_TIMEOUT", 3600.0
 
 
@@ -44,3 +57,27 @@ def request_timeout() -> float:
 def lock_timeout() -> float:
     """Seconds one lock wait may take (FDLENV_LOCK_TIMEOUT)."""
     return _seconds(LOCK_VAR, LOCK_DEFAULT)
+
+
+def join(thread: threading.Thread) -> None:
+    """`thread.join()`, in slices (see the module docstring)."""
+    while thread.is_alive():
+        thread.join(SLICE)
+
+
+def until_exited(pid: int) -> None:
+    """Return once the child `pid` has exited, without reaping it (the caller's `wait` then
+    returns at once): in slices, woken by the exit itself through a pidfd. Where there is no
+    pidfd (an old kernel, a child reaped already) it returns at once: the caller's blocking
+    wait is all there is."""
+    import select
+
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return
+    try:
+        while not select.select([fd], [], [], SLICE)[0]:
+            pass
+    finally:
+        os.close(fd)

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from collections.abc import Mapping
 from typing import Any
 
+from ..base.deadlines import until_exited
 from .runnable import not_runnable
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -132,6 +133,7 @@ def wait_agent(proc: subprocess.Popen, stopper: Stopper | None = None) -> int:
     try:
         while True:
             try:
+                until_exited(proc.pid)   # in slices: a stop signal landing on a tunnel thread is still forwarded
                 code = proc.wait()
                 break
             except Interrupted:  # pragma: no cover - handler forwards instead of raising

@@ -28,6 +28,7 @@ from pathlib import Path
 from .. import __version__
 from ..base import atomic, flocks
 from ..names import variants
+from ..base.deadlines import join
 from ..base.errors import Fail, os_failure
 from ..names.home import Home
 from ..base.progress import during, say
@@ -255,7 +256,7 @@ def _run_beside(fetcher: threading.Thread, wheel_records: list[Record], archives
         (stage / "conda-meta").mkdir(parents=True)
         atomic.write_text(marker, json.dumps({"paths_checked": {}}))
         if wheel_records:
-            fetcher.join()
+            join(fetcher)   # in slices: a stop signal landing on another thread still stops us
         return 0
     from .install_worker import CondaItem, Request
 
@@ -287,9 +288,9 @@ def _run_beside(fetcher: threading.Thread, wheel_records: list[Record], archives
     with during(f"installing {len(archives)} package(s) for {variant}", every=3.0, poll=poll,
                 total=size) if archives else contextlib.nullcontext():
         returncode = worker.run(req)
-        hasher.join()
+        join(hasher)
     if wheel_records:
-        fetcher.join()
+        join(fetcher)
     return returncode
 
 

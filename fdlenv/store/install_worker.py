@@ -32,6 +32,7 @@ import traceback
 from pathlib import Path
 
 from ..base import confine
+from ..base.deadlines import until_exited
 from ..base.record import Record
 
 TYPE_CHECKING = False
@@ -139,6 +140,7 @@ class WorkerProcess:
 
     def _wait(self) -> int:
         if self._status is None:
+            until_exited(self.pid)   # in slices: a stop signal landing on another thread still stops us
             try:
                 status = self._proc.wait() if self._proc else \
                     os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
@@ -167,7 +169,7 @@ class WorkerProcess:
         while data:
             data = data[os.write(w, data):]
         self._close_pipe()
-        return self._wait()  # blocking: a polled wait would add up to 50 ms after the exit
+        return self._wait()  # woken by the exit (a pidfd): a polled wait would add up to 50 ms
 
 
 def _die_with_parent() -> None:

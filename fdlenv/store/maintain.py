@@ -18,6 +18,7 @@ from pathlib import Path
 from ..base import hashing
 from ..base.record import Record
 from ..names.home import Home
+from ..base.deadlines import join
 from ..base.flocks import exclusive
 from .leases import store_lock
 from . import pointers, sizes
@@ -200,7 +201,7 @@ def _hash_all(hashes: list[Queued]) -> list[Problem]:
         t.start()
     lane(lanes[0] if lanes else [])
     for t in threads:
-        t.join()
+        join(t)   # in slices: a stop signal landing on a lane still stops `verify --full`
     if failed:
         raise failed[0]
     rank = {i: k for k, i in enumerate(order)}

@@ -5,8 +5,8 @@ It sits above the store, the locks and the hardware survey because it reads
 all three (each imported only when the answer needs it). Given the variant
 token (or none), the lock view (`lockview.LockView`) and the settings, the
 answer is an `store.active.Active` (an fdlenv env, or flodl's own libtorch),
-or None when nothing is settled. The token arrives parsed (`parse`, called once by the
-front or, for fdl.yml's `join.libtorch`, by `joinsettings`): a `names.variants.Libtorch`.
+or None when nothing is settled. The token arrives parsed (`names.variants.parse`, called once by
+the front or, for fdl.yml's `join.libtorch`, by `joinsettings`): a `names.variants.Libtorch`.
 In order:
 1. No token: the box's active libtorch as flodl reads it (`store.active`),
    carried as it is, unless a near lock (given, beside fdl.yml, in the source

@@ -32,7 +32,7 @@ EXIT_INTERRUPTED = 130      # 128 + SIGINT, as a shell reports a command ended b
 # neither permanent (2) nor a failure of the work, so a unit or a script re-runs it as after Ctrl-C.
 _STOPPED_BY: list[int] = []
 
-# One module per command under fdlenv/commands; each defines add_parser(sub).
+# One module per command under fdlenv/front/commands; each defines add_parser(sub).
 COMMANDS = ("env", "run", "shell_hook", "detect", "lock", "pack", "mirror", "walkthrough", "join", "recipe", "build",
             "prepare")
 

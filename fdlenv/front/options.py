@@ -19,6 +19,8 @@ the program itself, which is when the store may fork its install worker.
 
 from __future__ import annotations
 
+from ..names.variants import VARIANTS
+
 TYPE_CHECKING = False   # argparse is imported only where a parser is built (parser.py)
 if TYPE_CHECKING:
     import argparse
@@ -28,7 +30,7 @@ if TYPE_CHECKING:
     from ..names.variants import Libtorch
     from ..hot.replay import Ask
 
-_VARIANTS = "cpu, cu126, cu128, rocm7.0, rocm7.1"
+_VARIANTS = ", ".join(VARIANTS)   # cpu, cu126, cu128, rocm7.0, rocm7.1
 
 
 def add(p: argparse.ArgumentParser, dest: str, help: str | None = None, **kw: object) -> None:

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
     from ..names.home import Home
     from ..store.active import Active
+    from ..store.env import Env
 
     class Settled(Protocol):
         """What `start` reads of the command's settings (`app.settings.Settings`, above hot)."""
@@ -92,15 +93,12 @@ def record(plan: Plan | None, home: Home, act: Active) -> None:
     if plan is None or act.env is None:
         return
     try:
-        _record(plan, home, act)
+        _record(plan, home, act, act.env)
     except OSError:
         pass   # a read-only or full home: no memo, the slow path answers
 
 
-def _record(plan: Plan, home: Home, act: Active) -> None:
-    env = act.env
-    if env is None:
-        return                          # not reached: `record` returns first (flodl's own libtorch)
+def _record(plan: Plan, home: Home, act: Active, env: Env) -> None:
     deps = {p: replay.sig(p) for p in plan.deps}
     if deps != plan.deps:
         return                          # the resolver's inputs moved while it ran

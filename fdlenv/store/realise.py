@@ -49,8 +49,7 @@ def realise(home: Home, variant: str, lock: Path, mirrors: dict[str, str] | None
             *, platform: str | None = None, activate: bool = False, fork: bool = False) -> Env:
     """The env for `variant` of `lock`, realised if needed; `activate` also points `.active` at it.
     `fork`: the caller owns this process, so the install worker may be a fork of it."""
-    if variant not in variants.VARIANTS:   # callers hand on a canonical name (parsed once, by the front)
-        variant = variants.parse_token(variant, allow_auto=False)
+    variant = variants.get(variant).name   # a lookup: callers hand on the name the front parsed once
     platform = platform or this_platform()
     if not lock.is_file() and not split_sibling(lock, variant):
         raise Fail.permanent(f"--lock: {lock} does not exist; give a conda-lock v1 file (see `fdlenv lock --help`)")

@@ -7,12 +7,17 @@ round prints every side's seconds and fdlenv's ratio to each other side in that 
 ends with min/median/max per side and, per goal, the ratio of medians against the goal.
 Peak RSS (the process or any child it waited for: `wait4`'s maxrss) is kept where asked.
 
-Between sides (before every side's run, the first included) the rounds `sync` and wait a
-settle time (`settle_between`, printed; 0 unless a bench sets it), the same for every side:
-on ext4 without a journal, files created right after a 6.5 GB tree was deleted are slower
-to make (the allocator skips recently deleted inodes; torch's stream took 20.1 s right after
-a deletion and 16.9 s after a 65 s pause), so without a pause whoever runs after a deletion
-is handicapped.
+Between sides (before every side's run, the first included) the rounds settle the machine
+the same way for every side (`settle_between`, printed). Why: on ext4 without a journal (`/`
+here) the inode allocator skips every inode deleted in the last 60 s whose inode-table block is
+still in the buffer cache (`recently_deleted` in ext4's ialloc.c; 360 s while that block is
+dirty), so files made right after a 6.5 GB tree was deleted cost twice the system time: torch's
+stream from a local file took 14.4 s (9.9 s sys) right after a deletion, 7.4 s (2.9 s sys)
+once the cache was dropped. A journalled filesystem (a user's, usually) never pays this, and
+whoever ran after a deletion would lose. So each settle `sync`s and then, where this process
+may (root), drops the page, dentry and inode caches (`/proc/sys/vm/drop_caches`) and reads
+the row's source files back in (so a server still serves them from memory), then waits
+`seconds`; where it may not, it waits out the 60 s (`RECENCY`) instead.
 """
 
 from __future__ import annotations
@@ -57,19 +62,42 @@ def timed(cmd: list[str], cwd: Path | None = None, rss: list[float] | None = Non
     return dt
 
 
-_SETTLE = [0.0]     # seconds between sides: `settle_between`
+_SETTLE: list[float] = []      # [seconds between sides] once a bench asked (`settle_between`)
+_WARM: list[Path] = []           # files read back into the page cache after a drop
+_DROP = Path("/proc/sys/vm/drop_caches")
+RECENCY = 65.0                   # ext4's 60 s window for a clean inode-table block, and a margin
 
 
-def settle_between(seconds: float) -> None:
-    """From now on, every side of every row waits `seconds` after a `sync` before it runs."""
-    _SETTLE[0] = seconds
-    print(f"between sides: sync, then {seconds:g} s to settle (the same for every side)", flush=True)
+def can_drop() -> bool:
+    return os.access(_DROP, os.W_OK)
+
+
+def settle_between(seconds: float | None) -> None:
+    """From now on, every side of every row settles before it runs (the module's docstring):
+    `sync`, the caches dropped where this process may (then the `warm_after_drop` files read
+    back in), and `seconds` (None: 2 s after a drop, else RECENCY)."""
+    dropping = can_drop()
+    _SETTLE[:] = [seconds if seconds is not None else (2.0 if dropping else RECENCY)]
+    how = "drop the caches, read the sources back, " if dropping else "(caches not droppable here) "
+    print(f"between sides: sync, {how}then {_SETTLE[0]:g} s to settle (the same for every side)", flush=True)
+
+
+def warm_after_drop(paths: list[Path]) -> None:
+    """The rows' source files (the wheels a loopback server sends), read back after each drop."""
+    _WARM[:] = paths
 
 
 def settle() -> None:
-    if _SETTLE[0] > 0:
-        subprocess.run(["sync"], check=True)
-        time.sleep(_SETTLE[0])
+    if not _SETTLE:
+        return
+    subprocess.run(["sync"], check=True)
+    if can_drop():
+        _DROP.write_text("3\n")
+        for path in _WARM:
+            with open(path, "rb", buffering=0) as f:
+                while f.read(8 << 20):
+                    pass
+    time.sleep(_SETTLE[0])
 
 
 def rm(path: Path) -> None:

@@ -29,10 +29,12 @@ Range, as it would from a real index. Its `--link-mode` is `hardlink`, like fdle
 into its package cache): uv's default (clone, falling back to a copy on ext4) would write every
 byte twice and flatter fdlenv. fdlenv verifies every wheel's sha256 against the lock; uv, given
 no hashes to require, checks what the index states.
-Before each side runs (every round, every side alike) the rounds `sync` and wait `--settle`
-seconds (default 20, printed; bench/rounds.py): `/` here is ext4 without a journal, where files
-made right after a 6.5 GB tree was deleted are slower to create (torch's stream 20.1 s right
-after a deletion, 16.9 s after a 65 s pause), so the side that follows a deletion would lose.
+Before each side runs (every round, every side alike) the rounds settle (bench/rounds.py):
+`sync`, then, as root, the caches dropped and the wheels read back in, then `--settle` seconds
+(default 2; 65 where the caches cannot be dropped). `/` here is ext4 without a journal, whose
+inode allocator skips recently deleted inodes while their table blocks are cached: torch's
+stream took 14.4 s right after a 6.5 GB deletion and 7.4 s after a drop, so whoever followed
+a deletion would lose (a 20 s pause, this bench's old default, is inside ext4's 60 s window).
 Every timing of rows 1-5 runs until the data is on disk (`sync` before, untimed, and after,
 timed): fdlenv fsyncs its manifest before publishing and uv does not. fdlenv runs as
 `python -m fdlenv` in rows 1-4 (~25 s: imports do not show) and as a regular install's
@@ -74,7 +76,7 @@ import yaml  # noqa: E402
 from bench import serve  # noqa: E402
 from bench.floor import floor  # noqa: E402
 from bench.regular import label_of, regular_install  # noqa: E402
-from bench.rounds import Side, row, rm, settle_between, table, timed  # noqa: E402
+from bench.rounds import Side, row, rm, settle_between, table, timed, warm_after_drop  # noqa: E402
 from fdlenv.index import pipindex, simpleapi  # noqa: E402
 
 PY = sys.executable
@@ -271,8 +273,9 @@ def bench_env(work: Path, lock: Path, mirror: str | None, reps: int, which: list
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--settle", type=float, default=20.0,
-                    help="seconds every side waits, after a sync, before it runs (default 20; see the docstring)")
+    ap.add_argument("--settle", type=float, default=None,
+                    help="seconds every side waits, after a sync and a cache drop, before it runs (default 2"
+                         " where the caches can be dropped (root), else 65; bench/rounds.py says why)")
     ap.add_argument("--only", default=",".join(ROWS), help=f"comma-separated: {','.join(ROWS)}")
     ap.add_argument("--lock", type=Path, default=REPO / "conda-lock.yml", help="default: conda-lock.yml at the repo root")
     ap.add_argument("--work", type=Path, default=None,
@@ -291,7 +294,7 @@ def main() -> None:
         ap.error(f"--only: unknown {', '.join(sorted(bad))}; known: {', '.join(ROWS)}")
     if a.reps < 1:
         ap.error("--reps: at least 1")
-    if a.settle < 0:
+    if a.settle is not None and a.settle < 0:
         ap.error("--settle: seconds, 0 or more")
     lock = a.lock.absolute()
     if not lock.is_file():
@@ -316,6 +319,7 @@ def main() -> None:
             if name != "cold" and index is None:
                 index = local_index(wheels, (a.wheels or work / "index").absolute(), index_url,
                                     work / "wheels-checked.json")
+                warm_after_drop([index / w.project / w.filename for w in wheels])
             d = work / name
             rm(d)
             d.mkdir()

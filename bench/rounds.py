@@ -18,6 +18,12 @@ whoever ran after a deletion would lose. So each settle `sync`s and then, where 
 may (root), drops the page, dentry and inode caches (`/proc/sys/vm/drop_caches`) and reads
 the row's source files back in (so a server still serves them from memory), then waits
 `seconds`; where it may not, it waits out the 60 s (`RECENCY`) instead.
+Why `seconds` is 10 after a drop: this VM hands free memory back to its host (virtio-balloon's
+free page reporting, 2 s after pages are freed, in batches), and a page the host took back
+costs a fault on the host when it is next written. Writing into the page cache is then most of
+a realise's kernel time, and how much of the freed memory had been handed back when a side
+started decided it: 2 GB written in 256 KiB steps took 1.0-4.0 s of system time 2 s after a
+drop and 4.5-5.1 s, steadily, 10 s after. Every side starts from the same state that way.
 """
 
 from __future__ import annotations
@@ -75,9 +81,9 @@ def can_drop() -> bool:
 def settle_between(seconds: float | None) -> None:
     """From now on, every side of every row settles before it runs (the module's docstring):
     `sync`, the caches dropped where this process may (then the `warm_after_drop` files read
-    back in), and `seconds` (None: 2 s after a drop, else RECENCY)."""
+    back in), and `seconds` (None: 10 s after a drop, else RECENCY)."""
     dropping = can_drop()
-    _SETTLE[:] = [seconds if seconds is not None else (2.0 if dropping else RECENCY)]
+    _SETTLE[:] = [seconds if seconds is not None else (10.0 if dropping else RECENCY)]
     how = "drop the caches, read the sources back, " if dropping else "(caches not droppable here) "
     print(f"between sides: sync, {how}then {_SETTLE[0]:g} s to settle (the same for every side)", flush=True)
 
@@ -87,11 +93,13 @@ def warm_after_drop(paths: list[Path]) -> None:
     _WARM[:] = paths
 
 
-def settle() -> None:
+def settle(drop: bool = True) -> None:
+    """Before a side runs: `sync`, the caches dropped (unless the row times a warm cache, or this
+    process may not), the settle time."""
     if not _SETTLE:
         return
     subprocess.run(["sync"], check=True)
-    if can_drop():
+    if drop and can_drop():
         _DROP.write_text("3\n")
         for path in _WARM:
             with open(path, "rb", buffering=0) as f:
@@ -125,9 +133,10 @@ def fmt(xs: list[float]) -> str:
 
 
 def row(name: str, sides: list[Side], reps: int, goals: dict[str, float],
-        rss_goal: float | None = None) -> list[dict]:
+        rss_goal: float | None = None, drop: bool = True) -> list[dict]:
     """Run `reps` rounds of `sides` (the first is fdlenv), rotating who goes first; `goals`: the
-    most fdlenv's median may be over each named side's. Returns one result per goal."""
+    most fdlenv's median may be over each named side's; `drop`: False for a row that times a
+    warm cache and deletes no inodes between its sides (`settle`). Returns one result per goal."""
     ours = sides[0]
     for i in range(reps):
         k = i % len(sides)
@@ -135,7 +144,7 @@ def row(name: str, sides: list[Side], reps: int, goals: dict[str, float],
         for s in order:
             if s.before is not None:
                 s.before(i)
-            settle()
+            settle(drop)
             s.times.append(s.run(i, s.rss))
             if s.out is not None:
                 rm(s.out(i))

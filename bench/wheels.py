@@ -30,8 +30,10 @@ into its package cache): uv's default (clone, falling back to a copy on ext4) wo
 byte twice and flatter fdlenv. fdlenv verifies every wheel's sha256 against the lock; uv, given
 no hashes to require, checks what the index states.
 Before each side runs (every round, every side alike) the rounds settle (bench/rounds.py):
-`sync`, then, as root, the caches dropped and the wheels read back in, then `--settle` seconds
-(default 2; 65 where the caches cannot be dropped). `/` here is ext4 without a journal, whose
+`sync`, then, as root, the caches dropped and the wheels read back in (rows 1-4; rows 5 and 6
+time a warm cache and delete no inodes, so they are not dropped), then `--settle` seconds
+(default 10, for the host to take back the freed memory; 65 where the caches cannot be
+dropped; bench/rounds.py says why). `/` here is ext4 without a journal, whose
 inode allocator skips recently deleted inodes while their table blocks are cached: torch's
 stream took 14.4 s right after a 6.5 GB deletion and 7.4 s after a drop, so whoever followed
 a deletion would lose (a 20 s pause, this bench's old default, is inside ext4's 60 s window).
@@ -252,7 +254,7 @@ def bench_env(work: Path, lock: Path, mirror: str | None, reps: int, which: list
                     lambda i: work / f"cpal{i}")
         others = [Side(label, second(command), before=forget) for label, command in also]
         out += row("second", [Side("fdlenv", second(exe), before=forget), cpal, *others], reps,
-                   {"cp -al": 1.05, **also_goals(also)})
+                   {"cp -al": 1.05, **also_goals(also)}, drop=False)
     if "verify" in which:
         env = env_dir(home)
         names = work / "verify-files"
@@ -265,7 +267,7 @@ def bench_env(work: Path, lock: Path, mirror: str | None, reps: int, which: list
                                                    sync=False))
         ssl = Side("openssl", lambda i, rss: timed(["xargs", "-0", "openssl", "dgst", "-sha256"], sync=False,
                                                    stdin_path=names))
-        out += row("verify", [ours, ssl], reps, {"openssl": 0.6})
+        out += row("verify", [ours, ssl], reps, {"openssl": 0.6}, drop=False)
     rm(home)
     return out
 
@@ -274,7 +276,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--settle", type=float, default=None,
-                    help="seconds every side waits, after a sync and a cache drop, before it runs (default 2"
+                    help="seconds every side waits, after a sync and a cache drop, before it runs (default 10"
                          " where the caches can be dropped (root), else 65; bench/rounds.py says why)")
     ap.add_argument("--only", default=",".join(ROWS), help=f"comma-separated: {','.join(ROWS)}")
     ap.add_argument("--lock", type=Path, default=REPO / "conda-lock.yml", help="default: conda-lock.yml at the repo root")

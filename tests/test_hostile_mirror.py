@@ -338,3 +338,31 @@ def test_ctrl_c_ends_a_realise_at_once_with_130_and_leaves_no_debris(mirror, pre
     assert not list(home.pkgs.glob(".*")), (err, [(p.name, sorted(os.listdir(p))[:5]) for p in home.pkgs.glob(".*")])
     assert not (home.staging.is_dir() and list(home.staging.iterdir()))
     assert not (home.envs.is_dir() and list(home.envs.iterdir()))
+
+
+def test_a_body_arriving_in_small_pieces_is_handed_out_gathered_and_whole():
+    # Over HTTPS a read hands out one 16 KiB TLS record; the pieces are gathered into one
+    # buffer the reader refills, so each must be consumed (hashed, copied) before the next.
+    import hashlib
+
+    body = os.urandom(300_000)
+    a, b = socket.socketpair()
+    reader = a.makefile("rb")
+
+    def send():
+        for i in range(0, len(body), 16 << 10):
+            b.sendall(body[i:i + (16 << 10)])
+        b.close()
+    sender = threading.Thread(target=send)
+    sender.start()
+    try:
+        got, sizes, h = bytearray(), [], hashlib.sha256()
+        for piece in netread.chunks(reader, "http://mirror/x.whl", 1 << 20, size=128 << 10):
+            h.update(piece)
+            got += piece
+            sizes.append(len(piece))
+        assert bytes(got) == body and h.hexdigest() == hashlib.sha256(body).hexdigest()
+        assert max(sizes) == 128 << 10        # gathered past one 16 KiB piece
+    finally:
+        sender.join()
+        a.close()

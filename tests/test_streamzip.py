@@ -97,3 +97,51 @@ def test_a_stream_gives_freed_memory_back_every_so_many_inflated_bytes(tmp_path,
     # once per boundary crossed (a write of one inflated step may cross several at once)
     assert unzip.written // ((1 << 18) + streamzip.OUT_STEP) <= len(calls) <= unzip.written // (1 << 18)
     assert len(calls) >= 3
+
+
+@pytest.mark.parametrize("shape", ["seekable", "pipe"])
+def test_chunks_read_in_place_from_a_buffer_the_caller_refills_still_give_zipfiles_bytes(tmp_path, shape):
+    # A download hands out views of one buffer it refills (netread.chunks): what the stream
+    # keeps of a chunk past `feed` (a header the chunk cut) must be its own copy.
+    files = members(6)
+    data = write_zip(files, io.BytesIO()) if shape == "seekable" else write_zip(files, Pipe(), stored_big=False)
+    rng = random.Random(7)
+    buf = bytearray(1 << 20)
+    unzip = StreamUnzip(tmp_path, lambda name: name)
+    i = 0
+    while i < len(data):
+        n = min(rng.choice((1, 7, 29, 30, 31, 333, 4096, 65536)), len(data) - i)
+        buf[:n] = data[i:i + n]
+        unzip.feed(memoryview(buf)[:n])
+        buf[:n] = b"\xa5" * n          # refilled: whatever the stream still pointed at is now garbage
+        i += n
+    unzip.finish()
+    for name, content in files.items():
+        assert (tmp_path / name).read_bytes() == content
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_members_get_0644_or_0755_whatever_the_umask_the_files_were_made_under(tmp_path, umask):
+    import os
+
+    files = {"pkg/run.so": b"x" * 100, "pkg/data.txt": b"y" * 100}
+    data = write_zip(files, io.BytesIO())
+    old = os.umask(umask)
+    try:
+        stream(data, tmp_path, seed=8)
+    finally:
+        os.umask(old)
+    assert (tmp_path / "pkg/run.so").stat().st_mode & 0o777 == 0o755
+    assert (tmp_path / "pkg/data.txt").stat().st_mode & 0o777 == 0o644
+
+
+def test_a_stream_given_up_halfway_leaves_no_file_open_once_closed(tmp_path):
+    import os
+
+    data = write_zip({"pkg/lib/libbig.so": random.Random(9).randbytes(3_000_000)}, io.BytesIO())
+    before = len(os.listdir("/proc/self/fd"))
+    unzip = StreamUnzip(tmp_path, lambda name: name)
+    unzip.feed(data[:100_000])                      # inside the member: its file is open
+    assert len(os.listdir("/proc/self/fd")) == before + 1
+    unzip.close()
+    assert len(os.listdir("/proc/self/fd")) == before

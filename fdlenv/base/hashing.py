@@ -47,7 +47,7 @@ class Digest:
         self._md5 = hashlib.md5() if md5 else None
         self.size = 0
 
-    def update(self, chunk: bytes) -> None:
+    def update(self, chunk: bytes | bytearray | memoryview) -> None:
         self._sha.update(chunk)
         if self._md5 is not None:
             self._md5.update(chunk)

@@ -227,21 +227,25 @@ def _piece(f: io.BufferedIOBase, n: int) -> bytes:
     return piece
 
 
-def _gathered(f: io.BufferedIOBase, n: int) -> bytes:
-    """Up to `n` bytes: what has arrived, then more while it keeps arriving (GATHER s at most).
-    Over HTTPS a read hands out one 16 KiB TLS record; whoever consumes the pieces (the hash,
-    the zip stream, the file writes) pays per piece, so it gets a few large ones instead."""
+def _gathered(f: io.BufferedIOBase, buf: bytearray) -> bytes | memoryview:
+    """Up to `len(buf)` bytes: what has arrived, then more while it keeps arriving (GATHER s at
+    most). Over HTTPS a read hands out one 16 KiB TLS record; whoever consumes the pieces (the
+    hash, the zip stream, the file writes) pays per piece, so it gets a few large ones instead,
+    gathered into `buf` (a view of it: valid until the next call) rather than joined anew."""
+    n = len(buf)
     first = _piece(f, n)
     if not first or len(first) >= n >> 1:
         return first
-    parts, have, end = [first], len(first), time.monotonic() + GATHER
+    view = memoryview(buf)
+    have, end = len(first), time.monotonic() + GATHER
+    view[:have] = first
     while have < n and time.monotonic() < end:
         more = _piece(f, n - have)
         if not more:
             break           # the end: the next read says so again
-        parts.append(more)
+        view[have:have + len(more)] = more
         have += len(more)
-    return b"".join(parts)
+    return view[:have]
 
 
 def _ended_short(f: io.BufferedIOBase, url: str, n: int) -> None:
@@ -294,18 +298,20 @@ def read_all(f: io.BufferedIOBase, limit: int, url: str, deadline: float | None 
 
 
 def chunks(f: io.BufferedIOBase, url: str, limit: int, stated: int | None = None,
-           size: int = PIECE) -> Iterator[bytes]:
+           size: int = PIECE) -> Iterator[bytes | memoryview]:
     """The body of download `f` piece by piece: at most `limit` bytes (`stated`: the size the
     lock or index gives, a tighter cap, and a body ending short of it is a cut), never stalled;
-    a cut is a transient `Fail`."""
+    a cut is a transient `Fail`. A piece may be a view of one buffer this reuses: consume it
+    (hash it, write it) before asking for the next, never keep it."""
     import http.client
 
     _stand_down(f)
     cap = stated if stated is not None else limit
     n, window_start, window_bytes = 0, time.monotonic(), 0
+    buf = bytearray(size)
     while True:
         try:
-            chunk = _gathered(f, size)
+            chunk = _gathered(f, buf)
         except (OSError, http.client.HTTPException) as e:
             raise _cut(url, e) from None
         if not chunk:

@@ -20,7 +20,7 @@ import urllib.parse
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 
-from ..base import flocks, hashing, netread
+from ..base import flocks, hashing, memory, netread
 from ..index import pipindex, simpleapi
 from ..base.errors import Fail
 from ..names.home import Home
@@ -69,6 +69,7 @@ def fetch(home: Home, todo: list[Record], mirrors: dict[str, str], stop: threadi
     first; `stop` (set when the caller is interrupted) makes every download give up at its next
     chunk. A failure stops the others and is raised."""
     home.ensure(home.pkgs, home.archives)
+    memory.hold()       # malloc's policy for the streams, before any of their threads starts
     sources = where_served(todo, mirrors)
     check = wheelmeta.Against(records, mirrors)   # each wheel's own METADATA against the lock (all of the env's)
     # The largest wheel is the critical path (torch: 0.9 GB in, 1.8 GB and 11,000 files out, one
@@ -251,7 +252,7 @@ def _stream(home: Home, r: Record, chunks: Iterable[bytes | memoryview], where: 
             for chunk in chunks:
                 if progress.stopped.is_set():
                     raise wheelfile.stopped(r)
-                sha.update(chunk)  # type: ignore[arg-type]  # any buffer (hashlib's); `Digest` says bytes
+                sha.update(chunk)
                 unzip.feed(chunk)
                 progress.add(len(chunk))
         except streamzip.Stopped:
@@ -284,4 +285,5 @@ def _stream(home: Home, r: Record, chunks: Iterable[bytes | memoryview], where: 
         wheelfile.publish(tmp, home.wheel_entry(r.sha256))
         progress.add(extracted=1)
     finally:
+        unzip.close()
         shutil.rmtree(tmp, ignore_errors=True)

@@ -92,8 +92,8 @@ def download(home: Home, r: Record, url: str, progress: Progress, stated: int | 
     with open(part, "ab+") as out:
         sha = hashing.Digest()
         out.seek(0)
-        while chunk := out.read(CHUNK):
-            sha.update(chunk)
+        while kept := out.read(CHUNK):
+            sha.update(kept)
         have = out.tell()
         headers = {"Range": f"bytes={have}-"} if have else {}
         try:

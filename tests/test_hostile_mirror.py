@@ -340,29 +340,35 @@ def test_ctrl_c_ends_a_realise_at_once_with_130_and_leaves_no_debris(mirror, pre
     assert not (home.envs.is_dir() and list(home.envs.iterdir()))
 
 
-def test_a_body_arriving_in_small_pieces_is_handed_out_gathered_and_whole():
+def test_a_body_arriving_in_small_pieces_is_handed_out_gathered_and_whole(monkeypatch):
     # Over HTTPS a read hands out one 16 KiB TLS record; the pieces are gathered into one
     # buffer the reader refills, so each must be consumed (hashed, copied) before the next.
     import hashlib
 
+    class Records:                       # a TLS stream's reads: one 16 KiB record at most
+        def __init__(self, f):
+            self.f = f
+
+        def read1(self, n):
+            return self.f.read1(min(n, 16 << 10))
+
+    monkeypatch.setattr(netread, "GATHER", 60.0)    # gathering is bounded by size here, never by time
     body = os.urandom(300_000)
     a, b = socket.socketpair()
-    reader = a.makefile("rb")
 
     def send():
-        for i in range(0, len(body), 16 << 10):
-            b.sendall(body[i:i + (16 << 10)])
+        b.sendall(body)
         b.close()
     sender = threading.Thread(target=send)
     sender.start()
     try:
         got, sizes, h = bytearray(), [], hashlib.sha256()
-        for piece in netread.chunks(reader, "http://mirror/x.whl", 1 << 20, size=128 << 10):
+        for piece in netread.chunks(Records(a.makefile("rb")), "http://mirror/x.whl", 1 << 20, size=128 << 10):
             h.update(piece)
             got += piece
             sizes.append(len(piece))
         assert bytes(got) == body and h.hexdigest() == hashlib.sha256(body).hexdigest()
-        assert max(sizes) == 128 << 10        # gathered past one 16 KiB piece
+        assert sizes == [128 << 10, 128 << 10, len(body) - (256 << 10)]   # gathered past the 16 KiB records
     finally:
         sender.join()
         a.close()

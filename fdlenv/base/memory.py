@@ -6,8 +6,9 @@ both change malloc for the whole process: a host program that imports fdlenv as 
 must not find its allocator retuned. So, in this order:
 1. `cli.main`, run as the `fdlenv` program (never when a host calls it), calls `own_process()`;
 2. the fetch (`store.wheelfetch`), before it starts its threads, and the stream
-   (`store.streamzip`) call `hold()`, and the stream calls `give_back()` every so many bytes; both do nothing unless step 1 ran, and nothing on a C library without these calls
-   (musl, macOS). ctypes is loaded only then.
+   (`store.streamzip`) call `hold()`; the stream calls `give_back()` every so many bytes.
+   Both do nothing unless step 1 ran, and nothing on a C library without these calls (musl,
+   macOS). ctypes is loaded only then.
 """
 
 from __future__ import annotations

@@ -136,7 +136,7 @@ class StreamUnzip:
         self.buf: bytes | bytearray | memoryview = bytearray()   # the bytes being read
         self.pos = 0                # bytes of buf already consumed (no memmove per member)
         self.state = "header"
-        self.member: list[Any] = []   # [out file or None, method, remaining compressed, descriptor, zip64]
+        self.member: list[Any] = []   # [out fd or None, method, remaining compressed, descriptor, zip64]
         self.inflate: Any = None
         self.tail = bytearray()     # the central directory, kept for the modes
         self.made: set[str] = set()

@@ -85,25 +85,30 @@ def variant_for(libtorch: Libtorch, survey=None, notes: list[str] | None = None,
 
 def choose(home, libtorch: Libtorch | None, view, mirrors: dict[str, str], *, platform: str,
            frozen: bool = False, prefer_realised: bool = False, project_root=None, survey=None,
-           activate: bool = False, fork: bool = False, notes: list[str], routes: list | None = None):
+           activate: bool = False, fork: bool = False, notes: list[str], routes: list | None = None,
+           check: bool = False):
     """The libtorch to use (a `store.active.Active`), or None when no token is given and
-    nothing is active. See the module's docstring for the order; `auto`'s Route goes to `routes`."""
+    nothing is active. See the module's docstring for the order; `auto`'s Route goes to `routes`.
+    `check`: the env is checked against what its realise recorded, and healed (`store.heal`)."""
     from ..store import active as _active
 
     if libtorch is None:
         act = _active.find(home, project_root, notes=notes)
         if act is None or act.variant is None or view.holder(act.variant, platform, near_only=True) is None:
+            if check and act is not None and act.env is not None:
+                from ..store.heal import checked
+                act = act._replace(env=checked(home, act.env, mirrors))
             return act
         variant = act.variant
     else:
         variant = variant_for(libtorch, survey, notes, home, routes)
     return _active.of_env(env_for(home, variant, view, mirrors, platform=platform, frozen=frozen,
                                   prefer_realised=prefer_realised, activate=activate, fork=fork,
-                                  notes=notes))
+                                  notes=notes, check=check))
 
 
 def settle(ask: StoreAsk, say: Callable[[str], None], *, prefer_realised: bool, activate: bool = False,
-           fork: bool = False, settings: Settings | None = None) -> tuple[Settings, Active]:
+           fork: bool = False, settings: Settings | None = None, check: bool = False) -> tuple[Settings, Active]:
     """(Settings, Active) for a store command's request, through `choose`; its notes go through
     `say`. No variant asked and nothing active is one `error:` line. `fork`: the caller owns
     the process (the store's install worker may fork it)."""
@@ -114,15 +119,14 @@ def settle(ask: StoreAsk, say: Callable[[str], None], *, prefer_realised: bool, 
     try:
         act = choose(st.home, ask.libtorch, st.view(), st.mirrors, platform=st.platform, frozen=st.frozen,
                      prefer_realised=prefer_realised, project_root=st.project_root, activate=activate,
-                     fork=fork, notes=notes)
+                     fork=fork, notes=notes, check=check)
     finally:
         for n in notes:
             say(n)
     if act is None:
-        from ..store.maintain import env_dirs
-        from ..store.env import read_manifest
+        from ..store.maintain import env_dirs, variant_of
 
-        realised = sorted({read_manifest(d)["variant"] for d in env_dirs(st.home)})
+        realised = sorted({v for d in env_dirs(st.home) if (v := variant_of(d))})
         hint = (f"; realised here: {', '.join(realised)} (`fdlenv env use {realised[0]}` makes one active)"
                 if realised else "")
         raise Fail.permanent("--libtorch: no variant given and none active (flodl's libtorch/.active names "
@@ -131,22 +135,31 @@ def settle(ask: StoreAsk, say: Callable[[str], None], *, prefer_realised: bool, 
 
 
 def env_for(home, variant: str, view, mirrors: dict[str, str], *, platform: str, frozen: bool = False,
-            prefer_realised: bool = False, activate: bool = False, fork: bool = False, notes: list[str]):
-    """Step 3 of the module's docstring: the realised `store.env.Env` of `variant`."""
+            prefer_realised: bool = False, activate: bool = False, fork: bool = False, notes: list[str],
+            check: bool = False):
+    """Step 3 of the module's docstring: the realised `store.env.Env` of `variant` (`check`:
+    checked and healed, `store.heal`; from its lock's index where a lock is in view)."""
     from ..store.realise import realise
 
     def realised(lock):
-        return realise(home, variant, lock, mirrors, platform=platform, activate=activate, fork=fork)
+        return realise(home, variant, lock, mirrors, platform=platform, activate=activate, fork=fork, check=check)
+
+    def pointed():
+        env = _pointed(home, variant, activate)
+        if env is not None and check:
+            from ..store.heal import checked
+            env = checked(home, env, mirrors)
+        return env
 
     near = view.holder(variant, platform, near_only=True)
     if near is not None:
         return realised(near)
-    if prefer_realised and (env := _pointed(home, variant, activate)) is not None:
+    if prefer_realised and (env := pointed()) is not None:
         return env
     far = view.holder(variant, platform)
     if far is not None:
         return realised(far)
-    if (env := _pointed(home, variant, activate)) is not None:
+    if (env := pointed()) is not None:
         notes.append(f"libtorch: {variant} as realised before ({env.path.name}); no lock in view holds it")
         return env
     from ..lock import ondemand

@@ -246,7 +246,7 @@ def environment(home: Home, req: PrepareRequest, survey: Callable[[], Survey],
     view = LockView(home, req.lock, project_root, source_root)
     act = choose(home, req.libtorch, view, dict(req.mirrors), platform=this_platform(), frozen=req.frozen,
                  project_root=project_root, survey=survey, activate=True, fork=fork, notes=notes,
-                 routes=routes)
+                 routes=routes, check=True)
     if act is None:
         notes.append(_NONE_SETTLED)
         return None, dict(os.environ)

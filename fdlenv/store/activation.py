@@ -150,9 +150,12 @@ def activation_diff(home: Home, env: Env) -> Diff:
     cached = cache_file(home, env)
     try:
         diff: Diff = json.loads(cached.read_text())
-        return diff
+        if isinstance(diff, dict) and isinstance(diff.get("set"), dict) and isinstance(diff.get("unset"), list) \
+                and all(isinstance(k, str) and isinstance(v, str) for k, v in diff["set"].items()) \
+                and all(isinstance(v, str) for v in diff["unset"]):
+            return diff
     except (OSError, ValueError):
-        pass
+        pass   # a memo of any other shape is captured again
     diff = _capture(env, os.environ)
     atomic.cache_text(cached, json.dumps(diff, sort_keys=True))
     return diff

@@ -79,9 +79,70 @@ def libtorch_root(prefix: Path) -> Path:
     return wheel.parent if wheel else prefix
 
 
+class Damaged(ValueError):
+    """An env whose manifest is not a whole record (missing, a link or a directory, not UTF-8,
+    not JSON, a key missing or of the wrong type): one damaged entry, named by `path`, that
+    list, gc, remove and verify handle as such, never a failure of the whole home."""
+
+    def __init__(self, path: Path, why: str):
+        super().__init__(f"{path}: {why}")
+        self.path, self.why = Path(path), why
+
+
+# The keys every reader relies on, and their types (`records` entries are checked one by one).
+_KEYS = (("key", str), ("variant", str), ("platform", str), ("records", list), ("lock", dict),
+         ("libtorch_root", str), ("created", str))
+_RECORD_KEYS = ("manager", "name", "version", "sha256")
+
+
 def read_manifest(env_dir: Path) -> Manifest:
-    m: Manifest = json.loads((env_dir / MANIFEST).read_text())
-    return m
+    """The env's manifest, read without following a link, or `Damaged` saying why it is none."""
+    import os
+
+    path = Path(env_dir) / MANIFEST
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as e:
+        raise Damaged(path, "a symlink" if os.path.islink(path) else e.strerror or "unreadable") from None
+    try:
+        import stat
+
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise Damaged(path, "not a regular file")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read()
+    except OSError as e:
+        raise Damaged(path, e.strerror or "unreadable") from None
+    finally:
+        os.close(fd)
+    try:
+        m = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise Damaged(path, "not UTF-8 JSON (empty or cut short?)") from None
+    if not isinstance(m, dict):
+        raise Damaged(path, f"a JSON {type(m).__name__}, not an object")
+    for key, kind in _KEYS:
+        if not isinstance(m.get(key), kind):
+            raise Damaged(path, f"`{key}` is missing or not a {kind.__name__}")
+    for r in m["records"]:
+        if not isinstance(r, dict) or not all(isinstance(r.get(k), str) for k in _RECORD_KEYS):
+            raise Damaged(path, "a record without manager, name, version and sha256 as strings")
+    if not all(isinstance(m["lock"].get(k), str) for k in ("path", "sha256")):
+        raise Damaged(path, "`lock` without path and sha256")
+    from ..names import variants
+
+    if m["variant"] not in variants.VARIANTS or Path(env_dir).name.rpartition("-")[0] != m["variant"]:
+        raise Damaged(path, f"`variant` {m['variant']!r} is not the env's ({Path(env_dir).name})")
+    return m  # type: ignore[return-value]   # checked above, key by key
+
+
+def variant_of_dir(env_dir: Path) -> str | None:
+    """The variant an env directory's name says (`<variant>-<key16>`), for an env whose manifest
+    is damaged; None when the name says none."""
+    from ..names import variants
+
+    v = Path(env_dir).name.rpartition("-")[0]
+    return v if v in variants.VARIANTS else None
 
 
 def moved_from(env_dir: Path, m: Manifest) -> Path | None:

@@ -40,14 +40,17 @@ def _entry(home: Home, digest: str, variant: str, platform: str) -> Path:
 
 
 def lookup(home: Home, digest: str, variant: str, platform: str) -> Env | None:
-    try:
+    try:   # a memo of any other shape (cut short, not UTF-8, not an object, a name with a /) is none
         d = json.loads(_entry(home, digest, variant, platform).read_text())
-    except (OSError, ValueError):
+        name, key, root = d["dir"], d["key"], d["libtorch_root"]
+        if not all(isinstance(v, str) for v in (name, key, root)) or "/" in name or name.startswith("."):
+            return None
+    except (OSError, ValueError, KeyError, TypeError):
         return None
-    path = home.envs / d["dir"]
+    path = home.envs / name
     if not (path / MANIFEST).is_file():
         return None
-    return Env(variant, d["key"], path, rebase(path, d["libtorch_root"]))   # the home may have moved
+    return Env(variant, key, path, rebase(path, root))   # the home may have moved
 
 
 def remember(home: Home, digest: str, variant: str, platform: str, env: Env) -> None:
@@ -75,7 +78,7 @@ def holds(home: Home, digest: str, variant: str, platform: str) -> bool | None:
         return True
     try:
         return _holds_entry(home, digest, variant, platform).read_text() == "1"
-    except OSError:
+    except (OSError, ValueError):
         return None
 
 

@@ -41,7 +41,7 @@ from ..base.record import Record
 from ..base.flocks import exclusive, held
 from ..names.home import Home
 from . import fastpath, pointers
-from .env import MANIFEST, read_manifest
+from .env import MANIFEST, Damaged, read_manifest
 from .leases import in_use, store_lock
 from . import sizes
 from .maintain import env_dirs
@@ -103,7 +103,14 @@ def gc_plan(home: Home, sources: bool = False, skip: AbstractSet[Path] = frozens
     dead, kept, held_sizes, dead_sizes = [], [], [], []     # kept: manifests, each read once
     kept_dirs = []
     for d in env_dirs(home):
-        m = read_manifest(d)
+        try:
+            m = read_manifest(d)
+        except Damaged:   # one damaged entry: collected as any env nothing uses, its bytes walked
+            used = Path(os.path.realpath(d)) in live or in_use(d) or any(
+                held(p) for p in home.locks.glob(f"{d.name.rpartition('-')[2]}*.lock"))
+            (kept_dirs if used else dead).append(d)
+            (held_sizes if used else dead_sizes).append((sizes.of_tree(d), []))
+            continue
         if Path(os.path.realpath(d)) in live or held(home.locks / f"{m['key']}.lock") or in_use(d):
             kept.append(m)
             kept_dirs.append(d)

@@ -8,7 +8,7 @@ Called by `store.realise` with the key lock held. Order matters, publish last:
    and hash local archives *beside* it. Nothing is published unless both
    succeed; a bad hash evicts the cache entries it may have poisoned.
 3. Report degraded hardlinks, refuse a package that ships anything where
-   fdlenv writes its own files, write `.arch` and `.fdlenv/manifest.json`
+   fdlenv writes its own files, write `.arch`, the file table (`store.health`) and `.fdlenv/manifest.json`
    never through a link (`store.ownfiles`), fsync them, rename the staging
    dir into `envs/`. An env directory either does not exist or is complete.
 """
@@ -32,7 +32,7 @@ from ..base.deadlines import join
 from ..base.errors import Fail, os_failure
 from ..names.home import Home
 from ..base.progress import during, say
-from . import cudahome, linktree, ownfiles, sizes, wheels
+from . import cudahome, health, linktree, ownfiles, sizes, wheels
 from .env import MANIFEST, libtorch_root
 from ..lock.file import Record
 
@@ -102,6 +102,7 @@ def build(home: Home, variant: str, key: str, records: list[Record], final: Path
         if variants.get(variant).vendor == "nvidia":
             cudahome.assemble(stage, root, home.pkgs)
         ownfiles.write_arch(stage, root, variant, records)
+        health.record(stage)   # every file's size and identity, for the quick check of each attempt
         final_root = final / root.relative_to(stage)
         manifest: Manifest = {
             "key": key, "variant": variant, "platform": platform,

@@ -22,7 +22,8 @@ from ..base.deadlines import join
 from ..base.flocks import exclusive
 from .leases import store_lock
 from . import pointers, sizes
-from .env import MANIFEST, moved_from, read_manifest
+from .env import Damaged, moved_from, read_manifest, variant_of_dir
+from .health import Damage, Problem
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -41,16 +42,27 @@ class EnvInfo(Record):
     created: str       # ISO 8601, from its manifest
     active: bool       # `.active` names it
     rooted: bool       # a root or a pointer keeps it
+    damaged: str | None = None   # why its manifest is no record (`env.Damaged`)
 
     def to_json(self) -> dict[str, Any]:
         return {"variant": self.variant, "key": self.key, "path": str(self.path), "size": self.size,
-                "created": self.created, "active": self.active, "rooted": self.rooted}
+                "created": self.created, "active": self.active, "rooted": self.rooted, "damaged": self.damaged}
 
 
 def env_dirs(home: Home) -> list[Path]:
+    """Every env under `envs/`, whole or damaged (what a realise publishes by rename is all that
+    lands there; a name without its manifest is a damaged env, not nothing)."""
     if not home.envs.is_dir():
         return []
-    return sorted(p for p in home.envs.iterdir() if not p.name.startswith(".") and (p / MANIFEST).is_file())
+    return sorted(p for p in home.envs.iterdir() if not p.name.startswith("."))
+
+
+def variant_of(d: Path) -> str | None:
+    """An env's variant: its manifest's, or its name's when the manifest is damaged."""
+    try:
+        return read_manifest(d)["variant"]
+    except Damaged:
+        return variant_of_dir(d)
 
 
 def listing(home: Home) -> list[EnvInfo]:
@@ -59,20 +71,17 @@ def listing(home: Home) -> list[EnvInfo]:
     active = Path(os.path.realpath(home.libtorch / label)) if label else None
     out = []
     for d in env_dirs(home):
-        m = read_manifest(d)
         real = Path(os.path.realpath(d))
+        on = active is not None and (active == real or real in active.parents)
+        try:
+            m = read_manifest(d)
+        except Damaged as e:   # one damaged entry, named: the others are listed as ever
+            out.append(EnvInfo(variant_of_dir(d) or "?", d.name.rpartition("-")[2], d, sizes.of_tree(d), "",
+                               on, real in live, e.why))
+            continue
         out.append(EnvInfo(m["variant"], m["key"], d, sizes.total(home, [sizes.of_env(home, m, d)]), m["created"],
-                           active is not None and (active == real or real in active.parents),
-                           real in live))
+                           on, real in live))
     return out
-
-
-class Problem(Record):
-    """What `verify` found wrong: a path in the env, what is wrong, and whose it is."""
-
-    path: str
-    what: str
-    package: str       # a package's name, or `(env)`, `(libtorch)`
 
 
 class Queued(Record):
@@ -95,20 +104,28 @@ class Report:
         # they still name the old path. Reported, not a failure: libtorch, its loader path and
         # activation do not depend on them; a fresh realise under the new home rewrites them.
         self.stale: list[str] = []
+        self.damaged: str | None = None        # why the manifest is no record
+        self.files: list[Damage] = []          # what the quick check found (`store.health`)
 
     def to_json(self) -> dict[str, Any]:
-        return {"path": str(self.env), "ok": not self.problems, "moved_from": self.moved_from,
+        return {"path": str(self.env), "ok": not self.problems, "moved_from": self.moved_from, "damaged": self.damaged,
                 "names_old_path": self.stale,
                 "problems": [p._asdict() for p in self.problems]}
 
 
-def verify(env_dir: Path, full: bool = False) -> Report:
-    """By default what costs a few reads per env, not one per file: the manifest, the record set
-    (conda-meta's files and the wheels' dist-infos against the manifest's records) and the
-    libtorch root. `full` walks every file: present, its size, its content re-hashed on every
-    core, and every symlink resolving inside the env."""
+def verify(env_dir: Path, full: bool = False, home: Home | None = None) -> Report:
+    """By default a few reads per env and one lstat per file: the manifest, the record set
+    (conda-meta's files and the wheels' dist-infos against the manifest's records), the
+    libtorch root and every file's size and identity against the realise's table
+    (`store.heal.check`). `full` walks every file: present, its size, its content re-hashed on
+    every core, and every symlink resolving inside the env."""
     rep = Report(env_dir)
-    manifest = read_manifest(env_dir)
+    try:
+        manifest = read_manifest(env_dir)
+    except Damaged as e:
+        rep.damaged = e.why
+        rep.problems.append(Problem(".fdlenv/manifest.json", e.why, "(env)"))
+        return rep
     old = moved_from(env_dir, manifest)
     rep.moved_from = str(old) if old else None
     conda = [r for r in manifest["records"] if r["manager"] == "conda"]
@@ -130,7 +147,29 @@ def verify(env_dir: Path, full: bool = False) -> Report:
     if full:
         rep.problems += _hash_all(hashes)
         rep.problems += _links_outside(env_dir)
+    else:
+        from .heal import check, owner
+        from ..lock.file import Record as Locked
+
+        rep.files = check(env_dir).files
+        records = [Locked.from_json(r) for r in manifest["records"]] if rep.files and home is not None else []
+        for d in rep.files:
+            r = owner(home, records, d)[0] if home is not None else None
+            rep.problems.append(Problem(d.path, d.what, r.name if r is not None else "(env)"))
     return rep
+
+
+def by_sizes(env_dir: Path, m: Any) -> list[Damage]:
+    """An env realised before the file table (`store.health`): every file its packages' own
+    records name, by presence and size (no hashing), as damage the heal reads."""
+    rep, hashes = Report(env_dir), []
+    conda = [r for r in m["records"] if r["manager"] == "conda"]
+    wheels = [r for r in m["records"] if r["manager"] == "pip"]
+    _walk_conda(env_dir, sorted((env_dir / "conda-meta").glob("*.json")), {r["name"]: r["sha256"] for r in conda},
+                None, True, rep, hashes)
+    if wheels:
+        _verify_wheels(env_dir, wheels, True, rep, hashes)
+    return [Damage(p.path, p.what, -1, -1) for p in rep.problems]
 
 
 def _walk_conda(env_dir: Path, metas: list[Path], want_sha: dict[str, str], old: Path | None, full: bool,
@@ -138,7 +177,12 @@ def _walk_conda(env_dir: Path, metas: list[Path], want_sha: dict[str, str], old:
     """Each conda package's files as its conda-meta record lists them; what a move left naming
     the old path (`stale`); in `full`, sizes checked and contents queued for hashing."""
     for meta in metas:
-        rec = json.loads(meta.read_text())
+        try:
+            rec = json.loads(meta.read_text())
+            assert isinstance(rec, dict)
+        except (OSError, ValueError, AssertionError):   # a record that does not parse: its package is damaged
+            rep.problems.append(Problem(f"conda-meta/{meta.name}", "not a record", meta.stem.rsplit("-", 2)[0]))
+            continue
         if full and rec.get("sha256") != want_sha.get(rec.get("name")):
             rep.problems.append(Problem(f"conda-meta ({rec.get('name')})", "record set differs from the manifest",
                                         str(rec.get("name"))))
@@ -265,21 +309,36 @@ def _verify_wheels(env_dir: Path, wheels: list[dict[str, Any]], full: bool, rep:
 
 
 def repair(home: Home, env_dir: Path, report: Report, mirrors: dict[str, str] | None = None) -> None:
-    """Rebuild `env_dir` from its manifest; bad packages are re-extracted from their archives."""
-    from ..base.flocks import shared
-    from .archives import evict_cache_entry
-    from ..lock.file import Record
-    from .install import build
+    """Make `env_dir` whole (`store.heal`): links from an intact cache entry with no index,
+    entries whose files were bad (the quick check's, or what `--full` named) fetched again; an
+    env whose manifest is damaged is removed (a realise from its lock builds it again)."""
+    from .heal import Found, heal
+    from ..lock.file import Record as Locked
 
+    if report.damaged is not None:
+        remove_damaged(home, env_dir)
+        return
     m = read_manifest(env_dir)
-    records = [Record.from_json(r) for r in m["records"]]
-    bad = {p.package for p in report.problems}
-    with shared(store_lock(home.locks), f"repairing {m['variant']}"), \
-            exclusive(home.locks / f"{m['key']}.lock", f"repairing {m['variant']}"):
-        for r in records:
-            if r.name in bad:
-                evict_cache_entry(home, r)
-        # Built beside the old env and swapped in by one rename: a kill at any point leaves
-        # the old env or the new one, and nothing running in it sees it missing.
-        build(home, m["variant"], m["key"], records, env_dir, Path(m["lock"]["path"]),
-              m["lock"]["sha256"], m["platform"], mirrors or {}, replace=True)
+    quick = {d.path for d in report.files}
+    named = {p.package for p in report.problems if p.path not in quick}
+    heal(home, env_dir, Found(env_dir, m, None, report.files), mirrors or {},
+         evict=[r for r in (Locked.from_json(x) for x in m["records"]) if r.name in named])
+
+
+def remove_damaged(home: Home, env_dir: Path) -> None:
+    """An env whose manifest is no record: removed (renamed out first) with the links that name
+    it, under the store lock held exclusively as gc holds it; left while a process leases it."""
+    from ..base import atomic
+    from ..base.errors import Fail
+    from .leases import in_use
+
+    with exclusive(store_lock(home.locks), f"removing {env_dir.name}"):
+        if in_use(env_dir):
+            raise Fail.retry(f"{env_dir.name} is damaged but a running process still uses it; "
+                             "`fdlenv env verify --repair` again once it ends")
+        real = Path(os.path.realpath(env_dir))
+        for link in pointers.links(home):
+            target = Path(os.path.realpath(link))
+            if target == real or real in target.parents:
+                link.unlink(missing_ok=True)
+        atomic.discard(env_dir, home.staging)

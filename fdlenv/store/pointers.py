@@ -77,10 +77,13 @@ def set_active(home: Home, env: Env) -> None:
 
 
 def active_label(home: Home) -> str | None:
+    """What `.active` names; None for nothing, and for a pointer that is no one line of text
+    (not UTF-8, a directory): a broken record never stops a command."""
     try:
-        return (home.libtorch / ".active").read_text().strip() or None
-    except OSError:
+        label = (home.libtorch / ".active").read_text(errors="strict").strip()
+    except (OSError, ValueError):
         return None
+    return label if label and "\n" not in label and "\0" not in label else None
 
 
 def variant_of_label(label: str | None) -> str | None:
@@ -94,10 +97,15 @@ def variant_of_label(label: str | None) -> str | None:
 
 def env_of(path: Path) -> Env | None:
     """The fdlenv env `path` lies in (through links), or None."""
+    from .env import Damaged
+
     target = Path(os.path.realpath(path))
     while target != target.parent:
-        if (target / MANIFEST).is_file():
-            return from_dir(target)
+        if os.path.lexists(target / MANIFEST):
+            try:
+                return from_dir(target)
+            except Damaged:
+                return None   # a damaged env is no answer: a realise builds it again
         target = target.parent
     return None
 
@@ -112,7 +120,45 @@ def pointed_env(home: Home, variant: str) -> Env | None:
             env = env_of(follow(home, link) or link)
             if env is not None:
                 return env
-    return None
+    if os.path.lexists(pre / d) and not (pre / d).is_symlink() or (pre / (d + OWN_SUFFIX)).is_symlink():
+        return None      # flodl's own download, or a pointer naming no env: not fdlenv's to mend
+    return _rooted(home, variant)
+
+
+def _rooted(home: Home, variant: str, relink: bool = True) -> Env | None:
+    """Both pointers gone while a root still names an env of `variant` (`env remove` drops the
+    roots with the pointers, so this is damage, a deleted link): that env, newest first, and
+    its pointer made again where the home can be written."""
+    found = []
+    for link in sorted(home.roots.glob(f"{variant}-*")) if home.roots.is_dir() else ():
+        env = env_of(link) if link.is_symlink() else None
+        if env is not None and env.variant == variant:
+            found.append((os.lstat(env.path).st_mtime_ns, env))
+    if not found:
+        return None
+    env = max(found, key=lambda f: f[0])[1]
+    try:
+        if relink:
+            link_variant(home, env)
+    except OSError:
+        pass        # a read-only home still answers
+    return env
+
+
+def missing(home: Home) -> list[tuple[str, Env]]:
+    """(label, env) for each variant a root keeps whose fdlenv pointer is gone (`env verify`
+    reports it, `--repair` makes it again with `link_variant`)."""
+    out = []
+    names = {p.name.rsplit("-", 1)[0] for p in home.roots.iterdir()} if home.roots.is_dir() else set()
+    pre = home.libtorch / "precompiled"
+    for v in sorted(n for n in names if n in variants.VARIANTS):
+        d = variants.get(v).flodl_name
+        if (pre / d).is_symlink() or (pre / (d + OWN_SUFFIX)).is_symlink():
+            continue
+        env = _rooted(home, v, relink=False)
+        if env is not None:
+            out.append((f"precompiled/{d + OWN_SUFFIX if _is_flodls(pre / d) else d}", env))
+    return out
 
 
 def follow(home: Home, link: Path) -> Path | None:
@@ -140,6 +186,11 @@ def root_link(home: Home, lock: Path, variant: str) -> Path:
 def root(home: Home, lock: Path, env: Env) -> None:
     """The lock's root -> env: a new lock at that path moves the root."""
     _symlink(root_link(home, lock, env.spec.name), env.path)
+
+
+def links(home: Home) -> Iterator[Path]:
+    """Every root and flodl precompiled pointer that is a symlink."""
+    return _links(home)
 
 
 def _links(home: Home) -> Iterator[Path]:

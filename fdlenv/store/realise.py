@@ -8,12 +8,15 @@ Order matters, cheapest first:
    file with the same records).
 3. Take `locks/<key>.lock` (saying whom we wait for), re-check, and only then
    build it (`store.install`).
+4. With `check` (join, prepare, run, env realize): the env's files against what its realise
+   recorded, a damaged env healed before it is handed back (`store.heal`).
 Pointers (GC root, flodl's precompiled/<dir>, and `.active` when asked) are
 refreshed on every call; unchanged ones are not rewritten.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from ..names import variants
@@ -46,9 +49,11 @@ def _category_names(lock: Path) -> set[str]:
 
 
 def realise(home: Home, variant: str, lock: Path, mirrors: dict[str, str] | None = None,
-            *, platform: str | None = None, activate: bool = False, fork: bool = False) -> Env:
+            *, platform: str | None = None, activate: bool = False, fork: bool = False, check: bool = False) -> Env:
     """The env for `variant` of `lock`, realised if needed; `activate` also points `.active` at it.
-    `fork`: the caller owns this process, so the install worker may be a fork of it."""
+    `fork`: the caller owns this process, so the install worker may be a fork of it. `check`: the
+    per-attempt check (`store.heal.checked`: every file against the realise's table), a damaged
+    env healed from this lock's index before it is handed back."""
     variant = variants.get(variant).name   # a lookup: callers hand on the name the front parsed once
     platform = platform or this_platform()
     if not lock.is_file() and not split_sibling(lock, variant):
@@ -72,6 +77,9 @@ def realise(home: Home, variant: str, lock: Path, mirrors: dict[str, str] | None
                 if worker is not None:
                     worker.abandon()
             fastpath.remember(home, digest, variant, platform, env)
+        if check:
+            from .heal import checked
+            env = checked(home, env, mirrors or {}, lock=lock, digest=digest, platform=platform)
         pointers.root(home, lock, env)
         if activate:
             pointers.set_active(home, env)
@@ -93,6 +101,8 @@ def _slow_path(home: Home, variant: str, lock: Path, digest: str, platform: str,
     if not (final / MANIFEST).is_file():
         with exclusive(home.locks / f"{key}.lock", f"realising {variant}"):
             if not (final / MANIFEST).is_file():
-                build(home, variant, key, records, final, lock, digest, platform, mirrors, worker)
+                # Whatever stands at the name without a manifest (a damaged env) is swapped out.
+                build(home, variant, key, records, final, lock, digest, platform, mirrors, worker,
+                      replace=os.path.lexists(final))
                 return Env(variant, key, final, libtorch_root(final), created=True)
     return Env(variant, key, final, libtorch_root(final))

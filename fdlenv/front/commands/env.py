@@ -121,7 +121,7 @@ def cmd_realize(args) -> int:
     st = settings_for(ask)
     plan = memo.start(hot_ask("realize", args), ask.variant, st)
     before = active_label(st.home)
-    st, act = settle(ask, say, prefer_realised=False, activate=True, fork=owns_process(args), settings=st)
+    st, act = settle(ask, say, prefer_realised=False, activate=True, fork=owns_process(args), settings=st, check=True)
     env = act.env
     assert env is not None, "a named variant is realised as an env"   # flodl's own libtorch is never the answer
     after = active_label(st.home)
@@ -158,8 +158,12 @@ def cmd_list(args) -> int:
     if envs:
         print(f"{'VARIANT':8} {'KEY':16}  {'SIZE':>13}  {'CREATED':25}  {'STATE':13} PATH")
     for e in envs:
-        flags = ",".join(f for f, on in (("active", e.active), ("rooted", e.rooted)) if on) or "-"
+        flags = ",".join(f for f, on in (("DAMAGED", e.damaged), ("active", e.active), ("rooted", e.rooted)) if on) or "-"
         print(f"{e.variant:8} {e.key[:16]}  {e.size / (1 << 20):9.1f} MiB  {e.created:25}  {flags:13} {e.path}")
+    for e in envs:
+        if e.damaged:
+            print(f"warning: {e.path.name} is damaged (its manifest: {e.damaged}); `fdlenv env verify --repair` "
+                  "removes it, a realise builds it again", file=sys.stderr)
     return 0
 
 
@@ -199,26 +203,26 @@ def cmd_use(args) -> int:
 
 def cmd_verify(args) -> int:
     from ...names import variants
-    from ...store.maintain import env_dirs, repair, verify
-    from ...store.env import read_manifest
+    from ...store.maintain import env_dirs, repair, variant_of, verify
 
     home = _home(args)
     want = variants.parse_token(args.libtorch, allow_auto=False) if args.libtorch else None
-    dirs = [d for d in env_dirs(home) if want is None or read_manifest(d)["variant"] == want]
+    dirs = [d for d in env_dirs(home) if want is None or variant_of(d) == want]
     if want and not dirs:
         raise Fail.permanent(f"variant {want!r} is not realised in {home.root}")
     reports, bad = [], 0
     for d in dirs:
-        rep = verify(d, full=args.full)
+        rep = verify(d, full=args.full, home=home)
         repaired = False
         if rep.problems and args.repair:
             from ...app.settings import resolve
             repair(home, d, rep, resolve(args.home, args.mirror).mirrors)
-            repaired = not verify(d, full=True).problems
+            repaired = rep.damaged is not None or not verify(d, full=True).problems
         bad += bool(rep.problems) and not repaired
         reports.append(dict(rep.to_json(), repaired=repaired))
         if not args.json:
-            state = "ok" if not rep.problems else ("repaired" if repaired else "FAILED")
+            state = "ok" if not rep.problems else (("removed" if rep.damaged else "repaired") if repaired
+                                                   else "FAILED")
             print(f"{state:8} {d}")
             if rep.moved_from:
                 print(f"         note: its home moved (built at {rep.moved_from}); it works here, "
@@ -226,7 +230,7 @@ def cmd_verify(args) -> int:
                       "path" + (f" ({', '.join(rep.stale[:3])})" if rep.stale else ""))
             for p in rep.problems[:20]:
                 print(f"         {p.package}: {p.path}: {p.what}")
-    links = _verify_links(home, args)
+    links = _verify_links(home, args) + _verify_pointers(home, args)
     bad += sum(1 for x in links if not x["repaired"])
     message = f"{bad} env(s) or link(s) failed verification; rerun with --repair to rebuild them"
     if args.json:   # one object: the report, carrying the failure when there is one
@@ -253,6 +257,25 @@ def _verify_links(home, args) -> list[dict]:
     return out
 
 
+def _verify_pointers(home, args) -> list[dict]:
+    """flodl's pointer for a variant a root still keeps, gone (a deleted link): reported, and
+    made again with --repair (`pointers.missing`)."""
+    from ...store.pointers import link_variant, missing
+
+    out = []
+    for label, env in missing(home):
+        fixed = False
+        if args.repair:
+            link_variant(home, env)
+            fixed = True
+        out.append({"link": str(home.libtorch / label), "problem": f"missing (a root keeps {env.path.name})",
+                    "repaired": fixed})
+        if not args.json:
+            print(f"{'repaired' if fixed else 'FAILED':8} {home.libtorch / label}: missing (a root keeps "
+                  f"{env.path.name})")
+    return out
+
+
 def cmd_gc(args) -> int:
     from ...store.gc import collect
 
@@ -265,14 +288,13 @@ def cmd_gc(args) -> int:
 
 def cmd_remove(args) -> int:
     from ...names import variants
-    from ...store.env import read_manifest
     from ...hot.replay import memo_env
     from ...store.gc import collect
-    from ...store.maintain import env_dirs
+    from ...store.maintain import env_dirs, variant_of
 
     home = _home(args)
     name = variants.parse_token(args.libtorch, allow_auto=False)
-    mine = [d for d in env_dirs(home) if read_manifest(d)["variant"] == name]
+    mine = [d for d in env_dirs(home) if variant_of(d) == name]
     if not mine:
         raise Fail.permanent(f"--libtorch: variant {name!r} is not realised in {home.root}")
     plan, links = collect(home, dry_run=args.dry_run, remove=name, memo_env=memo_env)

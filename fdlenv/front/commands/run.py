@@ -71,7 +71,7 @@ def _run(args, argv: list[str]) -> int:
     ask = store_ask(args)
     st = settings_for(ask)
     plan = memo.start(hot_ask("run", args), ask.variant, st)
-    st, act = settle(ask, say, prefer_realised=True, fork=owns_process(args), settings=st)
+    st, act = settle(ask, say, prefer_realised=True, fork=owns_process(args), settings=st, check=True)
     own = restored(os.environ)   # the caller's environment, a shell activation undone
     environ = build_tree(environ_for(st.home, act), own, act.variant, os.getcwd())
     if act.env is not None:

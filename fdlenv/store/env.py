@@ -97,13 +97,15 @@ _RECORD_KEYS = ("manager", "name", "version", "sha256")
 
 def read_manifest(env_dir: Path) -> Manifest:
     """The env's manifest, read without following a link, or `Damaged` saying why it is none."""
+    import errno
     import os
 
     path = Path(env_dir) / MANIFEST
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as e:
-        raise Damaged(path, "a symlink" if os.path.islink(path) else e.strerror or "unreadable") from None
+        raise Damaged(path, "a symlink" if os.path.islink(path) else "missing" if e.errno == errno.ENOENT
+                      else e.strerror or "unreadable") from None
     try:
         import stat
 

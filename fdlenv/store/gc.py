@@ -119,8 +119,10 @@ def gc_plan(home: Home, sources: bool = False, skip: AbstractSet[Path] = frozens
             dead.append(d)
             dead_sizes.append(sizes.of_env(home, m, d))
     wanted_entries = {name for _, names in held_sizes for name in names} | linked_templates(home, kept_dirs)
+    # A kept env whose manifest is damaged names no entries: while one is kept, no entry goes.
+    damaged_kept = len(kept_dirs) > len(kept)
     entries = [e for e in sorted(home.pkgs.iterdir()) if e.is_dir() and not e.name.startswith(".")
-               and e.name not in wanted_entries] if home.pkgs.is_dir() else []
+               and e.name not in wanted_entries] if home.pkgs.is_dir() and not damaged_kept else []
     total = sum(own for own, _ in dead_sizes) + sum(sizes.entry_size(home, e.name) for e in entries)
     kept_keys = {m["key"] for m in kept}
     wanted = {r["sha256"] for m in kept for r in m["records"]}

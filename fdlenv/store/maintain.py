@@ -167,8 +167,12 @@ def by_sizes(env_dir: Path, m: Any) -> list[Damage]:
     wheels = [r for r in m["records"] if r["manager"] == "pip"]
     _walk_conda(env_dir, sorted((env_dir / "conda-meta").glob("*.json")), {r["name"]: r["sha256"] for r in conda},
                 None, True, rep, hashes)
-    if wheels:
+    site = next(iter(sorted(env_dir.glob("lib/python*/site-packages"))), None)
+    if wheels and site is not None:   # a wheel's RECORD names paths under site-packages
+        at, rep.problems = len(rep.problems), rep.problems
         _verify_wheels(env_dir, wheels, True, rep, hashes)
+        prefix = site.relative_to(env_dir).as_posix()
+        rep.problems[at:] = [p._replace(path=f"{prefix}/{p.path}") for p in rep.problems[at:]]
     return [Damage(p.path, p.what, -1, -1) for p in rep.problems]
 
 
@@ -337,8 +341,11 @@ def remove_damaged(home: Home, env_dir: Path) -> None:
             raise Fail.retry(f"{env_dir.name} is damaged but a running process still uses it; "
                              "`fdlenv env verify --repair` again once it ends")
         real = Path(os.path.realpath(env_dir))
-        for link in pointers.links(home):
+        active = pointers.active_label(home)
+        for link in list(pointers.links(home)):
             target = Path(os.path.realpath(link))
             if target == real or real in target.parents:
                 link.unlink(missing_ok=True)
+                if active is not None and home.libtorch / active == link:
+                    atomic.write_text(home.libtorch / ".active", "")   # emptied as flodl does, never half
         atomic.discard(env_dir, home.staging)

@@ -52,8 +52,8 @@ def _write_line(path: Path, text: str) -> None:
     try:
         if path.read_text() == text:
             return
-    except OSError:
-        pass
+    except (OSError, ValueError):
+        pass    # not there, or no text (a broken record): written whole
     atomic.write_text(path, text)
 
 

@@ -84,10 +84,12 @@ def _kill_when(cmd: list[str], reached) -> bool:
 
 
 def _assert_whole_or_gone(home: Home) -> None:
-    """Every env under its name verifies (files present, sizes right); none is half there."""
+    """Every env under its name verifies (files present, sizes right); none is half there. (The
+    old env a killed repair leaves holds the byte a trial flipped in place: its mtime moved.)"""
     for d in sorted(home.envs.iterdir()) if home.envs.is_dir() else []:
         assert (d / ".fdlenv" / "manifest.json").is_file(), f"{d.name}: an env without its manifest"
-        assert not verify(d).problems, f"{d.name} is half there: {verify(d).problems[:3]}"
+        half = [p for p in verify(d).problems if not p.what.startswith("modified in place")]
+        assert not half, f"{d.name} is half there: {half[:3]}"
 
 
 def _assert_next_realise_is_whole(w) -> dict:

@@ -19,9 +19,13 @@ def test_verify_full_catches_a_flipped_byte_and_repair_fixes_it(tmp_path):
     lib = os.path.join(env["libtorch_root"], "lib/libtorch.so")
     data = bytearray(open(lib, "rb").read())
     data[0] ^= 0xFF
+    was = os.stat(lib)
     with open(lib, "r+b") as f:                       # in place: the cache's inode flips too
         f.write(data)
-    assert fdlenv("env", "verify", *_home(w)).returncode == 0          # sizes still match
+    quick = fdlenv("env", "verify", *_home(w))
+    assert quick.returncode == 2 and "modified in place" in quick.stdout   # its mtime moved
+    os.utime(lib, ns=(was.st_atime_ns, was.st_mtime_ns))
+    assert fdlenv("env", "verify", *_home(w)).returncode == 0          # size and mtime as realised: --full's job
     res = fdlenv("env", "verify", "cpu", "--full", "--json", *_home(w))
     assert res.returncode == 2
     problems = json.loads(res.stdout)["envs"][0]["problems"]
@@ -39,7 +43,8 @@ def test_verify_notices_a_deleted_file_with_full_and_a_lost_package_record_by_de
     w = make_world(tmp_path)
     env = realise_json(w)
     os.unlink(os.path.join(env["path"], "share/common/data.txt"))
-    assert fdlenv("env", "verify", *_home(w)).returncode == 0        # manifest-level: no file walk
+    quick = fdlenv("env", "verify", *_home(w))                        # the file table's lstat
+    assert quick.returncode == 2 and "share/common/data.txt: missing" in quick.stdout
     res = fdlenv("env", "verify", "--full", "--json", *_home(w))
     assert res.returncode == 2 and "missing" in res.stdout
     (meta,) = Path(env["path"], "conda-meta").glob("common-data-*.json")

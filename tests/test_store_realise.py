@@ -62,6 +62,7 @@ REDIAL_MODULES = {
     # the packages those live in (each an __init__ of a docstring)
     "fdlenv.app", "fdlenv.base", "fdlenv.config", "fdlenv.front", "fdlenv.hot", "fdlenv.index", "fdlenv.lock",
     "fdlenv.names",
+    "fdlenv.store.health",   # the per-attempt check: every file's lstat against the realise's table
 }
 NEVER_ON_REDIAL = ("typing", "dataclasses", "shutil", "rattler", "conda_lock", "yaml", "filelock")
 

@@ -96,8 +96,7 @@ def choose(home, libtorch: Libtorch | None, view, mirrors: dict[str, str], *, pl
         act = _active.find(home, project_root, notes=notes)
         if act is None or act.variant is None or view.holder(act.variant, platform, near_only=True) is None:
             if check and act is not None and act.env is not None:
-                from ..store.heal import checked
-                act = act._replace(env=checked(home, act.env, mirrors))
+                act = act._replace(env=_checked(home, act.env, mirrors))
             return act
         variant = act.variant
     else:
@@ -147,8 +146,7 @@ def env_for(home, variant: str, view, mirrors: dict[str, str], *, platform: str,
     def pointed():
         env = _pointed(home, variant, activate)
         if env is not None and check:
-            from ..store.heal import checked
-            env = checked(home, env, mirrors)
+            env = _checked(home, env, mirrors)
         return env
 
     near = view.holder(variant, platform, near_only=True)
@@ -167,6 +165,17 @@ def env_for(home, variant: str, view, mirrors: dict[str, str], *, platform: str,
     if frozen:
         raise ondemand.refuse_frozen(variant, platform, view)
     return realised(ondemand.lock_variant(home, variant, platform, mirrors, notes.append))
+
+
+def _checked(home, env, mirrors: dict[str, str]):
+    """`env` checked against what its realise recorded, healed when damaged (`store.heal`, imported
+    only then)."""
+    from ..store import health
+
+    if health.whole(env.path):
+        return env
+    from ..store.heal import checked
+    return checked(home, env, mirrors)
 
 
 def _pointed(home, variant: str, activate: bool):

@@ -54,6 +54,8 @@ if TYPE_CHECKING:
         envs: int                  # bytes of the kept envs (each inode once)
         never_collected: list[str]  # `dir/` of each tree gc never touches that exists
 
+    from .env import Manifest
+
     class Kept(_Kept, total=False):
         source: str                # why source/ stays (without --sources)
 
@@ -100,8 +102,11 @@ def gc_plan(home: Home, sources: bool = False, skip: AbstractSet[Path] = frozens
     `skip`: links to read as gone (a dry run of `env remove`). Costs a manifest read per env,
     never a walk of what is kept (`store.sizes`)."""
     live = pointers.live_targets(home, skip)
-    dead, kept, held_sizes, dead_sizes = [], [], [], []     # kept: manifests, each read once
-    kept_dirs = []
+    dead: list[Path] = []
+    kept: list[Manifest] = []      # manifests, each read once
+    held_sizes: list[tuple[int, list[str]]] = []
+    dead_sizes: list[tuple[int, list[str]]] = []
+    kept_dirs: list[Path] = []
     for d in env_dirs(home):
         try:
             m = read_manifest(d)

@@ -14,7 +14,8 @@ whose they are and makes the env whole again, in order:
    mirrors. The env is then built again beside itself and swapped in by one rename
    (`install.build(replace=True)`), under the store lock shared and the env's key lock, as a
    realise publishes. An env whose manifest is damaged is rebuilt from its lock's records
-   when a lock is in hand (its key must name the same directory).
+   when a lock is in hand (its key must name the same directory); `repair` (`env verify
+   --repair`) removes it instead, with the links naming it (`remove_damaged`).
 3. A failure of step 2 (the index away) is the attempt's failure, naming the env and the
    first damaged file, and of the same class as its cause: transient when the index may
    come back. Nothing runs in a damaged env.
@@ -28,7 +29,7 @@ from pathlib import Path
 from ..base.errors import Fail
 from ..base.record import Record
 from ..names.home import Home
-from . import health
+from . import health, maintain
 from .env import Damaged, Env, from_dir, read_manifest
 
 TYPE_CHECKING = False
@@ -70,35 +71,10 @@ def check(env_dir: Path) -> Found:
     files = health.check_files(env_dir)
     if files is not None:
         return Found(Path(env_dir), m, None, files)
-    from .maintain import by_sizes
-
-    files = by_sizes(env_dir, m)
+    files = maintain.by_sizes(env_dir, m)
     if not files:
-        try:
-            health.record(env_dir)   # an older env: recorded now, checked by identity from here on
-        except OSError:
-            pass                     # a read-only home: checked by size each time
+        health.rerecord(env_dir)   # an older env: recorded now, checked by identity from here on
     return Found(Path(env_dir), m, None, files, sized=True)
-
-
-def owner(home: Home, records: list[Locked], d: health.Damage) -> tuple[Locked | None, bool]:
-    """(the package whose cache entry holds the damaged file, whether that entry still holds
-    it whole); (None, True) for a file no package ships (fdlenv's own: a rebuild writes it)."""
-    from .sizes import entry_name
-
-    for r in reversed(records):   # a file two wheels ship is the last one's
-        cached = health.cache_path(home.pkgs, entry_name(r), r.manager, d.path)
-        try:
-            st = os.lstat(cached) if cached is not None else None
-        except OSError:
-            continue
-        if st is None:
-            continue
-        # The same inode as the env's file had: whatever hit the env's file hit the entry's.
-        whole = st.st_size == d.size and (st.st_ino != d.inode or d.what == "missing"
-                                          or d.what.startswith("replaced"))
-        return r, whole
-    return None, True
 
 
 def heal(home: Home, env_dir: Path, found: Found, mirrors: dict[str, str], *, lock: Path | None = None,
@@ -132,7 +108,7 @@ def heal(home: Home, env_dir: Path, found: Found, mirrors: dict[str, str], *, lo
 
     fetch = list(evict or [])
     for d in found.files:
-        r, whole = owner(home, records, d)
+        r, whole = health.owner(home.pkgs, records, d)
         if r is not None and not whole and r not in fetch:
             fetch.append(r)
     # An entry already gone from the cache (a heal that could not fetch it) is fetched too.
@@ -172,3 +148,42 @@ def checked(home: Home, env: Env, mirrors: dict[str, str], *, lock: Path | None 
         raise Fail.retry(f"the env {env.path.name} ({env.path}) is still damaged after healing it: {again.first()}")
     healed = from_dir(env.path)
     return healed._replace(created=env.created)
+
+
+def repair(home: Home, env_dir: Path, report: maintain.Report, mirrors: dict[str, str] | None = None) -> None:
+    """Make `env_dir` whole (`store.heal`): links from an intact cache entry with no index,
+    entries whose files were bad (the quick check's, or what `--full` named) fetched again; an
+    env whose manifest is damaged is removed (a realise from its lock builds it again)."""
+    from ..lock.file import Record as Locked
+
+    if report.damaged is not None:
+        remove_damaged(home, env_dir)
+        return
+    m = read_manifest(env_dir)
+    quick = {d.path for d in report.files}
+    named = {p.package for p in report.problems if p.path not in quick}
+    heal(home, env_dir, Found(env_dir, m, None, report.files), mirrors or {},
+         evict=[r for r in (Locked.from_json(x) for x in m["records"]) if r.name in named])
+
+
+def remove_damaged(home: Home, env_dir: Path) -> None:
+    """An env whose manifest is no record: removed (renamed out first) with the links that name
+    it, under the store lock held exclusively as gc holds it; left while a process leases it."""
+    from ..base import atomic
+    from ..base.flocks import exclusive
+    from . import pointers
+    from .leases import in_use, store_lock
+
+    with exclusive(store_lock(home.locks), f"removing {env_dir.name}"):
+        if in_use(env_dir):
+            raise Fail.retry(f"{env_dir.name} is damaged but a running process still uses it; "
+                             "`fdlenv env verify --repair` again once it ends")
+        real = Path(os.path.realpath(env_dir))
+        active = pointers.active_label(home)
+        for link in list(pointers.links(home)):
+            target = Path(os.path.realpath(link))
+            if target == real or real in target.parents:
+                link.unlink(missing_ok=True)
+                if active is not None and home.libtorch / active == link:
+                    atomic.write_text(home.libtorch / ".active", "")   # emptied as flodl does, never half
+        atomic.discard(env_dir, home.staging)

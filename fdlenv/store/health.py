@@ -27,6 +27,10 @@ from pathlib import Path
 from ..base import confine
 from ..base.record import Record
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ..lock.file import Record as Locked
+
 FILES = ".fdlenv/files"
 HEADER = "fdlenv-files 1"
 
@@ -80,6 +84,27 @@ def record(env_dir: Path) -> None:
     confine.write_own(env_dir, FILES, table(env_dir))
 
 
+def rerecord(env_dir: Path) -> None:
+    """`record`, where the home can be written (a read-only one is checked by size each time)."""
+    try:
+        record(env_dir)
+    except OSError:
+        pass
+
+
+def whole(env_dir: Path) -> bool:
+    """The re-dial's question, at the cost of the manifest's read and one lstat per file: is the
+    env what its realise recorded? False also for what only `store.heal.check` can tell (no
+    table yet, a damaged manifest): the caller asks it then."""
+    from .env import Damaged, read_manifest
+
+    try:
+        read_manifest(env_dir)
+    except Damaged:
+        return False
+    return check_files(env_dir) == []
+
+
 def check_files(env_dir: Path) -> list[Damage] | None:
     """Step 2: the damaged files, or None when the env has no table that parses."""
     path = os.path.join(env_dir, FILES)
@@ -118,10 +143,7 @@ def check_files(env_dir: Path) -> list[Damage] | None:
     except ValueError:
         return None   # a line that does not parse: the table is no record
     if not same and not out:
-        try:
-            record(env_dir)   # a copied home: identities recorded again, sizes having matched
-        except (OSError, confine.Refused):
-            pass              # a read-only home: checked by size each time
+        rerecord(env_dir)   # a copied home: identities recorded again, sizes having matched
     return out
 
 
@@ -137,3 +159,23 @@ def cache_path(pkgs: Path, entry: str, manager: str, rel: str) -> Path | None:
     if parts[0] == "include" and (pkgs / entry / "include" / "/".join(parts[1:])).exists():
         return pkgs / entry / "include" / "/".join(parts[1:])
     return pkgs / entry / "data" / rel
+
+
+def owner(pkgs: Path, records: list[Locked], d: Damage) -> tuple[Locked | None, bool]:
+    """(the package whose cache entry holds the damaged file, whether that entry still holds
+    it whole); (None, True) for a file no package ships (fdlenv's own: a rebuild writes it)."""
+    from .sizes import entry_name
+
+    for r in reversed(records):   # a file two wheels ship is the last one's
+        cached = cache_path(pkgs, entry_name(r), r.manager, d.path)
+        try:
+            st = os.lstat(cached) if cached is not None else None
+        except OSError:
+            continue
+        if st is None:
+            continue
+        # The same inode as the env's file had: whatever hit the env's file hit the entry's.
+        whole = st.st_size == d.size and (st.st_ino != d.inode or d.what == "missing"
+                                          or d.what.startswith("replaced"))
+        return r, whole
+    return None, True

@@ -2,10 +2,10 @@
 
 Everything here reads `.fdlenv/manifest.json` and `conda-meta/`, never the
 lock: an env must stay checkable and repairable after its lock moved on.
-Repair rebuilds the env from its manifest's records under the env's key lock
-(evicting the package-cache entries whose files were bad, since envs
-hard-link them) and swaps it in; gc removes only what no root, no flodl
-pointer and no running realise (a held key lock) still uses.
+Repair is `store.heal.repair`: it rebuilds the env from its manifest's records
+under the env's key lock (evicting only the package-cache entries whose files
+were bad, since envs hard-link them) and swaps it in; gc removes only what no
+root, no flodl pointer and no running realise (a held key lock) still uses.
 """
 
 from __future__ import annotations
@@ -19,10 +19,9 @@ from ..base import hashing
 from ..base.record import Record
 from ..names.home import Home
 from ..base.deadlines import join
-from ..base.flocks import exclusive
-from .leases import store_lock
 from . import pointers, sizes
 from .env import Damaged, moved_from, read_manifest, variant_of_dir
+from . import health
 from .health import Damage, Problem
 
 TYPE_CHECKING = False
@@ -148,13 +147,18 @@ def verify(env_dir: Path, full: bool = False, home: Home | None = None) -> Repor
         rep.problems += _hash_all(hashes)
         rep.problems += _links_outside(env_dir)
     else:
-        from .heal import check, owner
+        from .health import check_files, owner
         from ..lock.file import Record as Locked
 
-        rep.files = check(env_dir).files
+        files = check_files(env_dir)
+        if files is None:   # an env realised before the table: by its records' sizes, recorded when whole
+            files = by_sizes(env_dir, manifest)
+            if not files:
+                health.rerecord(env_dir)
+        rep.files = files
         records = [Locked.from_json(r) for r in manifest["records"]] if rep.files and home is not None else []
         for d in rep.files:
-            r = owner(home, records, d)[0] if home is not None else None
+            r = owner(home.pkgs, records, d)[0] if home is not None else None
             rep.problems.append(Problem(d.path, d.what, r.name if r is not None else "(env)"))
     return rep
 
@@ -162,7 +166,7 @@ def verify(env_dir: Path, full: bool = False, home: Home | None = None) -> Repor
 def by_sizes(env_dir: Path, m: Any) -> list[Damage]:
     """An env realised before the file table (`store.health`): every file its packages' own
     records name, by presence and size (no hashing), as damage the heal reads."""
-    rep, hashes = Report(env_dir), []
+    rep, hashes = Report(env_dir), list[Queued]()
     conda = [r for r in m["records"] if r["manager"] == "conda"]
     wheels = [r for r in m["records"] if r["manager"] == "pip"]
     _walk_conda(env_dir, sorted((env_dir / "conda-meta").glob("*.json")), {r["name"]: r["sha256"] for r in conda},
@@ -183,11 +187,12 @@ def _walk_conda(env_dir: Path, metas: list[Path], want_sha: dict[str, str], old:
     for meta in metas:
         try:
             rec = json.loads(meta.read_text())
-            assert isinstance(rec, dict)
-        except (OSError, ValueError, AssertionError):   # a record that does not parse: its package is damaged
+        except (OSError, ValueError):
+            rec = None
+        if not isinstance(rec, dict) or not isinstance(rec.get("name"), str):   # its package is damaged
             rep.problems.append(Problem(f"conda-meta/{meta.name}", "not a record", meta.stem.rsplit("-", 2)[0]))
             continue
-        if full and rec.get("sha256") != want_sha.get(rec.get("name")):
+        if full and rec.get("sha256") != want_sha.get(rec["name"]):
             rep.problems.append(Problem(f"conda-meta ({rec.get('name')})", "record set differs from the manifest",
                                         str(rec.get("name"))))
         for p in rec.get("paths_data", {}).get("paths", []):
@@ -310,42 +315,3 @@ def _verify_wheels(env_dir: Path, wheels: list[dict[str, Any]], full: bool, rep:
                     rep.problems.append(Problem(row[0], "size differs", w["name"]))
                 elif row[1].startswith("sha256="):
                     hashes.append(Queued(path, row[0], row[1][7:], "b64", w["name"], st.st_size))
-
-
-def repair(home: Home, env_dir: Path, report: Report, mirrors: dict[str, str] | None = None) -> None:
-    """Make `env_dir` whole (`store.heal`): links from an intact cache entry with no index,
-    entries whose files were bad (the quick check's, or what `--full` named) fetched again; an
-    env whose manifest is damaged is removed (a realise from its lock builds it again)."""
-    from .heal import Found, heal
-    from ..lock.file import Record as Locked
-
-    if report.damaged is not None:
-        remove_damaged(home, env_dir)
-        return
-    m = read_manifest(env_dir)
-    quick = {d.path for d in report.files}
-    named = {p.package for p in report.problems if p.path not in quick}
-    heal(home, env_dir, Found(env_dir, m, None, report.files), mirrors or {},
-         evict=[r for r in (Locked.from_json(x) for x in m["records"]) if r.name in named])
-
-
-def remove_damaged(home: Home, env_dir: Path) -> None:
-    """An env whose manifest is no record: removed (renamed out first) with the links that name
-    it, under the store lock held exclusively as gc holds it; left while a process leases it."""
-    from ..base import atomic
-    from ..base.errors import Fail
-    from .leases import in_use
-
-    with exclusive(store_lock(home.locks), f"removing {env_dir.name}"):
-        if in_use(env_dir):
-            raise Fail.retry(f"{env_dir.name} is damaged but a running process still uses it; "
-                             "`fdlenv env verify --repair` again once it ends")
-        real = Path(os.path.realpath(env_dir))
-        active = pointers.active_label(home)
-        for link in list(pointers.links(home)):
-            target = Path(os.path.realpath(link))
-            if target == real or real in target.parents:
-                link.unlink(missing_ok=True)
-                if active is not None and home.libtorch / active == link:
-                    atomic.write_text(home.libtorch / ".active", "")   # emptied as flodl does, never half
-        atomic.discard(env_dir, home.staging)

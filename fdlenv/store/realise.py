@@ -24,7 +24,7 @@ from ..lock.paths import split_sibling
 from ..base.errors import Fail
 from ..names.home import Home
 from ..base.flocks import shared
-from . import fastpath, pointers
+from . import fastpath, health, pointers
 from .leases import store_lock
 from .env import MANIFEST, Env, libtorch_root
 from ..names.platforms import this_platform
@@ -77,7 +77,7 @@ def realise(home: Home, variant: str, lock: Path, mirrors: dict[str, str] | None
                 if worker is not None:
                     worker.abandon()
             fastpath.remember(home, digest, variant, platform, env)
-        if check:
+        if check and not health.whole(env.path):   # only a damaged env imports the heal
             from .heal import checked
             env = checked(home, env, mirrors or {}, lock=lock, digest=digest, platform=platform)
         pointers.root(home, lock, env)

@@ -203,7 +203,8 @@ def cmd_use(args) -> int:
 
 def cmd_verify(args) -> int:
     from ...names import variants
-    from ...store.maintain import env_dirs, repair, variant_of, verify
+    from ...store.heal import repair
+    from ...store.maintain import env_dirs, variant_of, verify
 
     home = _home(args)
     want = variants.parse_token(args.libtorch, allow_auto=False) if args.libtorch else None

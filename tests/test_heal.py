@@ -56,9 +56,18 @@ def offline() -> str:
 GPU = json.dumps([{"vendor": "nvidia", "arch": "8.0", "vram_mb": 40000, "name": "A100"}])   # join's gate
 
 
+# The agent: as it starts, it reads the library through its LIBTORCH_PATH and writes what it read
+# (size and bytes) beside the stand-in's own record of its environment.
+READS = ("import os, runpy, sys; out = sys.argv[1]; os.makedirs(out, exist_ok=True); "
+         "lib = open(os.environ['LIBTORCH_PATH'] + '/lib/libtorch.so', 'rb').read(); "
+         "open(out + '/library', 'w').write(f'{len(lib)} {lib.decode()}'); "
+         "sys.argv = sys.argv[2:]; runpy.run_path(sys.argv[0], run_name='__main__')")
+
+
 def join(tmp_path: Path, mirror: str) -> subprocess.CompletedProcess:
     return fdlenv(tmp_path, "join", "127.0.0.1:9", "--bin", sys.executable, "--no-sig-probe", "--libtorch", "cpu",
-                  "--mirror", mirror, "--", STANDIN, str(tmp_path / "out"), "0", env={"FLODL_TESTING_GPU_JSON": GPU})
+                  "--mirror", mirror, "--", "-c", READS, str(tmp_path / "out"), STANDIN, str(tmp_path / "out"), "0",
+                  env={"FLODL_TESTING_GPU_JSON": GPU})
 
 
 def test_a_truncated_library_is_healed_before_the_agent_starts(realised, index):
@@ -70,8 +79,9 @@ def test_a_truncated_library_is_healed_before_the_agent_starts(realised, index):
     r = join(tmp_path, f"pytorch={index.url}")
     assert r.returncode == 0, r.stderr
     assert f"{env.name} is damaged ({LIB}: 0 bytes, 12 when realised); fetching torch 2.10.0+cpu again" in r.stderr
+    assert (tmp_path / "out" / "library").read_text() == "12 libtorch cpu", "the agent started on the healed file"
     agent = json.loads((tmp_path / "out" / "agent0.json").read_text())["env"]
-    assert (Path(agent["LIBTORCH_PATH"]) / "lib/libtorch.so").read_text() == "libtorch cpu"
+    assert agent["LIBTORCH_PATH"].startswith(str(env))
     assert any(p.endswith(".whl") for p in index.requests[asked:]), "the wheel was fetched again"
     assert os.stat(env / LIB).st_ino != cached_before, "a new cache entry, not the old one edited"
     assert "bug" not in r.stderr

@@ -18,6 +18,9 @@ collects, in this order:
    and `pkgs/` (a killed remove's is in `staging/`), their lock
    files when free, built artifacts (`builds/`) made against an env that is
    gone, and walk-through builds but the newest.
+An env whose manifest is damaged (`env.Damaged`) is one entry like the others: collected
+when nothing uses it (its bytes walked), kept with its key's locks and its variant's answers
+when something does; while one is kept, no cache entry goes (it names none).
 What it never touches, and reports as kept: `channels/` (what `fdlenv pack`
 made: the source of an air-gapped realise), `source/` (the trees a re-dial
 pulls into; `--sources` drops those no join holds), `data/` (datasets),
@@ -107,6 +110,7 @@ def gc_plan(home: Home, sources: bool = False, skip: AbstractSet[Path] = frozens
     held_sizes: list[tuple[int, list[str]]] = []
     dead_sizes: list[tuple[int, list[str]]] = []
     kept_dirs: list[Path] = []
+    kept_damaged: list[Path] = []   # kept envs whose manifest is damaged
     for d in env_dirs(home):
         try:
             m = read_manifest(d)
@@ -114,6 +118,8 @@ def gc_plan(home: Home, sources: bool = False, skip: AbstractSet[Path] = frozens
             used = Path(os.path.realpath(d)) in live or in_use(d) or any(
                 held(p) for p in home.locks.glob(f"{d.name.rpartition('-')[2]}*.lock"))
             (kept_dirs if used else dead).append(d)
+            if used:
+                kept_damaged.append(d)
             (held_sizes if used else dead_sizes).append((sizes.of_tree(d), []))
             continue
         if Path(os.path.realpath(d)) in live or held(home.locks / f"{m['key']}.lock") or in_use(d):
@@ -125,7 +131,7 @@ def gc_plan(home: Home, sources: bool = False, skip: AbstractSet[Path] = frozens
             dead_sizes.append(sizes.of_env(home, m, d))
     wanted_entries = {name for _, names in held_sizes for name in names} | linked_templates(home, kept_dirs)
     # A kept env whose manifest is damaged names no entries: while one is kept, no entry goes.
-    damaged_kept = len(kept_dirs) > len(kept)
+    damaged_kept = bool(kept_damaged)
     entries = [e for e in sorted(home.pkgs.iterdir()) if e.is_dir() and not e.name.startswith(".")
                and e.name not in wanted_entries] if home.pkgs.is_dir() and not damaged_kept else []
     total = sum(own for own, _ in dead_sizes) + sum(sizes.entry_size(home, e.name) for e in entries)
@@ -139,6 +145,10 @@ def gc_plan(home: Home, sources: bool = False, skip: AbstractSet[Path] = frozens
                 archives.append(a)
                 total += a.stat().st_size
     asked = {f"{m.get('variant')}-{m.get('platform')}" for m in kept}   # what their re-dials ask the locks
+    for d in kept_damaged:   # a kept damaged env: its key's locks, its answers
+        kept_keys |= {p.stem for p in home.locks.glob(f"{d.name.rpartition('-')[2]}*.lock") if len(p.stem) == 64}
+        asked |= {q for f in (home.cache / "fast").glob(f"*-{d.name.rpartition('-')[0]}-*{fastpath.HOLDS}")
+                  if (q := fastpath.holds_asked(f))}
     other = list(_leftovers(home, kept_keys, {d.name for d in dead}, wanted, sources,
                             {e.name for e in entries}, asked, memo_env))
     total += sum(sizes.of_tree(p) for p, _why in other)

@@ -127,7 +127,7 @@ def heal(home: Home, env_dir: Path, found: Found, mirrors: dict[str, str], *, lo
     except Fail as e:
         raise Fail(f"the env {env_dir.name} ({env_dir}) is damaged: {found.first()}; healing it "
                    + (f"needs {', '.join(f'{r.name} {r.version}' for r in fetch)} from its index again, which "
-                      "failed: " if fetch else "failed: ") + e.message, e.transient) from None
+                      "failed: " if fetch else "failed: ") + e.message.rstrip(".") + "; nothing was started in it", e.transient) from None
     return [r.name for r in fetch]
 
 

@@ -3,7 +3,9 @@
 `env list`, `env gc --dry-run` and `env verify` (default) on a home of N envs (default 20),
    each sharing a package of F files (default 12,000, a cu128-sized file count) through the
    package cache and holding one small package of its own: seconds per command, and per env
-   (goal: each command <= 0.3 s with 20 envs: a manifest-level cost, not a walk of every file)
+   (goal: list and gc <= 0.3 s with 20 envs: a manifest-level cost, not a walk of every file;
+   verify checks every file's lstat against its realise's table since issue 45: goal a few ms
+   per 1,000 files, <= 6 s per 1,000,000, i.e. <= 1.5 s for 20 x 12,000)
 `env verify --full` is timed on a real cu128 env against one `openssl dgst` in bench/wheels.py
 (`--only verify`): 1 GiB in 16 synthetic files, as this bench once did, hashes faster per byte
 than 13,800 real ones and flattered it.
@@ -75,8 +77,9 @@ def bench_per_env(tmp: Path, n: int, nfiles: int, reps: int) -> None:
                  Side("empty", lambda i, rss, a=args: fdlenv(*a, "--home", str(empty.root)))]
         row(name, sides, reps, {})
         t, t0 = median(sides[0].times), median(sides[1].times)
+        goal = 0.3 if name != "env verify" else 0.3 + 6e-6 * n * nfiles   # verify: one lstat per file
         print(f"   {name:18s} {t:6.3f} s  (empty home {t0:5.3f} s; {(t - t0) / n * 1000:5.1f} ms per env)  "
-              f"goal <= 0.3 s: {'met' if t <= 0.3 else 'NOT met'}")
+              f"goal <= {goal:.2f} s: {'met' if t <= goal else 'NOT met'}")
 
 
 def main() -> None:

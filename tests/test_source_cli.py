@@ -28,7 +28,8 @@ def fdlenv(monkeypatch, tmp_path, capsys):
     env = fake_env(tmp_path)
     seen = []
 
-    def fake_realise(home, variant, lock, mirrors=None, *, activate=False, fork=False, platform=None):
+    def fake_realise(home, variant, lock, mirrors=None, *, activate=False, fork=False, platform=None,
+                     check=False):
         seen.append((variant, lock))
         return FakeStoreEnv(variant, env.key, env.path, env.libtorch_root, False)
 

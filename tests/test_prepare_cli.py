@@ -15,6 +15,7 @@ from helpers_source import wait_out_racy_window, write_tree
 from helpers_store import fdlenv, make_world
 
 from fdlenv.source import manifest
+from fdlenv.store import health
 from fdlenv.source.manifest import RunManifest
 
 RECIPE = ('mkdir -p target/release && '
@@ -101,6 +102,7 @@ def test_the_arch_gate_refuses_an_offered_card_the_variant_cannot_serve(world, b
     arch = (root / ".arch").read_text()
     (root / ".arch").unlink()        # the env is immutable: replace the file, keep the hard-linked original
     (root / ".arch").write_text(arch.replace("archs=", "archs=gfx90a"))
+    health.record(Path(json.loads(first.stdout)["env"]["path"]))   # as a realise of such a variant records it
     cards = [{"vendor": "amd", "arch": "gfx90a"}, {"vendor": "amd", "arch": "gfx942"}]
     spoof = {**box, "FLODL_TESTING_GPU_JSON": json.dumps(cards)}
     args = ("prepare", "--libtorch", "rocm7.1", "--lock", str(world.lock))

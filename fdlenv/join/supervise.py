@@ -30,6 +30,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -48,6 +49,13 @@ class Interrupted(KeyboardInterrupt):
     def __init__(self, signum: int):
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
+
+
+def _cut_requests() -> None:
+    """Every index request in flight ends now (`netread.stop_all`), where any was made."""
+    netread = sys.modules.get("fdlenv.base.netread")
+    if netread is not None:
+        netread.stop_all()
 
 
 def signal_group(pid: int, signum: int) -> bool:
@@ -99,6 +107,7 @@ class Stopper:
             signal_group(child.pid, signum)
             return
         if first and not self._defer:
+            _cut_requests()
             raise Interrupted(signum)
 
     def check(self) -> None:

@@ -78,7 +78,8 @@ def test_hip_picks_among_what_rocr_left_by_rocrs_ordinals_and_an_empty_hip_means
     as 1; HIP_VISIBLE_DEVICES=1 then picks the MI210, the runtime's device 0."""
     s = spoofed(HIP_VISIBLE_DEVICES="1", ROCR_VISIBLE_DEVICES="1,0")
     assert physical(s)[2:] == [(AMD, 0, 0)] and s.of(AMD)[0].name == "MI210"
-    assert "HIP_VISIBLE_DEVICES='1' hides amd 0 (RX 7900 XTX, gfx1100; physical 1)" in [f.message for f in s.findings]
+    assert ("HIP_VISIBLE_DEVICES='1' hides amd 0 (RX 7900 XTX, gfx1100; physical 1); the devices left are numbered "
+            "from 0 in its order") in [f.message for f in s.findings]
     assert physical(spoofed(ROCR_VISIBLE_DEVICES="1"))[2:] == [(AMD, 0, 1)]
     # HIP's index counts what ROCr left: 1 names nothing when ROCr left one device
     assert spoofed(HIP_VISIBLE_DEVICES="1", ROCR_VISIBLE_DEVICES="0").of(AMD) == ()
@@ -107,6 +108,8 @@ def test_mask_order_is_kept_and_the_runtime_numbers_it_from_0_the_physical_index
     assert [d.name for d in s.devices] == ["RTX 4090", "RTX 3090"]
     assert s.devices[0].label == "nvidia 0 (RTX 4090, 8.9; physical 1)"
     assert s.devices[0].as_json()["physical"] == 1 and "physical" not in spoofed().devices[0].as_json()
+    assert spoofed(CUDA_VISIBLE_DEVICES="1", HIP_VISIBLE_DEVICES="").findings[0].message == (
+        "CUDA_VISIBLE_DEVICES='1' hides nvidia 0 (RTX 3090, 8.6); the devices left are numbered from 0 in its order")
 
 
 def test_uuid_entries_select_by_full_or_prefix():

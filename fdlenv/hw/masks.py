@@ -70,10 +70,12 @@ def _visible(vendor: str, devices: list[Device], var: str, value: str) -> tuple[
         if match[0] not in kept:
             kept.append(match[0])
     hidden = [d.label for d in devices if d not in kept]
-    if hidden:
-        notes.append(Finding(MASK_APPLIED, f"{var}={value!r} hides {', '.join(hidden)}"))
     renumbered = [d._replace(index=i, physical=d.index if d.physical is None else d.physical)
                   for i, d in enumerate(kept)]
+    if hidden:
+        moved = any(d.index != k.index for d, k in zip(renumbered, kept, strict=True))
+        notes.append(Finding(MASK_APPLIED, f"{var}={value!r} hides {', '.join(hidden)}"
+                             + ("; the devices left are numbered from 0 in its order" if moved else "")))
     return renumbered, notes
 
 

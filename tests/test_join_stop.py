@@ -235,3 +235,36 @@ def test_a_stop_while_the_agent_runs_ends_its_group_and_join_exits_130(tmp_path,
                                    f"group and the agent was killed by {name}; not re-dialing")
     assert _gone(agent) and _gone(rank)
     assert not (tmp_path / "out" / "agent1.json").exists()
+
+
+PROBE_HANGS = """\
+import os, sys, time
+if os.environ.get("FLODL_INTERNAL_MODEL_SIG_PROBE") == "1":
+    open(sys.argv[1], "w").write(str(os.getpid()))
+    time.sleep(600)
+open(sys.argv[1] + ".agent", "w").write("ran")
+"""
+
+
+@BY_SIGNAL
+def test_a_stop_during_the_signature_probe_ends_the_probe_and_join_with_130(tmp_path, signum):
+    """The binary hangs in probe mode once it has written its pid (the marker): the signal goes to
+    the probe's group, the attempt stops there, and no tunnel or agent follows."""
+    (tmp_path / "work").mkdir()
+    script, marker = tmp_path / "probe_hangs.py", tmp_path / "probe.pid"
+    script.write_text(PROBE_HANGS)
+    proc = subprocess.Popen([sys.executable, "-m", "fdlenv", "join", "127.0.0.1:9", "--bin", sys.executable,
+                             "--home", str(tmp_path / "home"), "--persist", "--", str(script), str(marker)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tmp_path / "work",
+                            env={**os.environ, "FLODL_TESTING_GPU_JSON": GPU, "HOME": str(tmp_path)})
+    deadline = time.monotonic() + 60
+    while not (marker.exists() and marker.read_text().strip()):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate(timeout=30)
+        time.sleep(0.02)                # polling for the marker file, not waiting out a race
+    probe = int(marker.read_text())
+    rest, _ = stop(proc, signum, "during the signature probe")
+    assert proc.returncode == 130, rest
+    assert the_one_error(rest, agent_ran=True) == (f"error: stopped by {signal.Signals(signum).name} during the "
+                                                   "signature probe; nothing half-written was kept; not re-dialing")
+    assert "WARNING" not in rest                   # a stopped probe says nothing of the binary
+    assert _gone(probe) and not Path(str(marker) + ".agent").exists()

@@ -172,7 +172,8 @@ class Runner:
         tunnel = None
         try:
             with self.stopper.spawning():   # a stop goes to the probe, then ends the attempt here
-                probed = self._prober(bin_path, args, cwd=cwd, env=env, on_spawn=self.stopper.watch)
+                probed = self._prober(bin_path, args, cwd=cwd, env=env, on_spawn=self.stopper.watch,
+                                      stopped=lambda: self.stopper.stopped)
             if probed.error is not None:   # the binary cannot be executed: no tunnel, no re-dial
                 raise not_runnable(bin_path, probed.error, cwd=cwd, path_var=env.get("PATH"))
             sig = probed.sig

@@ -96,11 +96,18 @@ def children(pid: int) -> list[int]:
     return out
 
 
-def stop(proc, signum, moment: str) -> tuple[str, float]:
-    """Send `signum` now; join's remaining stderr and the seconds from the signal to its exit."""
+def stop(proc, signum, moment: str, to_thread: bool = False) -> tuple[str, float]:
+    """Send `signum` now (`to_thread`: to a thread that is not the main one, as the kernel may
+    hand a process-directed signal to any); join's remaining stderr and the seconds from the
+    signal to its exit."""
+    from test_sigterm_realise import _to_another_thread
+
     kids = children(proc.pid)
     t0 = time.monotonic()
-    proc.send_signal(signum)
+    if to_thread:
+        _to_another_thread(proc.pid, signum)
+    else:
+        proc.send_signal(signum)
     try:
         rest = proc.communicate(timeout=20)[1]   # the held request would hold it for 60 s, a re-dial wait 5 s
     finally:
@@ -175,6 +182,26 @@ def test_a_stop_while_the_lock_is_resolved_on_demand_ends_join_with_130_and_writ
     assert the_one_error(rest).startswith(f"error: stopped by {signal.Signals(signum).name} during preparation")
     lockfiles = tmp_path / "home" / "lockfiles"
     assert not (lockfiles.is_dir() and [p for p in lockfiles.iterdir() if p.suffix == ".yml"]), list(lockfiles.iterdir())
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("moment", ["download", "lock"])
+def test_a_stop_the_kernel_hands_to_a_reader_thread_still_ends_join_at_once(tmp_path, index, moment):
+    """The main thread waits for the held request (the realise's download thread, the resolver's
+    page future); the handler runs only in the main thread, so its waits are in slices
+    (`base.deadlines.join`, `deadlines.result`)."""
+    from test_sigterm_realise import _TGKILL
+
+    if os.uname().machine not in _TGKILL:
+        pytest.skip("no tgkill number for this machine")
+    held_path = ((lambda p: p.endswith(".whl") and "/torch-" in p) if moment == "download"
+                 else (lambda p: p.rstrip("/").endswith("/cpu/torch")))
+    with Stall(index, held_path) as held:
+        proc = join(tmp_path, *mirrors(index), persist=True)
+        assert held.arrived.wait(60), proc.communicate(timeout=30)
+        rest, _ = stop(proc, signal.SIGTERM, f"mid-{moment}, to a reader thread", to_thread=True)
+    assert proc.returncode == 130, rest
+    assert the_one_error(rest).startswith("error: stopped by SIGTERM during preparation")
     assert not (tmp_path / "out").exists()
 
 

@@ -58,9 +58,13 @@ def test_a_malformed_spoof_is_permanent_and_names_the_forms(value):
     assert VAR in e.value.message and '"driver_cuda"' in e.value.message and '"vendor"' in e.value.message
 
 
+def physical(s):
+    return [(d.vendor, d.index, d.physical) for d in s.devices]
+
+
 def test_cuda_mask_hides_nvidia_only_when_hip_is_set():
     s = spoofed(CUDA_VISIBLE_DEVICES="1", HIP_VISIBLE_DEVICES="0,1")
-    assert keys(s) == [(NVIDIA, 1), (AMD, 0), (AMD, 1)]
+    assert physical(s) == [(NVIDIA, 0, 1), (AMD, 0, 0), (AMD, 1, 1)]
     assert [f.kind for f in s.findings] == [MASK_APPLIED]
     assert "nvidia 0" in s.findings[0].message
 
@@ -69,9 +73,16 @@ def test_amd_falls_back_to_cuda_visible_devices():
     assert keys(spoofed(CUDA_VISIBLE_DEVICES="0")) == [(NVIDIA, 0), (AMD, 0)]
 
 
-def test_hip_outranks_rocr_and_an_empty_hip_means_none():
-    assert keys(spoofed(HIP_VISIBLE_DEVICES="1", ROCR_VISIBLE_DEVICES="0"))[2:] == [(AMD, 1)]
-    assert keys(spoofed(ROCR_VISIBLE_DEVICES="0"))[2:] == [(AMD, 0)]
+def test_hip_picks_among_what_rocr_left_by_rocrs_ordinals_and_an_empty_hip_means_none():
+    """ROCm's two layers: ROCR_VISIBLE_DEVICES=1,0 leaves the RX 7900 as ordinal 0 and the MI210
+    as 1; HIP_VISIBLE_DEVICES=1 then picks the MI210, the runtime's device 0."""
+    s = spoofed(HIP_VISIBLE_DEVICES="1", ROCR_VISIBLE_DEVICES="1,0")
+    assert physical(s)[2:] == [(AMD, 0, 0)] and s.of(AMD)[0].name == "MI210"
+    assert ("HIP_VISIBLE_DEVICES='1' hides amd 0 (RX 7900 XTX, gfx1100; physical 1); the devices left are numbered "
+            "from 0 in its order") in [f.message for f in s.findings]
+    assert physical(spoofed(ROCR_VISIBLE_DEVICES="1"))[2:] == [(AMD, 0, 1)]
+    # HIP's index counts what ROCr left: 1 names nothing when ROCr left one device
+    assert spoofed(HIP_VISIBLE_DEVICES="1", ROCR_VISIBLE_DEVICES="0").of(AMD) == ()
     s = spoofed(HIP_VISIBLE_DEVICES="", ROCR_VISIBLE_DEVICES="0,1")
     assert s.of(AMD) == () and any("hides all 2 amd" in f.message for f in s.findings)
 
@@ -91,13 +102,20 @@ def test_masks_hiding_everything_route_to_cpu_and_say_why():
     assert r.variant == "cpu" and "CUDA_VISIBLE_DEVICES" in r.reason
 
 
-def test_mask_order_is_kept_and_physical_indices_stay():
-    assert keys(spoofed(CUDA_VISIBLE_DEVICES="1,0", HIP_VISIBLE_DEVICES=""))[:2] == [(NVIDIA, 1), (NVIDIA, 0)]
+def test_mask_order_is_kept_and_the_runtime_numbers_it_from_0_the_physical_index_kept_beside():
+    s = spoofed(CUDA_VISIBLE_DEVICES="1,0", HIP_VISIBLE_DEVICES="")
+    assert physical(s) == [(NVIDIA, 0, 1), (NVIDIA, 1, 0)]
+    assert [d.name for d in s.devices] == ["RTX 4090", "RTX 3090"]
+    assert s.devices[0].label == "nvidia 0 (RTX 4090, 8.9; physical 1)"
+    assert s.devices[0].as_json()["physical"] == 1 and "physical" not in spoofed().devices[0].as_json()
+    assert spoofed(CUDA_VISIBLE_DEVICES="1", HIP_VISIBLE_DEVICES="").findings[0].message == (
+        "CUDA_VISIBLE_DEVICES='1' hides nvidia 0 (RTX 3090, 8.6); the devices left are numbered from 0 in its order")
 
 
 def test_uuid_entries_select_by_full_or_prefix():
-    assert keys(spoofed(CUDA_VISIBLE_DEVICES="GPU-bbbb2222-0000", HIP_VISIBLE_DEVICES="")) == [(NVIDIA, 1)]
-    assert keys(spoofed(CUDA_VISIBLE_DEVICES="GPU-aaaa,1", HIP_VISIBLE_DEVICES="")) == [(NVIDIA, 0), (NVIDIA, 1)]
+    assert physical(spoofed(CUDA_VISIBLE_DEVICES="GPU-bbbb2222-0000", HIP_VISIBLE_DEVICES="")) == [(NVIDIA, 0, 1)]
+    assert physical(spoofed(CUDA_VISIBLE_DEVICES="GPU-aaaa,1", HIP_VISIBLE_DEVICES="")) == [(NVIDIA, 0, 0),
+                                                                                         (NVIDIA, 1, 1)]
 
 
 def test_an_unknown_uuid_stops_the_list_with_a_finding():

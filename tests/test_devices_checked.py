@@ -149,3 +149,63 @@ def test_join_devices_0_and_all_on_the_one_gpu_box_run_the_agent(tmp_path):
     for offer in ("0", "all"):
         r = fdlenv(tmp_path, ONE_H100, *DIAL, "--devices", offer)
         assert (r.returncode, errors(r)) == (0, []), r.stderr          # one-shot: the agent's (/bin/true) code
+
+
+# ------------------------------------------------------------------ ids as the runtime counts them (after the masks)
+
+TWO_GPUS = [{"vendor": "nvidia", "arch": "8.6", "vram_mb": 24576, "name": "RTX 3090"},
+            {"vendor": "nvidia", "arch": "8.9", "vram_mb": 24564, "name": "RTX 4090"}]
+TWO_AMD = [{"vendor": "amd", "arch": "gfx90a", "vram_mb": 65520, "name": "MI210"},
+           {"vendor": "amd", "arch": "gfx1100", "vram_mb": 24560, "name": "RX 7900 XTX"}]
+STANDIN = str(Path(__file__).resolve().parent / "join_standin.py")
+
+
+def masked_join(tmp_path, gpus, offer, **masks):
+    """`fdlenv join --devices OFFER` under the masks, the stand-in agent recording its spec."""
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_VISIBLE_DEVICES")}
+    env.update({"FLODL_TESTING_GPU_JSON": json.dumps(gpus), "FLODL_HOME": str(tmp_path / "home"),
+                "HOME": str(tmp_path), **masks})
+    return subprocess.run([sys.executable, "-m", "fdlenv", "join", "127.0.0.1:9", "--bin", sys.executable,
+                           "--no-sig-probe", "--devices", offer, "--", STANDIN, str(tmp_path / "out"), "0"],
+                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+
+
+def shipped_devices(tmp_path) -> list[int]:
+    agent = json.loads((tmp_path / "out" / "agent0.json").read_text())
+    return json.loads(bytes.fromhex(agent["env"]["FLODL_INTERNAL_AGENT_JSON"]))["local_devices"]
+
+
+def test_under_cuda_visible_devices_1_device_0_is_the_visible_card_and_the_agent_gets_ordinal_0(tmp_path):
+    r = masked_join(tmp_path, TWO_GPUS, "0", CUDA_VISIBLE_DEVICES="1")
+    assert (r.returncode, errors(r)) == (0, []), r.stderr
+    assert shipped_devices(tmp_path) == [0]      # cuda:0 of a runtime that sees only the RTX 4090
+
+
+def test_under_cuda_visible_devices_1_the_physical_id_1_is_refused_naming_the_visible_card(tmp_path):
+    r = masked_join(tmp_path, TWO_GPUS, "1", CUDA_VISIBLE_DEVICES="1")
+    assert r.returncode == 2 and not (tmp_path / "out").exists()
+    assert errors(r) == ["error: --devices 1: this box has 1 GPU visible after the visibility masks "
+                         "(nvidia 0: RTX 4090, physical 1); accepted: all, or distinct indices 0..0"]
+
+
+def test_a_reordering_mask_numbers_the_cards_in_its_order(tmp_path):
+    r = masked_join(tmp_path, TWO_GPUS, "1,0", CUDA_VISIBLE_DEVICES="1,0")
+    assert r.returncode == 0, r.stderr
+    assert shipped_devices(tmp_path) == [1, 0]
+
+
+def test_amd_counts_hip_over_what_rocr_left(tmp_path):
+    """ROCR_VISIBLE_DEVICES=1 leaves the RX 7900 alone, as ordinal 0; HIP's 0 is then that card."""
+    ok = masked_join(tmp_path, TWO_AMD, "0", ROCR_VISIBLE_DEVICES="1", HIP_VISIBLE_DEVICES="0")
+    assert ok.returncode == 0, ok.stderr
+    assert shipped_devices(tmp_path) == [0]
+    bad = masked_join(tmp_path, TWO_AMD, "1", ROCR_VISIBLE_DEVICES="1")
+    assert bad.returncode == 2 and errors(bad)[0].endswith("(amd 0: RX 7900 XTX, physical 1); accepted: all, or "
+                                                           "distinct indices 0..0")
+
+
+@pytest.mark.parametrize("offer", ["", "0,,1", "0,", ",1", " "])
+def test_an_empty_piece_is_refused_as_flodl_refuses_it(tmp_path, offer):
+    r = fdlenv(tmp_path, TWO_GPUS, *DIAL, "--devices", offer)
+    assert r.returncode == 2
+    assert errors(r) == [f"error: invalid --devices {offer!r}: expected e.g. `0,1` or `all`"]

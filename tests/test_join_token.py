@@ -165,11 +165,13 @@ def test_a_token_file_not_there_yet_is_transient_exit_1_like_a_missing_identity(
 def test_under_persist_a_token_file_provisioned_later_heals_the_join(box):
     """The real CLI under --persist: the first attempt fails (transient) on the missing file;
     once that failure is seen on stderr the file is written, and the re-dial reads it and
-    hands the agent the token."""
+    hands the agent the token. The stop is sent on fdlenv's own line that the agent exited and
+    a re-dial waits (a barrier: the agent's own print comes before its exit), so it always
+    lands in the re-dial wait: 130, the stop the last error."""
     tmp_path, env, _ = box
     token, out = tmp_path / "later" / "token", tmp_path / "agent.json"
     agent = tmp_path / "agent.py"
-    agent.write_text(AGENT + "print('agent ran', file=sys.stderr, flush=True)\n")
+    agent.write_text(AGENT)
     proc = subprocess.Popen([sys.executable, "-m", "fdlenv", "join", "127.0.0.1:9", "--bin", sys.executable,
                              "--no-sig-probe", "--persist", "--token-file", str(token), "--", str(agent),
                              str(out)], stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path / "work")
@@ -183,7 +185,7 @@ def test_under_persist_a_token_file_provisioned_later_heals_the_join(box):
                 token.parent.mkdir()
                 token.write_text(TOKEN + "\n")
                 token.chmod(0o600)
-            if line.startswith("agent ran"):
+            if "agent exited with code 0 after" in line and "re-dialing in" in line:
                 break
         proc.terminate()          # SIGTERM during the backoff after the agent's clean exit
         rest = proc.communicate(timeout=30)[1]
@@ -193,11 +195,12 @@ def test_under_persist_a_token_file_provisioned_later_heals_the_join(box):
     text = "".join(seen) + rest
     assert decode(json.loads(out.read_text())["spec"])["salt_hex"] == TOKEN, text
     errors = [ln for ln in text.splitlines() if ln.startswith("error: ")]
-    # The missing file, and nothing else: once, or again by an attempt that began before the write
-    # (a loaded box reads stderr late); the attempt after the write heals the join.
-    assert errors and all("not there yet" in ln for ln in errors), text
+    # The missing file, once, or again by an attempt that began before the write (a loaded box
+    # reads stderr late); the attempt after the write heals the join; then the stop, last.
+    assert errors[-1] == "error: stopped by SIGTERM while waiting to re-dial; not re-dialing", text
+    assert errors[:-1] and all("not there yet" in ln for ln in errors[:-1]), text
     assert "attempt failed after" in text and "re-dialing in" in text
-    assert proc.returncode == 1 and "Traceback" not in text
+    assert proc.returncode == 130 and "Traceback" not in text
 
 
 # ------------------------------------------------------------------ precedence (pure + read_chosen_file)

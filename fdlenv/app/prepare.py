@@ -153,8 +153,9 @@ def _offered_vendor(libtorch: Libtorch | None, s: Survey) -> str | None:
 
 def check_devices(req: PrepareRequest, s: Survey) -> None:
     """Each offered id names a GPU found: of the vendor the libtorch uses (a device's index is
-    its per-vendor ordinal), or of any vendor when that is not known yet. Ids are distinct
-    already (`config.grammar.check_distinct`)."""
+    its per-vendor ordinal as the runtime numbers it, after the visibility masks: `hw.masks`),
+    or of any vendor when that is not known yet. Ids are distinct already
+    (`config.grammar.check_distinct`)."""
     if not req.devices:
         return
     vendor = _offered_vendor(req.libtorch, s)
@@ -166,10 +167,12 @@ def check_devices(req: PrepareRequest, s: Survey) -> None:
 
     n = len(pool)
     kind = f"{vendor} GPU" if vendor and len(pool) < len(s.devices) else "GPU"
-    found = ", ".join(f"{d.vendor} {d.index}: {d.name}" for d in pool)
+    found = ", ".join(f"{d.vendor} {d.index}: {d.name}"
+                      + (f", physical {d.physical}" if d.physical not in (None, d.index) else "") for d in pool)
     accepted = f"0..{ids[-1]}" if ids == list(range(len(ids))) else ", ".join(map(str, ids))
+    masked = " visible after the visibility masks" if any(d.physical is not None for d in s.devices) else ""
     raise Fail.permanent(f"{devices_shown(req.devices_field, req.devices)}: this box has {n} {kind}"
-                         f"{'' if n == 1 else 's'} ({found}); accepted: all, or distinct indices {accepted}")
+                         f"{'' if n == 1 else 's'}{masked} ({found}); accepted: all, or distinct indices {accepted}")
 
 
 # --------------------------------------------------------------------- step 4

@@ -19,17 +19,28 @@ one unbounded `Thread.join` or `waitpid` (a download held by a slow mirror, a lo
 join's agent) would not see it until that wait ended: `systemctl stop` would hang until its
 SIGKILL. A slice ends the wait every SLICE seconds, so a handler runs within one slice
 wherever the signal landed; an exit is still seen at once (a pidfd, not a poll).
+A future's result (`result`) is waited for in slices too: the resolver's main thread waits on
+page reads, and a stop handed to a reader thread must not wait for the page.
+A pool of reader threads (`threads`) is left, not waited for, when the main thread leaves
+it by an exception: a stop (or a failure) must not wait for requests still held by a slow
+index; the process's exit ends them (the CLI leaves at once after a stop).
 """
 
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 
 from .errors import Fail
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import threading
+    from collections.abc import Iterator
+    from concurrent.futures import Future, ThreadPoolExecutor
+    from typing import TypeVar
+
+    T = TypeVar("T")
 
 REQUEST_VAR, REQUEST_DEFAULT = "FDLENV_REQUEST_TIMEOUT", 120.0
 SLICE = 0.25   # seconds: the longest the main thread waits before a stop signal's handler may run
@@ -81,3 +92,29 @@ def until_exited(pid: int) -> None:
             pass
     finally:
         os.close(fd)
+
+
+@contextmanager
+def threads(workers: int, name: str) -> Iterator[ThreadPoolExecutor]:
+    """`ThreadPoolExecutor(workers)` as a context: waited for when the block ends normally, left
+    (queued work cancelled, running work not waited for) when it ends by an exception, where
+    the executor's own `with` would join every thread first (see the module docstring)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(workers, thread_name_prefix=name)
+    try:
+        yield pool
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+
+
+def result(fut: Future[T]) -> T:
+    """`fut.result()`, waited for in slices (see the module docstring). Not `result(SLICE)` in a
+    loop: the future's own exception may be a TimeoutError (a socket's)."""
+    from concurrent.futures import wait
+
+    while not fut.done():
+        wait((fut,), SLICE)
+    return fut.result()

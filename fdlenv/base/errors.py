@@ -3,7 +3,8 @@
 Every fatal condition is a `Fail` that knows whether retrying may help.
 `fdlenv join --persist` and systemd's RestartPreventExitStatus=2 both key on
 that distinction, so it travels as data, never as a substring of a message.
-Exit codes: 0 ok, 1 transient (retrying may help), 2 permanent (it cannot).
+Exit codes: 0 ok, 1 transient (retrying may help), 2 permanent (it cannot), 130 stopped
+(SIGINT or SIGTERM: nothing failed, the work was ended).
 
 An `OSError` that reaches a boundary (the CLI, prepare, the store's install)
 becomes a `Fail` through `os_failure`, one rule everywhere: a full disk or
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
 EXIT_OK = 0
 EXIT_TRANSIENT = 1
 EXIT_PERMANENT = 2
+EXIT_INTERRUPTED = 130   # 128 + SIGINT: a stop (SIGINT, SIGTERM), neither a failure nor permanent
 
 
 class Fail(Exception):

@@ -23,13 +23,18 @@ slow), and each read must end. The rules, in one place:
   bytes are is for the caller's hash to decide;
 - a transient failure is tried again here (`retrying`: TRIES in all, a short
   pause between), and only then reaches the caller (exit 1: a persist box
-  re-dials later).
+  re-dials later);
+- a stop (SIGTERM, Ctrl-C: `stop_all`, called by the signal's handler) cuts every
+  request in flight at once and lets none start or be tried again: the download
+  threads end now instead of at their deadline, and the process leaves within the
+  second a service manager expects.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from _weakrefset import WeakSet   # weakref's own set, loaded already by threading
 
 from .errors import Fail
 
@@ -66,6 +71,10 @@ class Overdue(Fail):
     by `retrying` (the server had the whole deadline)."""
 
 
+_STOPPING = False     # set once by `stop_all`: the process is stopping
+_LIVE: WeakSet[_Watch] = WeakSet()   # every request's watch while its response lives
+
+
 class _Watch:
     """The deadline of one request: shuts the sockets it opened when `seconds` pass."""
 
@@ -76,11 +85,12 @@ class _Watch:
         self.timer = threading.Timer(seconds, self._fire)
         self.timer.daemon = True
         self.timer.start()
+        _LIVE.add(self)
 
     def add(self, sock: socket.socket) -> None:
         with self.guard:
             self.socks.append(sock)
-            if not self.fired:
+            if not self.fired and not _STOPPING:
                 return
         self._shut(sock)
 
@@ -119,6 +129,17 @@ class _Watch:
         what = "did not answer" if came is None else f"did not finish ({came} bytes came)"
         return Overdue(f"{self.url} {what} within {self.seconds:g} s ({REQUEST_VAR}); the server is "
                        "stalled or too slow, retry later", transient=True)
+
+
+def stop_all() -> None:
+    """A stop: cut every request in flight (its reads fail at once) and refuse new ones and
+    retries. Called from a signal handler, in the main thread, which may hold a watch's guard:
+    so it takes no lock (a socket connected after the flag is set is shut by `add`)."""
+    global _STOPPING
+    _STOPPING = True
+    for watch in list(_LIVE):
+        for sock in list(watch.socks):
+            _Watch._shut(sock)
 
 
 _local = threading.local()
@@ -185,6 +206,8 @@ def open_url(url: str, headers: dict[str, str] | None = None, method: str | None
 
     from .deadlines import request_timeout
 
+    if _STOPPING:
+        raise Fail.retry(f"{url}: not requested: this process is stopping")
     seconds = request_timeout() if within is None else min(within, request_timeout())
     watch = _Watch(url, seconds)
     _local.watch = watch
@@ -341,7 +364,8 @@ def retrying(fetch: Callable[[], T], what: str, stop: Callable[[], bool] | None 
         try:
             return fetch()
         except Fail as f:
-            if not f.transient or isinstance(f, Overdue) or attempt == TRIES or (stop is not None and stop()):
+            if (not f.transient or isinstance(f, Overdue) or attempt == TRIES or _STOPPING
+                    or (stop is not None and stop())):
                 raise
             say(f"{what}: {f.message}; trying again ({attempt + 1}/{TRIES})")
             time.sleep(PAUSE * 2 ** (attempt - 1))

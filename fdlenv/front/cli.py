@@ -230,6 +230,9 @@ def _first_interrupt(signum, frame) -> None:
     _signal.signal(_signal.SIGINT, _signal.SIG_IGN)
     _signal.signal(_signal.SIGTERM, _signal.SIG_IGN)
     _STOPPED_BY.append(signum)
+    netread = sys.modules.get("fdlenv.base.netread")
+    if netread is not None:   # requests in flight end now, not at their deadline (a held download)
+        netread.stop_all()
     raise KeyboardInterrupt
 
 

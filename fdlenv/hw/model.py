@@ -27,9 +27,11 @@ VENDOR_MISMATCH = "vendor_mismatch"
 
 
 class Device(Record):
-    """vendor: nvidia | amd; index: the per-vendor ordinal a visibility mask uses; arch: NVIDIA
-    compute capability "8.6", AMD bare target "gfx90a"; uuid: lets a mask's UUID entries
-    select the device (None when unknown)."""
+    """vendor: nvidia | amd; index: the per-vendor ordinal the runtime gives it, after the
+    visibility masks (`masks`: what `--devices` and the agent's `local_devices` count); arch:
+    NVIDIA compute capability "8.6", AMD bare target "gfx90a"; uuid: lets a mask's UUID
+    entries select the device (None when unknown); physical: the driver's own index when a
+    mask applied (nvidia-smi's, rocm-smi's; None when unmasked: `index` is that too)."""
 
     vendor: str
     index: int   # type: ignore[assignment]  # the field shadows tuple.index, as it always did
@@ -37,14 +39,20 @@ class Device(Record):
     arch: str
     vram_mb: int
     uuid: str | None = None
+    physical: int | None = None
 
     def as_json(self) -> dict[str, object]:
-        return {"vendor": self.vendor, "index": self.index, "name": self.name,
-                "arch": self.arch, "vram_mb": self.vram_mb}
+        out: dict[str, object] = {"vendor": self.vendor, "index": self.index, "name": self.name,
+                                  "arch": self.arch, "vram_mb": self.vram_mb}
+        if self.physical is not None:
+            out["physical"] = self.physical
+        return out
 
     @property
     def label(self) -> str:
         detail = self.name if self.arch in self.name else f"{self.name}, {self.arch}"
+        if self.physical is not None and self.physical != self.index:
+            detail += f"; physical {self.physical}"
         return f"{self.vendor} {self.index} ({detail})"
 
 

@@ -34,6 +34,7 @@ from typing import NamedTuple
 from resolvelib import AbstractProvider
 
 from . import pipindex, simpleapi
+from ..base.deadlines import result as waited   # in slices: a stop handed to a reader is seen
 from ..base.errors import Fail
 from ..base.progress import say
 
@@ -187,7 +188,7 @@ class Index:
         from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
         try:
-            files = self.files(name).result()
+            files = waited(self.files(name))
         except simpleapi.Missing:
             if required:
                 raise
@@ -234,7 +235,7 @@ class Index:
         """The target's Python admitted by `f`'s Requires-Python: the page's, else its metadata's."""
         from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
-        rp = f.requires_python if f.requires_python else self.meta(f).result().requires_python
+        rp = f.requires_python if f.requires_python else waited(self.meta(f)).requires_python
         try:
             return not rp or SpecifierSet(rp).contains(FULL, prereleases=True)
         except InvalidSpecifier:
@@ -300,7 +301,7 @@ class Provider(AbstractProvider[Req, Cand, str]):
         if candidate.version is None or candidate.file is None:   # one is None only with the other
             return []
         deps = [Req(candidate.name, frozenset(), SpecifierSet(), candidate.version)] if candidate.extras else []
-        for dep, req in requirements_of(self.index.meta(candidate.file).result(), candidate.extras, self.env):
+        for dep, req in requirements_of(waited(self.index.meta(candidate.file)), candidate.extras, self.env):
             deps.append(Req(dep, frozenset(pipindex.normalize(e) for e in req.extras), req.specifier))
             self.prefetch(deps[-1])
         return deps

@@ -252,9 +252,9 @@ def sizes_of(urls: list[str]) -> list[int | None]:
     orders the downloads, so any failure (no answer, an error status, no length) is None."""
     if len(urls) < 2:
         return [_size_of(u) for u in urls]
-    from concurrent.futures import ThreadPoolExecutor
+    from ..base.deadlines import threads
 
-    with ThreadPoolExecutor(min(16, len(urls)), thread_name_prefix="fdlenv-size") as pool:
+    with threads(min(16, len(urls)), "fdlenv-size") as pool:   # a stop leaves the HEADs, never waits
         return list(pool.map(_size_of, urls))
 
 

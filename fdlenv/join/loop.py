@@ -11,7 +11,13 @@ a transient failure 1, a permanent one 2. Under persist, agent exits and
 transient failures re-dial after a backoff of 5 s doubling to 60 s, reset to
 5 s after a clean exit or an attempt that lasted over 120 s, with up to 25 %
 jitter added so a fleet does not re-dial in lockstep; a permanent failure
-still stops with 2; a stop signal ends the loop with the agent's status. Any
+still stops with 2. A stop signal (SIGTERM, SIGINT), at any moment, one-shot or
+persist, ends the loop with 130 and one `error: stopped by SIGTERM ...` line, as
+`env realize` does: during prepare, the probe or the tunnel the attempt unwinds
+(`supervise.Interrupted`); while the agent runs the signal goes to its process
+group and, once it has exited, whatever its code, join says the stop and returns
+130 (the agent did not finish: it was stopped, and a unit or script reads that as
+it reads Ctrl-C); during the re-dial wait the wait ends at once. Any
 exception an attempt lets out is a failure too, classified by its cause
 (`errors.classify`, named by the phase: `join (tunnel): ...`), never a traceback.
 Clock, sleep, rng, prepare and the tunnel opener are injectable; so is `settle`, what the
@@ -31,7 +37,7 @@ from typing import Protocol
 from ..names import variants
 from ..config.model import JoinSettings
 from ..base.output import error_line
-from ..base.errors import EXIT_PERMANENT, EXIT_TRANSIENT, Fail, classify
+from ..base.errors import EXIT_INTERRUPTED, EXIT_PERMANENT, EXIT_TRANSIENT, Fail, classify
 from ..base.progress import note
 from .probe import ENV_PROBE, Prober
 from .runnable import not_runnable
@@ -165,7 +171,9 @@ class Runner:
         lease = leases.take(prepared.env.path) if prepared.env is not None else None
         tunnel = None
         try:
-            probed = self._prober(bin_path, args, cwd=cwd, env=env, on_spawn=self.stopper.watch)
+            with self.stopper.spawning():   # a stop goes to the probe, then ends the attempt here
+                probed = self._prober(bin_path, args, cwd=cwd, env=env, on_spawn=self.stopper.watch,
+                                      stopped=lambda: self.stopper.stopped)
             if probed.error is not None:   # the binary cannot be executed: no tunnel, no re-dial
                 raise not_runnable(bin_path, probed.error, cwd=cwd, path_var=env.get("PATH"))
             sig = probed.sig
@@ -199,30 +207,54 @@ class Runner:
             return self._loop()
 
     def _loop(self) -> int:
+        try:
+            return self._dial()
+        except Interrupted as i:
+            return self._stopped(i.signum)
+
+    # What was under way when a stop came, by `phase`
+    _DOING = {"token": "reading the token file", "prepare": "preparation", "probe": "the signature probe",
+              "tunnel": "the tunnel's set-up", "agent": "the agent's start"}
+
+    def _stopped(self, signum: int | None, detail: str = "") -> int:
+        """A stop: one `error:` line naming the signal and what it ended, and 130."""
+        if not detail and self.phase == "wait":
+            detail = "while waiting to re-dial"
+        elif not detail:
+            tunnel = self.settings.ssh is not None and self.phase in ("tunnel", "agent")
+            detail = (f"during {self._DOING.get(self.phase, self.phase)}; nothing half-written was kept"
+                      + ("; the tunnel was closed" if tunnel else ""))
+        error_line(f"stopped by {_signame(signum)} {detail}; not re-dialing")
+        return EXIT_INTERRUPTED
+
+    def _dial(self) -> int:
         s = self.settings
         backoff = BACKOFF_MIN
         while True:
             started = self.clock()
             try:
                 raw = self.attempt()
-            except Interrupted as i:
-                self.say(f"stopped by {_signame(i.signum)} before the agent ran; not re-dialing")
-                return EXIT_TRANSIENT
+            except Interrupted:
+                raise
             except Exception as e:  # noqa: BLE001 - a Fail, or any other exception classified by its cause
                 f = classify(e, f"join ({self.phase})")
+                if self.stopper.stopped:   # what the stop broke: a note; the stop is the error
+                    self.say(f"{f.message} (after the stop)")
+                    return self._stopped(self.stopper.signum)
                 error_line(f.message)
                 if not f.transient:
                     self.say("not re-dialing — retrying cannot fix this (exit 2)")
                     return EXIT_PERMANENT
-                if not s.persist or self.stopper.stopped:
+                if not s.persist:
                     return EXIT_TRANSIENT
                 outcome, clean = "attempt failed", False
             else:
                 code = exit_code(raw)
                 if self.stopper.stopped:
-                    self.say(f"agent stopped on {_signame(self.stopper.signum)} "
-                             f"(exit {code}); not re-dialing")
-                    return code
+                    ended = f"exited with code {raw}" if raw >= 0 else f"was killed by {_signame(-raw)}"
+                    return self._stopped(self.stopper.signum, "while the agent ran: the signal went to its "
+                                         f"process group and the agent {ended}"
+                                         + ("; the tunnel was closed" if s.ssh is not None else ""))
                 if not s.persist:
                     return code
                 outcome = (f"agent exited with code {raw}" if raw >= 0
@@ -231,12 +263,10 @@ class Runner:
             elapsed = self.clock() - started
             backoff = settle_backoff(backoff, clean, elapsed)
             delay = with_jitter(backoff, self.rng)
+            self.phase = "wait"
             self.say(f"{outcome} after {elapsed:.0f}s; re-dialing in {delay:.1f}s (--persist)")
             self._sleep(delay)
-            if self.stopper.stopped:
-                self.say(f"stopped by {_signame(self.stopper.signum)} while waiting to "
-                         "re-dial; not re-dialing")
-                return EXIT_TRANSIENT
+            self.stopper.check()
             backoff = grow_backoff(backoff)
 
 

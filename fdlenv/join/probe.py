@@ -96,8 +96,10 @@ def _kill_group(proc: subprocess.Popen) -> None:
 def run_probe(bin_path: str, args: list[str] | tuple[str, ...], *, cwd: str | None,
               env: Mapping[str, str], timeout: float = MODEL_SIG_PROBE_TIMEOUT,
               say: Callable[[str], None] = _say,
-              on_spawn: Callable[[subprocess.Popen | None], None] | None = None) -> ProbeResult:
-    """Run the binary once in probe mode and classify what happened."""
+              on_spawn: Callable[[subprocess.Popen | None], None] | None = None,
+              stopped: Callable[[], bool] | None = None) -> ProbeResult:
+    """Run the binary once in probe mode and classify what happened; a probe ended by a stop
+    (`stopped()`: the signal was forwarded to it) is said by the caller, not warned about here."""
     from .spec import ENV_AGENT_JSON
 
     penv = dict(env)
@@ -143,6 +145,8 @@ def run_probe(bin_path: str, args: list[str] | tuple[str, ...], *, cwd: str | No
     if t.is_alive() and proc.stdout is not None:  # a grandchild escaped the group and holds the pipe
         proc.stdout.close()
     lines = tuple(tail)
+    if stopped is not None and stopped():
+        return ProbeResult(NONZERO, code=code, tail=lines)
     if code is None:
         say(f"the signature probe was killed after {timeout:g}s (a binary predating the probe "
             "runs its whole main); joining without a signature. --no-sig-probe or "
@@ -176,8 +180,8 @@ class Prober:
 
     def __call__(self, bin_path: str, args: list[str] | tuple[str, ...], *, cwd: str | None,
                  env: Mapping[str, str],
-                 on_spawn: Callable[[subprocess.Popen | None], None] | None = None
-                 ) -> ProbeResult:
+                 on_spawn: Callable[[subprocess.Popen | None], None] | None = None,
+                 stopped: Callable[[], bool] | None = None) -> ProbeResult:
         if not self.enabled:
             return ProbeResult(SKIPPED)
         if not args:
@@ -190,6 +194,7 @@ class Prober:
             return ProbeResult(hit.outcome, hit.sig, hit.code, hit.tail, cached=True, error=hit.error)
         self.runs += 1
         res = run_probe(bin_path, args, cwd=cwd, env=env, timeout=self.timeout, say=self.say,
-                        on_spawn=on_spawn)
-        self.cache.put(key, res)
+                        on_spawn=on_spawn, stopped=stopped)
+        if stopped is None or not stopped():   # a stopped probe says nothing of the binary
+            self.cache.put(key, res)
         return res

@@ -9,9 +9,20 @@ a whole, and a terminal Ctrl-C reaches it exactly once — through us.
 - a child is registered (agent or probe) -> the signal goes to its group; the
   loop notices `stopper.signum` after the child exits and does not re-dial;
 - nothing is registered -> `Interrupted` is raised in the main thread, which
-  unwinds the attempt (closing the tunnel) — unless a spawn is in progress,
-  when it is deferred and delivered to the child as soon as it is registered;
+  unwinds the attempt (a realise's staging removed, the tunnel closed) — unless a
+  spawn is in progress, when it is deferred and delivered to the child as soon as it
+  is registered (`spawning`; a spawn that made no child raises it on the way out);
 - during the persist backoff -> `sleep()` wakes and reports the stop.
+Only the first signal stops: a second one while the attempt unwinds is forwarded to a
+registered child, never raised again (it would cut the cleanup short).
+
+`Interrupted` is a KeyboardInterrupt, not an Exception: the steps a stop lands in
+(prepare's `except Exception` that names a failure by its step, paramiko's and the
+tunnel's handlers that name a library error) must let it through untouched, while the
+`except BaseException` cleanups (staging, downloads, the tunnel's hops) still run.
+The loop turns it into one `error: stopped by SIGTERM ...` line and exit 130, as
+`env realize` does; the waits of the main thread are in slices (`base.deadlines`), so
+a signal the kernel hands to another thread is still seen within one slice.
 """
 
 from __future__ import annotations
@@ -19,21 +30,32 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import threading
+import time
 from contextlib import contextmanager
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ..base.deadlines import until_exited
+from ..base.deadlines import SLICE, until_exited
 from .runnable import not_runnable
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
-class Interrupted(Exception):
+class Interrupted(KeyboardInterrupt):
+    """A stop signal (SIGTERM, SIGINT) raised in the main thread; `signum` says which."""
+
     def __init__(self, signum: int):
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
+
+
+def _cut_requests() -> None:
+    """Every index request in flight ends now (`netread.stop_all`), where any was made."""
+    netread = sys.modules.get("fdlenv.base.netread")
+    if netread is not None:
+        netread.stop_all()
 
 
 def signal_group(pid: int, signum: int) -> bool:
@@ -76,14 +98,23 @@ class Stopper:
         return self.signum is not None
 
     def _handle(self, signum, frame) -> None:
-        self.signum = signum
+        first = self.signum is None
+        if first:
+            self.signum = signum
         self._wake.set()
         child = self._child
         if child is not None:
             signal_group(child.pid, signum)
             return
-        if not self._defer:
+        if first and not self._defer:
+            _cut_requests()
             raise Interrupted(signum)
+
+    def check(self) -> None:
+        """Raise `Interrupted` if a stop came while it could not be raised (a deferred spawn,
+        a child that had it forwarded): what the attempt does next must not start."""
+        if self.signum is not None:
+            raise Interrupted(self.signum)
 
     # -- children
     def watch(self, proc: subprocess.Popen | None) -> None:
@@ -93,19 +124,28 @@ class Stopper:
             signal_group(proc.pid, self.signum)
 
     @contextmanager
-    def spawning(self):
-        """Defer `Interrupted` while a child is being created and registered."""
+    def spawning(self) -> Iterator[None]:
+        """Defer `Interrupted` while a child is being created and registered; a stop that came
+        meanwhile with no child left to forward it to is raised on the way out."""
         self._defer = True
         try:
             yield
         finally:
             self._defer = False
+        if self.signum is not None and self._child is None:
+            raise Interrupted(self.signum)
 
     def sleep(self, seconds: float) -> None:
-        """The persist backoff; a stop signal ends it early (and `stopped` says so)."""
-        with self.spawning():
-            if self.signum is None:
-                self._wake.wait(seconds)
+        """The persist backoff; a stop signal ends it early (and `stopped` says so). In slices:
+        a signal the kernel hands to another thread runs its handler only once the main thread
+        runs Python code again (`base.deadlines`)."""
+        self._defer = True
+        try:
+            end = time.monotonic() + seconds
+            while self.signum is None and (left := end - time.monotonic()) > 0:
+                self._wake.wait(min(SLICE, left))
+        finally:
+            self._defer = False
 
 
 def spawn_agent(argv: list[str], *, cwd: str | None, env: Mapping[str, str],

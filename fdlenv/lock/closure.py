@@ -39,9 +39,8 @@ index that cannot be read is transient and names the ways out (`pipindex.ways_ou
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 from ..index import pipindex, simpleapi
+from ..base.deadlines import result as waited, threads
 from ..base.errors import Fail
 from ..base.progress import during
 from .file import Record
@@ -96,7 +95,7 @@ def resolve_versions(requirements: Sequence[str], base: str, platform: str, sour
     roots = [r for r in map(Requirement, requirements) if r.marker is None or r.marker.evaluate(marker_env)]
     reqs = [Req(pipindex.normalize(r.name), frozenset(pipindex.normalize(e) for e in r.extras), r.specifier)
             for r in roots]
-    with ThreadPoolExecutor(PARALLEL) as pool:
+    with threads(PARALLEL, "fdlenv-resolve") as pool:   # a stop leaves the page reads, never waits
         index = Index(base, platform, pool, _tag_ranks(platform), sources)
         provider = Provider(index, marker_env, {r.name for r in reqs})
         for r in reqs:
@@ -109,7 +108,7 @@ def resolve_versions(requirements: Sequence[str], base: str, platform: str, sour
             raise Fail.permanent(f"wheel index {base}: no versions of {', '.join(requirements)} found together "
                                  f"within {ROUNDS} resolution rounds") from None
         picked = {n: c.file for n, c in result.mapping.items() if not c.extras and c.file is not None}
-        return {n: (f, index.meta(f).result()) for n, f in picked.items()}
+        return {n: (f, waited(index.meta(f))) for n, f in picked.items()}   # in slices: a stop is seen
 
 
 def _impossible(index: Index, causes: Collection[RequirementInformation[Req, Cand]]) -> Fail:

@@ -70,10 +70,12 @@ def _home(given: str | None):
 
 
 def report(s, r) -> list[str]:
-    """The human table: devices, findings, driver, choice."""
+    """The human table: devices (by the index `--devices` counts; the driver's own beside it
+    where a mask renumbered one), findings, driver, choice."""
     lines = ["devices" + (" (from FLODL_TESTING_GPU_JSON)" if s.spoofed else "") + ":"]
     rows = [("vendor", "index", "arch", "vram", "name")] + [
-        (d.vendor, str(d.index), d.arch, f"{d.vram_mb} MiB", d.name) for d in s.devices]
+        (d.vendor, str(d.index), d.arch, f"{d.vram_mb} MiB",
+         d.name + (f" (physical {d.physical})" if d.physical not in (None, d.index) else "")) for d in s.devices]
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     if s.devices:
         lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(row[:4], widths, strict=True)) + "  " + row[4] for row in rows]

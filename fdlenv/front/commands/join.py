@@ -29,7 +29,9 @@ EPILOG = """examples:
 
 exit codes: the agent's own code (one-shot; killed by a signal -> 1),
             1 transient (retrying may help: a controller, mirror or token file not there yet),
-            2 permanent (config, bad input, no GPU, an agent that cannot be executed);
+            2 permanent (config, bad input, no GPU, an agent that cannot be executed),
+            130 stopped by SIGTERM or SIGINT at any moment (once or --persist; a running
+            agent's process group gets the signal, and join still exits 130);
             every class: docs/FAILURES.md.
 """
 

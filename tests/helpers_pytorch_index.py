@@ -44,8 +44,10 @@ def _torch_files(variant: str, extra: dict | None = None) -> dict:
             "version.py": f"__version__ = '2.10.0+{variant}'\n", **(extra or {})}
 
 
-def build(root: Path) -> dict[str, list[Path]]:
-    """Wheels per index folder ('' = shared under whl/, else the variant)."""
+def build(root: Path, torch_files: dict[str, dict] | None = None) -> dict[str, list[Path]]:
+    """Wheels per index folder ('' = shared under whl/, else the variant). `torch_files`: a
+    variant's torch wheel with these files added or replaced (another build of the same release)."""
+    more = torch_files or {}
     w = root / "build"
     shared = [
         make_wheel(w, "sympy", "1.14.0", requires=("mpmath<1.4,>=1.1.0",)),
@@ -72,7 +74,7 @@ def build(root: Path) -> dict[str, list[Path]]:
         make_wheel(w / "cpu", "torch", "2.10.0+cpu", _torch_files("cpu-aarch64"),
                    tag="cp312-cp312-manylinux_2_28_aarch64", requires=PYDEPS),
         old]
-    out["cu126"] = [make_wheel(w / "cu126", "torch", "2.10.0+cu126", _torch_files("cu126"), tag=TORCH, requires=PYDEPS + (
+    out["cu126"] = [make_wheel(w / "cu126", "torch", "2.10.0+cu126", _torch_files("cu126", more.get("cu126")), tag=TORCH, requires=PYDEPS + (
         f"nvidia-cuda-runtime-cu12==12.6.77; {LINUX_X86}", f"nvidia-cudnn-cu12==9.10.2.21; {LINUX_X86}",
         f"nvidia-cublas-cu12==12.6.4.1; {LINUX_X86}", 'triton==3.6.0; platform_system == "Linux"'))]
     for v in ("rocm7.0", "rocm7.1"):
@@ -221,7 +223,7 @@ class Index:
         self.close()
 
 
-def serve(tmp: Path, *, metadata: bool = True, **kw) -> Index:
+def serve(tmp: Path, *, metadata: bool = True, torch_files: dict[str, dict] | None = None, **kw) -> Index:
     root = tmp / "pytorch-index"
-    lay_out(root, build(root), metadata)
+    lay_out(root, build(root, torch_files), metadata)
     return Index(root, **kw)

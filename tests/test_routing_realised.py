@@ -28,7 +28,7 @@ CANDIDATES = [
     ((amd("gfx942"),), None, "7.2.0", ("rocm7.0", "rocm7.1")),
     ((amd("gfx942"),), None, "7.0.2", ("rocm7.0",)),             # a 7.0 host loads ahead of a 7.1 bundle
     ((amd("gfx942"),), None, "6.4.1", ("rocm7.0",)),             # off major 7: only routing's (advised) pick
-    ((amd("gfx803"),), None, None, ("cpu",)),                    # uncovered: cpu, as routing says
+    ((amd("gfx803"),), None, None, ("cpu", "cu128", "cu126")),   # uncovered: cpu, or a CUDA build on the CPU
     ((nv("8.6"),), "12.8", None, ("cu128", "cu126")),
     ((nv("8.6"),), None, None, ("cu128", "cu126")),              # an unknown driver gates nothing
     ((nv("12.0"),), "12.8", None, ("cu128",)),                   # cu126 ships no sm_120 kernel
@@ -37,7 +37,9 @@ CANDIDATES = [
     ((nv("6.1"), nv("12.0", 1)), "12.8", None, ("cu126",)),      # cu128 would lose the 6.1 card
     ((nv("12.0"),), "12.6", None, ()),                           # nothing runs until the driver moves
     ((nv("8.6"), amd("gfx942")), "12.8", None, ("cu128", "cu126")),   # NVIDIA wins: its variants only
-    ((), None, None, ("cpu",)),
+    ((), None, None, ("cpu", "cu128", "cu126", "rocm7.1", "rocm7.0")),   # every build runs on the CPU
+    ((), "12.4", "7.0.2", ("cpu", "cu126", "rocm7.0")),          # within the same gates
+    ((nv("3.7"),), None, None, ("cpu", "rocm7.1", "rocm7.0")),   # a CUDA build would try the Kepler card
 ]
 
 
@@ -101,10 +103,67 @@ def test_the_json_names_the_candidates_the_realised_ones_and_routings_own_choice
     assert "routing" not in plain and plain["realised"] == [] and plain["reason"].startswith("A ROCm variant")
 
 
-def test_the_home_is_not_asked_when_only_one_variant_can_run():
-    def no_home():
-        raise AssertionError("the home was asked")
+def test_a_gpu_less_box_asks_the_home_and_only_a_home_with_nothing_is_not_read_further(tmp_path):
+    """A GPU-less box may have a GPU build realised (it wins there), so the home is asked; a home
+    that holds no pointer at all is seen with os calls only (`detect` pays no pathlib for it)."""
+    from fdlenv.names.roots import has_pointers
 
-    assert auto_route(box(), no_home).variant == "cpu"
-    assert auto_route(box(nv("12.0"), cuda="12.8"), no_home).variant == "cu128"
-    assert auto_route(box(nv("12.0"), cuda="12.6"), no_home).variant is None
+    asked = []
+    assert auto_route(box(), lambda: asked.append(1)).variant == "cpu" and asked == [1]
+    assert not has_pointers(str(tmp_path))
+    pre = tmp_path / "libtorch" / "precompiled"
+    pre.mkdir(parents=True)
+    (pre / "cpu").mkdir()                    # flodl's own download: a real directory, no pointer
+    assert not has_pointers(str(tmp_path))
+    (pre / "cu126").symlink_to(tmp_path)
+    assert has_pointers(str(tmp_path))
+
+
+@pytest.mark.parametrize("devices,cuda,rocm,realised,expected,line", [
+    ((), None, None, {"cu128"}, "cu128",
+     "auto: cu128 (realised, runs on the CPU; routing would pick cpu: no usable GPU)"),
+    ((), None, None, {"rocm7.0", "cu126", "rocm7.1"}, "cu126",     # NVIDIA's, then AMD's, newest first
+     "auto: cu126 (realised, runs on the CPU; routing would pick cpu: no usable GPU)"),
+    ((), None, None, {"rocm7.0", "rocm7.1"}, "rocm7.1",
+     "auto: rocm7.1 (realised, runs on the CPU; routing would pick cpu: no usable GPU)"),
+    ((amd("gfx803"),), None, None, {"cu126"}, "cu126",
+     "auto: cu126 (realised, runs on the CPU; routing would pick cpu: no ROCm variant covers the AMD cards)"),
+])
+def test_a_gpu_less_box_uses_a_realised_gpu_build_when_its_cpu_env_is_not_realised(devices, cuda, rocm, realised,
+                                                                                   expected, line):
+    r = route(box(*devices, cuda=cuda, rocm=rocm), frozenset(realised))
+    assert (r.variant, r.routed.variant, r.line()) == (expected, "cpu", line)
+
+
+def test_a_gpu_less_box_whose_cpu_env_is_realised_uses_it_and_one_with_nothing_realised_locks_cpu():
+    assert route(box(), {"cpu", "cu128"}).variant == "cpu"
+    assert (route(box()).variant, route(box()).routed) == ("cpu", None)
+
+
+@pytest.mark.parametrize("devices,cuda,rocm,realised,expected,why", [
+    ((nv("8.6"),), "12.4", None, {"cu128"}, "cu126", "cu128: the NVIDIA driver supports CUDA 12.4 (< 12.8)"),
+    ((amd("gfx942"),), None, "7.0.2", {"rocm7.1"}, "rocm7.0",
+     "rocm7.1: host ROCm 7.0.2 loads ahead of its ROCm 7.1 runtime"),
+    ((amd("gfx942"),), None, "6.4.1", {"rocm7.1"}, "rocm7.0", "rocm7.1: host ROCm 6.4.1 is not 7.x"),
+    ((nv("12.0"),), "12.8", None, {"cu126"}, "cu128", "cu126: no kernel for nvidia 0 (card 0, 12.0)"),
+    ((nv("8.6"), amd("gfx942")), "12.8", None, {"rocm7.1"}, "cu128",
+     "rocm7.1: an AMD build, and NVIDIA wins on a mixed box"),
+    ((amd("gfx942"),), None, None, {"cu128"}, "rocm7.0", "cu128: an NVIDIA build, and this box's GPUs are AMD"),
+    ((nv("8.6"),), "12.8", None, {"cpu"}, "cu128", "cpu: this box's GPUs need a GPU build"),
+    ((), "12.4", None, {"cu128"}, "cpu", "cu128: the NVIDIA driver supports CUDA 12.4 (< 12.8)"),
+    ((nv("3.7"),), None, None, {"cu126"}, "cpu", "cu126: no kernel for nvidia 0 (card 0, 3.7)"),
+])
+def test_the_reason_names_a_realised_variant_it_passed_over_and_why(devices, cuda, rocm, realised, expected, why):
+    r = route(box(*devices, cuda=cuda, rocm=rocm), frozenset(realised))
+    assert r.variant == expected and r.routed is None
+    assert r.line().endswith(f" Realised, passed over: {why}.")
+    assert r.as_json()["passed_over"] == [{"variant": why.split(":")[0], "why": why.split(": ", 1)[1]}]
+
+
+def test_a_realised_variant_passed_over_is_named_beside_the_one_that_won():
+    r = route(box(nv("8.6"), cuda="12.4"), {"cu126", "cpu"})
+    assert r.line() == "auto: cu126: Lowest NVIDIA compute capability is 8.x (>= 7), so cu128. The driver " \
+        "supports CUDA 12.4 (< 12.8), so cu126 instead. Realised, passed over: cpu: this box's GPUs need a GPU build."
+    won = route(box(amd("gfx942"), rocm="7.2.0"), {"rocm7.1", "cu128"})
+    assert won.line() == ("auto: rocm7.1 (realised; routing would pick rocm7.0: host ROCm 7.2.0; passed over: "
+                          "cu128: an NVIDIA build, and this box's GPUs are AMD)")

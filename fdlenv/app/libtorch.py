@@ -16,14 +16,19 @@ In order:
    reason becomes a note), else the token names the variant. Among the
    variants the box can run (routing's candidates), one already realised in
    the home wins over routing's first choice when that one is not realised
-   (`auto_route`): a baked image's rocm7.1 is used, not locked past. Realised
-   means fdlenv's pointer for the variant names an env (step 3b's check: a few
-   stat calls, no lock parsed, no index asked), and it is asked only when more
-   than one variant can run. `--frozen` never changes the choice.
-3. The env for the variant, first hit wins:
-   a. a near lock holding it: realised from it (the fast path when it exists);
-   b. `prefer_realised` (run, shell-hook): the env fdlenv's pointer names for
-      it, with no lock read;
+   (`auto_route`): a baked image's rocm7.1 is used, not locked past; on a box
+   where routing picks cpu a realised GPU build is used before cpu is locked
+   or fetched. Realised means fdlenv's pointer for the variant names an env
+   (a few stat calls, no lock parsed, no index asked). `--frozen` never
+   changes the choice.
+3. The env for the variant, first hit wins (one rule for join, prepare, run and
+   shell-hook; docs/ROUTING.md, "Which env a variant names"):
+   a. a near lock holding it (the project's: given, beside fdl.yml, in the
+      source tree): realised from it, online or not (offline and not realised:
+      exit 1, the realised env of another build named in a note, never used);
+   b. `prefer_realised` (every command but `env realize VARIANT`, and that one
+      too for `auto`): the env fdlenv's pointer names for it, with no index
+      asked, before any far lock; a far lock naming another build gets a note;
    c. a far lock holding it (the home's on-demand locks, the shipped lock);
    d. the env fdlenv's pointer names for it (a realised env is usable from any
       directory, with no lock in sight and no index request);
@@ -46,22 +51,23 @@ if TYPE_CHECKING:
     from .settings import Settings, StoreAsk
 
 
-def realised_variants(home, names) -> frozenset[str]:
-    """Which of `names` fdlenv's pointers name a realised env for, in `home`."""
+def realised_variants(home, names=None) -> frozenset[str]:
+    """Which of `names` (default: every variant) fdlenv's pointers name a realised env for, in `home`."""
     from ..store import pointers
 
-    return frozenset(v for v in names if pointers.pointed_env(home, v) is not None)
+    return frozenset(v for v in (variants.VARIANTS if names is None else names)
+                     if pointers.pointed_env(home, v) is not None)
 
 
 def auto_route(s, home=None):
-    """`hw.routing.route` of the Survey `s`, with the candidates realised in `home` (a Home, or
-    a callable returning it; None: none looked at), asked only when more than one runs here."""
+    """`hw.routing.route` of the Survey `s`, with the variants realised in `home` (a Home, or
+    a callable returning one or None; None: none looked at): a realised candidate may win (on a GPU-less
+    box a GPU build, which runs on the CPU), and a realised variant passed over is named."""
     from ..hw.routing import route
 
-    r = route(s)
-    if home is None or len(r.candidates) < 2:
-        return r
-    return route(s, realised_variants(home() if callable(home) else home, r.candidates))
+    if callable(home):
+        home = home()
+    return route(s) if home is None else route(s, realised_variants(home))
 
 
 def variant_for(libtorch: Libtorch, survey=None, notes: list[str] | None = None, home=None,
@@ -101,6 +107,7 @@ def choose(home, libtorch: Libtorch | None, view, mirrors: dict[str, str], *, pl
         variant = act.variant
     else:
         variant = variant_for(libtorch, survey, notes, home, routes)
+        prefer_realised = prefer_realised or libtorch.auto   # auto chose it for what the box has
     return _active.of_env(env_for(home, variant, view, mirrors, platform=platform, frozen=frozen,
                                   prefer_realised=prefer_realised, activate=activate, fork=fork,
                                   notes=notes, check=check))
@@ -151,8 +158,17 @@ def env_for(home, variant: str, view, mirrors: dict[str, str], *, platform: str,
 
     near = view.holder(variant, platform, near_only=True)
     if near is not None:
-        return realised(near)
+        try:
+            return realised(near)
+        except Fail as f:   # the project's lock decides: a realised env of another build is not used
+            if f.transient and (env := _pointed(home, variant, False)) is not None:
+                notes.append(f"libtorch: {variant}: {near} (the project's lock) names a build not realised "
+                             f"here; the realised {env.path.name} is not used in its place, as a project's lock "
+                             "pins what it names (docs/ROUTING.md, \"Which env a variant names\")")
+            raise
     if prefer_realised and (env := pointed()) is not None:
+        if (note := _far_note(home, env, view, variant, platform)):
+            notes.append(note)
         return env
     far = view.holder(variant, platform)
     if far is not None:
@@ -176,6 +192,34 @@ def _checked(home, env, mirrors: dict[str, str]):
         return env
     from ..store.heal import checked
     return checked(home, env, mirrors)
+
+
+def _far_note(home, env, view, variant: str, platform: str) -> str | None:
+    """A note when a far lock (the home's on-demand lock, the shipped one) holds `variant` as
+    another build than the realised `env` that is used in its place; None when it names `env`.
+    A lock remembered as naming `env` (`store.fastpath`) is not parsed again."""
+    far = view.holder(variant, platform)
+    if far is None:
+        return None
+    from ..store import fastpath
+
+    digest = fastpath.lock_digest(far)
+    known = fastpath.lookup(home, digest, variant, platform)
+    if known is not None and known.path == env.path:
+        return None
+    if known is not None:
+        key = known.key
+    else:
+        from ..lock.file import read_variant
+        from ..store.envkey import env_key
+
+        key = env_key(read_variant(far, variant, platform), platform)
+        if key == env.key:
+            fastpath.remember(home, digest, variant, platform, env)   # this lock names it: said once
+            return None
+    return (f"libtorch: {variant} as realised ({env.path.name}); {far} names another build "
+            f"({variant}-{key[:16]}), not used: a realised env wins over the home's and fdlenv's own locks "
+            f"(docs/ROUTING.md); `fdlenv env realize {variant}` moves this box to that build")
 
 
 def _pointed(home, variant: str, activate: bool):

@@ -43,7 +43,7 @@ from ..base.confine import within
 from ..base.record import Record
 from ..names.buildtree import build_tree
 from ..names.leasefile import take_lease
-from ..names.roots import CONFIG_NAMES, home_root
+from ..names.roots import home_root, project_above
 from ..store.statecodec import ROCM_VARS, STATE, apply, restored, shell_state
 
 TYPE_CHECKING = False   # `typing` stays off the replay's path
@@ -122,18 +122,6 @@ def memo_path(root: str, kind: str, key: str) -> str:
     for b in key.encode("utf-8", "surrogateescape"):
         h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
     return os.path.join(root, "cache", "hot", f"{kind}-{h:016x}")
-
-
-def project_above(cwd: str) -> bool:
-    """Whether an fdl.yml (or .yaml, .json) lies in the cwd or above it."""
-    d = cwd
-    while True:
-        if any(os.path.isfile(os.path.join(d, n)) for n in CONFIG_NAMES):
-            return True
-        up = os.path.dirname(d)
-        if up == d:
-            return False
-        d = up
 
 
 def memo_text(key: str, deps: dict[str, str], answer: dict[str, str], unset: list[str],

@@ -25,6 +25,15 @@ flodl's own routing rules as the floor, in this order:
    the home, gathered by the caller: `libtorch.auto_route`) and another
    candidate is, that one wins, and the reason says so: `realised; routing
    would pick rocm7.0: host ROCm unknown`. docs/ROUTING.md has the table.
+6. Where routing picks cpu, every GPU build runs too (on the CPU), so each is a
+   candidate after cpu where it sees no GPU of its vendor (a Kepler card or an
+   uncovered gfx target would be tried, and fail) and within the same gates:
+   a realised cu128 serves a GPU-less box whose cpu env is not realised, and
+   cpu is locked or fetched only when no build is. Among several, the fixed
+   order NVIDIA's then AMD's, newest first (`_FAMILIES`): one answer for one
+   set of envs, whatever was used last, and no env's size read on a re-dial.
+7. A realised variant that is no candidate is named in the reason with why it
+   was passed over (`passed`: the driver, the host ROCm, the arch, the vendor).
 """
 
 from __future__ import annotations
@@ -45,7 +54,8 @@ class Route(Record):
     """variant: None when no variant can run here until the reason's fix is done;
     candidates: the variants this box can run, routing's first choice first (empty when
     variant is None); brief: the first choice's reason in a few words; routed: routing's own
-    Route when a realised candidate won over it, else None; realised: the candidates realised."""
+    Route when a realised candidate won over it, else None; realised: the candidates realised;
+    passed: the realised variants that cannot run here, each with why (rule 7)."""
 
     variant: str | None
     reason: str
@@ -53,6 +63,7 @@ class Route(Record):
     brief: str = ""
     routed: Route | None = None
     realised: frozenset[str] = frozenset()
+    passed: tuple[tuple[str, str], ...] = ()   # (variant, why): realised, but no candidate here
 
     def as_json(self) -> dict[str, object]:
         out: dict[str, object] = {"variant": self.variant, "reason": self.reason,
@@ -60,6 +71,8 @@ class Route(Record):
                                   "realised": [v for v in self.candidates if v in self.realised]}
         if self.routed is not None:
             out["routing"] = {"variant": self.routed.variant, "reason": self.routed.reason}
+        if self.passed:
+            out["passed_over"] = [{"variant": v, "why": why} for v, why in self.passed]
         return out
 
     def line(self) -> str:
@@ -180,22 +193,41 @@ _FAMILIES = {NVIDIA: ("cu128", "cu126"), AMD: ("rocm7.1", "rocm7.0")}
 _FLOOR = {"cu128": CU128_DRIVER, "cu126": (12, 0)}   # routing's driver gate, per CUDA variant
 
 
-def _runs_here(s: Survey, variant: str) -> bool:
-    """Rule 5's gates: the driver for CUDA, the host ROCm for a ROCm bundle."""
+def _gate(s: Survey, variant: str) -> str:
+    """Rule 5's gates, the driver for CUDA and the host ROCm for a ROCm bundle: why `variant`
+    cannot run here ("" when it can)."""
     if variant in _FLOOR:
         driver = _version(s.driver_cuda)
-        return driver is None or driver >= _FLOOR[variant]
+        floor = _FLOOR[variant]
+        if driver is None or driver >= floor:
+            return ""
+        return f"the NVIDIA driver supports CUDA {s.driver_cuda} (< {floor[0]}.{floor[1]})"
     host = _version(s.host_rocm)
     want = _version(variant.removeprefix("rocm"))
-    return host is None or (want is not None and host[0] == want[0] and host[1] >= want[1])
+    if host is None or (want is not None and host[0] == want[0] and host[1] >= want[1]):
+        return ""
+    if want is not None and host[0] == want[0]:
+        return f"host ROCm {s.host_rocm} loads ahead of its ROCm {want[0]}.{want[1]} runtime"
+    return f"host ROCm {s.host_rocm} is not {want[0] if want else 7}.x"
+
+
+def _runs_here(s: Survey, variant: str) -> bool:
+    return not _gate(s, variant)
+
+
+def _vendor_of(variant: str) -> str | None:
+    return next((v for v, family in _FAMILIES.items() if variant in family), None)
 
 
 def candidates(s: Survey, first: Route) -> tuple[str, ...]:
-    """Rule 5: the variants this box can run, `first`'s variant first (see the docstring)."""
+    """Rules 5 and 6: the variants this box can run, `first`'s variant first (see the docstring)."""
     pick = first.variant
     if pick is None:
         return ()
-    vendor = next((v for v, family in _FAMILIES.items() if pick in family), None)
+    if pick == "cpu":   # rule 6: a GPU build runs on the CPU where it sees no GPU of its vendor
+        return (pick, *(v for vendor, family in _FAMILIES.items() if not s.of(vendor)
+                        for v in family if _runs_here(s, v)))
+    vendor = _vendor_of(pick)
     if vendor is None:
         return (pick,)
     served = [d for d in s.of(vendor) if variant_covers(pick, d)]
@@ -203,19 +235,44 @@ def candidates(s: Survey, first: Route) -> tuple[str, ...]:
                     and all(variant_covers(v, d) for d in served)))
 
 
+_NAMES = {NVIDIA: "NVIDIA", AMD: "AMD"}
+
+
+def passed_over(s: Survey, first: Route, variant: str) -> str:
+    """Rule 7: why `variant`, realised but no candidate, does not serve this box as `auto`."""
+    vendor = _vendor_of(variant)
+    if vendor is None:
+        return "this box's GPUs need a GPU build" if variant == "cpu" else \
+            f"routing does not pick {variant}; name it (--libtorch {variant}) to use it"
+    mine = s.of(vendor)
+    pick = _vendor_of(first.variant or "")
+    if not mine and pick is not None and pick != vendor:
+        return f"an {_NAMES[vendor]} build, and this box's GPUs are {_NAMES[pick]}"
+    uncovered = [d for d in mine if not variant_covers(variant, d)]
+    if uncovered:
+        return f"no kernel for {_labels(uncovered)}"
+    if (why := _gate(s, variant)):
+        return why
+    if pick is not None and pick != vendor:
+        return f"an {_NAMES[vendor]} build, and {_NAMES[pick]} wins on a mixed box"
+    return f"does not serve every card {first.variant} serves"
+
+
 def route(s: Survey, realised: frozenset[str] | set[str] = frozenset()) -> Route:
     """auto's choice on `s`: routing's first choice, unless only another candidate is in
-    `realised` (the variants realised in the home); `.candidates` lists them all."""
+    `realised` (the variants realised in the home); `.candidates` lists them all, `.passed`
+    the realised ones that cannot run here, and why (rule 7)."""
     first = _routed(s)
     cands = candidates(s, first)
-    first = first._replace(candidates=cands, realised=frozenset(v for v in cands if v in realised))
-    if not cands or cands[0] in realised:
-        return first
-    won = next((v for v in cands[1:] if v in realised), None)
+    passed = tuple((v, passed_over(s, first, v)) for v in sorted(realised) if v not in cands)
+    told = "; ".join(f"{v}: {why}" for v, why in passed)
+    first = first._replace(candidates=cands, realised=frozenset(v for v in cands if v in realised), passed=passed)
+    won = None if not cands or cands[0] in realised else next((v for v in cands[1:] if v in realised), None)
     if won is None:
-        return first
-    return first._replace(variant=won, reason=f"realised; routing would pick {first.variant}: {first.brief}",
-                          routed=first)
+        return first._replace(reason=_sentences(first.reason, f"Realised, passed over: {told}." if told else ""))
+    on_cpu = ", runs on the CPU" if first.variant == "cpu" else ""
+    return first._replace(variant=won, reason=f"realised{on_cpu}; routing would pick {first.variant}: {first.brief}"
+                                              + (f"; passed over: {told}" if told else ""), routed=first)
 
 
 def choose(s: Survey, realised: frozenset[str] | set[str] = frozenset()) -> str:

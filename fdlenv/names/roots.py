@@ -29,3 +29,27 @@ def home_root(given: str | None, environ: Mapping[str, str]) -> str:
     if raw:
         return absolute(raw)
     return absolute(os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".flodl"))
+
+
+def project_above(cwd: str) -> bool:
+    """Whether an fdl.yml (or .yaml, .json) lies in the cwd or above it."""
+    d = cwd
+    while True:
+        if any(os.path.isfile(os.path.join(d, n)) for n in CONFIG_NAMES):
+            return True
+        up = os.path.dirname(d)
+        if up == d:
+            return False
+        d = up
+
+
+def has_pointers(root: str) -> bool:
+    """Whether the home at `root` holds any symlink among flodl's `libtorch/precompiled/<dir>`
+    (what `store.pointers` writes for every realised env): `detect` on a GPU-less box with an
+    empty home asks no further, so it imports no pathlib for a home that has nothing."""
+    pre = os.path.join(root, "libtorch", "precompiled")
+    try:
+        names = os.listdir(pre)
+    except OSError:
+        return False
+    return any(os.path.islink(os.path.join(pre, n)) for n in names)

@@ -7,8 +7,10 @@ stderr, `--json` prints exactly one object on stdout.
 `auto` is the choice `join`/`prepare --libtorch auto` make on this box with
 this home: the variants the box can run (`auto.candidates`), and among them
 one already realised in the home (`auto.realised`) wins over routing's first
-choice (`auto.routing`, present only then); the home is read only when more
-than one variant can run (`libtorch.auto_route`), so a GPU-less box reads none.
+choice (`auto.routing`, present only then); on a box where routing picks cpu, a realised
+GPU build wins over an unrealised cpu (it runs on the CPU), and a realised variant this box
+cannot run is named in the reason with why (`auto.passed_over`). A home holding no pointer
+is seen with os calls only (`names.roots.has_pointers`).
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ def add_parser(sub) -> None:
                     "libtorch variant `auto` chooses, with the reason.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_shape(p, ("detect",), json='one object on stdout: {"devices", "findings", "driver", "auto": {"variant", '
-                                   '"reason", "candidates", "realised", "routing" (when a realised variant won)}}')
+                                   '"reason", "candidates", "realised", "routing" (when a realised variant won), '
+                                   '"passed_over" (realised, cannot run here)}}')
     p.set_defaults(func=run)
 
 
@@ -63,7 +66,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _home(given: str | None):
-    """The home (`settings.resolve`), settled only when `auto_route` asks for it."""
+    """The home (`settings.resolve`), settled only when `auto_route` asks for it; None when,
+    with no fdl.yml above to move it, the home holds no pointer at all (os only: a GPU-less box
+    with an empty home pays no pathlib for it)."""
+    import os
+
+    from ...names.roots import has_pointers, home_root, project_above
+
+    if not project_above(os.getcwd()) and not has_pointers(home_root(given, os.environ)):
+        return None
     from ...app.settings import resolve
 
     return resolve(given).home

@@ -21,9 +21,14 @@ slow), and each read must end. The rules, in one place:
 - by cause: more bytes than stated is permanent (the server serves other bytes);
   a cut, a reset, a timeout or a stall is transient (`Fail.retry`); what the
   bytes are is for the caller's hash to decide;
-- a transient failure is tried again here (`retrying`: TRIES in all, a short
-  pause between), and only then reaches the caller (exit 1: a persist box
-  re-dials later).
+- every request is tried again inside the attempt (TRIES in all) after an
+  answer worth it (408, 425, 429, 5xx: Retry-After honoured up to 10 s, else
+  0.5 s doubled) or a refused, reset or closed connection (`open_url`); a page,
+  metadata file or range whose body is cut is fetched again (`fetch`), a
+  download's transient failure too (`retrying`, a 1 s pause doubled); only then
+  does it reach the caller (exit 1: a persist box re-dials later);
+- credentials (`netauth`), CAs and proxies (`netconf`) are pip's and uv's; a
+  refusal of them (401/403, 407, a certificate not trusted) is permanent.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import threading
 import time
 
 from .errors import Fail
+from .netauth import shown
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -125,9 +131,9 @@ _local = threading.local()
 _OPENER: urllib.request.OpenerDirector | None = None
 # One TLS context for every request of the process: each context loads the CA store (~1 MiB),
 # and urllib makes one per connection when given none (16 for 16 index pages side by side).
-# Verification is the default context's (system CAs, SSL_CERT_FILE / SSL_CERT_DIR), hostnames
-# checked.
+# Its CAs are the ones pip or uv would use (`netconf.tls`), hostnames checked.
 _CONTEXT_LOCK = threading.Lock()
+_SETTINGS = {"ca": "the system's CAs", "proxy": ""}   # which CA and proxy settings the opener uses
 
 
 def _watched(conn_class: Callable[..., http.client.HTTPConnection]) -> Callable[..., http.client.HTTPConnection]:
@@ -151,9 +157,16 @@ def _opener() -> urllib.request.OpenerDirector:
     if _OPENER is None:
         import urllib.request
 
+        from . import netauth, netconf
+
         class Watched(urllib.request.AbstractHTTPHandler):
             def do_open(self, http_class: Callable[..., http.client.HTTPConnection], req: urllib.request.Request,
                         **kw: Any) -> http.client.HTTPResponse:
+                # Credentials by the origin asked, here below the redirects: another host gets none.
+                req.remove_header("Authorization")
+                auth = netauth.authorization(req.full_url)
+                if auth is not None:
+                    req.add_unredirected_header("Authorization", auth[0])
                 return super().do_open(_watched(http_class), req, **kw)
 
         class HTTP(Watched, urllib.request.HTTPHandler):
@@ -166,20 +179,15 @@ def _opener() -> urllib.request.OpenerDirector:
                 if self._context is None:   # made on the first https:// request, then shared
                     with _CONTEXT_LOCK:
                         if self._context is None:
-                            import ssl
-
-                            self._context = ssl.create_default_context()
+                            self._context, _SETTINGS["ca"] = netconf.tls()
                 return super().https_open(req)
 
-        _OPENER = urllib.request.build_opener(HTTP, HTTPS)
+        found, _SETTINGS["proxy"] = netconf.proxies()
+        _OPENER = urllib.request.build_opener(HTTP, HTTPS, urllib.request.ProxyHandler(found))
     return _OPENER
 
 
-def open_url(url: str, headers: dict[str, str] | None = None, method: str | None = None,
-             within: float | None = None) -> Response:
-    """urlopen under one total deadline (FDLENV_REQUEST_TIMEOUT, or `within` s where that is
-    shorter: connect, redirects, headers and, read by `read_all`, the body); OSError (URLError,
-    HTTPError) on failure, `Overdue` past it. `method`: "HEAD" for headers only."""
+def _open_once(url: str, headers: dict[str, str] | None, method: str | None, within: float | None) -> Response:
     import http.client
     import urllib.request
 
@@ -189,8 +197,9 @@ def open_url(url: str, headers: dict[str, str] | None = None, method: str | None
     watch = _Watch(url, seconds)
     _local.watch = watch
     try:
-        resp: Response = _opener().open(urllib.request.Request(url, headers=headers or {}, method=method),
-                                        timeout=min(TIMEOUT, seconds))
+        opener = _opener()
+        resp: Response = opener.open(urllib.request.Request(url, headers=headers or {}, method=method),
+                                     timeout=min(TIMEOUT, seconds))
     except (OSError, http.client.HTTPException):
         if watch.cancel():
             raise watch.overdue() from None
@@ -202,6 +211,49 @@ def open_url(url: str, headers: dict[str, str] | None = None, method: str | None
         raise watch.overdue()
     resp.fdlenv_watch = watch
     return resp
+
+
+def open_url(url: str, headers: dict[str, str] | None = None, method: str | None = None,
+             within: float | None = None) -> Response:
+    """urlopen under one total deadline per try (FDLENV_REQUEST_TIMEOUT, or `within` s where that
+    is shorter: connect, redirects, headers and, read by `read_all`, the body), tried again
+    (TRIES in all) after an answer or a connection failure `netconf.retry_pause` names; then OSError
+    (URLError, HTTPError), `Overdue` past a deadline, or a permanent `Fail` for a refusal of
+    credentials, proxy or CA (`netconf.refused`). `url` may carry `user:password@`
+    (`netauth.split`). `method`: "HEAD" for headers only."""
+    import http.client
+
+    from . import netauth, netconf
+    from .progress import say
+
+    url = netauth.split(url)
+    for attempt in range(1, TRIES + 1):
+        try:
+            return _open_once(url, headers, method, within)
+        except (OSError, http.client.HTTPException) as e:
+            refusal = netconf.refused(url, e, _SETTINGS["ca"], _SETTINGS["proxy"])
+            if refusal is not None:
+                raise refusal from None
+            pause = netconf.retry_pause(e, attempt)
+            if pause is None or attempt == TRIES:
+                raise
+            if hasattr(e, "close"):
+                e.close()
+            say(f"{netauth.shown(url)}: {why(e)}; trying again in {pause:g} s ({attempt + 1}/{TRIES})")
+            time.sleep(pause)
+    raise AssertionError("unreachable: the last try returns or raises")
+
+
+def fetch(url: str, limit: int, headers: dict[str, str] | None = None) -> tuple[bytes, Response]:
+    """(the whole body of `url`, at most `limit` bytes, its closed response): a page, a metadata
+    file or a range, tried again (TRIES in all) when its body is cut (`open_url` tries again
+    what fails before the body)."""
+    return retrying(lambda: _fetch_once(url, limit, headers), shown(url))
+
+
+def _fetch_once(url: str, limit: int, headers: dict[str, str] | None) -> tuple[bytes, Response]:
+    with open_url(url, headers) as resp:
+        return read_all(resp, limit, shown(url)), resp
 
 
 def why(e: BaseException) -> str:

@@ -200,7 +200,7 @@ def retry_pause(e: BaseException, attempt: int) -> float | None:
     elif isinstance(reason, ssl.SSLError) or not isinstance(
             reason, (ConnectionError, http.client.RemoteDisconnected, http.client.BadStatusLine)):
         return None
-    return QUICK_PAUSE * 2 ** (attempt - 1)
+    return QUICK_PAUSE * (1 << (attempt - 1))
 
 
 

@@ -223,10 +223,11 @@ def refused(url: str, e: BaseException, ca: str, proxy: str) -> Fail | None:
         return Fail.permanent(f"{shown(url)}: the index answered HTTP {code} ({' '.join(str(reason).split())}) "
                               f"to {sent}; give the right user and password (in the index URL, as "
                               "user:password@host, or in ~/.netrc) and retry")
-    if code == 407 or (isinstance(reason, OSError) and " 407" in str(reason)) or " 407 " in str(e):
-        return Fail.permanent(f"{shown(url)}: the proxy refused to carry it (HTTP 407, proxy authentication "
-                              f"required; the proxy is from {proxy or 'no proxy setting'}); give the proxy's "
-                              "user:password in its URL and retry")
+    tunnel = str(reason if isinstance(reason, OSError) else e).partition("Tunnel connection failed: ")[2][:3]
+    if code == 407 or tunnel in ("401", "403", "407"):   # tinyproxy refuses a CONNECT with 401
+        return Fail.permanent(f"{shown(url)}: the proxy refused to carry it (HTTP {tunnel or code}: its "
+                              f"credentials; the proxy is from {proxy or 'no proxy setting'}); give the "
+                              "proxy's user:password in its URL and retry")
     if isinstance(reason, ssl.SSLCertVerificationError) or isinstance(e, ssl.SSLCertVerificationError):
         err = reason if isinstance(reason, ssl.SSLCertVerificationError) else e
         assert isinstance(err, ssl.SSLCertVerificationError)

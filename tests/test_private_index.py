@@ -1,0 +1,262 @@
+"""A private index as a company runs one, reached the way pip and uv reach it, and no secret ever shown.
+
+The index is the suite's PEP 503 tree of real wheels (helpers_wheels), served over HTTPS on
+127.0.0.1 under a CA this test makes with openssl, answering 401 without Basic auth; the
+torch page links its wheel on another host (localhost, another port: another origin), which
+must never see the index's credentials. Each scenario realises cu128 from a lock made
+offline, in a fresh home, with the machine's own TLS, proxy and index settings cleared
+(`clean_env`), one source of credentials and one CA setting at a time; after each, every
+output (stdout, stderr, --json) and every file under HOME and the home is searched for the
+password and the token in all their forms (`leaks`).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.parse
+from pathlib import Path
+
+import pytest
+from helpers_private_index import PrivateIndex, Tinyproxy, clean_env, leaks, make_ca
+from helpers_wheels import make_index, make_wheels, write_wheel_env
+
+from fdlenv.lock import lock_envs
+from fdlenv.names.home import Home
+
+USER, PASSWORD, TOKEN = "fleet", "Fl33t:p@ss/w%rd", "tok-3f9a7c1e5b"
+PROXY_USER, PROXY_PASSWORD = "pxuser", "Pr0xyPass42"
+SECRETS = [PASSWORD, TOKEN, PROXY_PASSWORD]
+
+
+class World:
+    def __init__(self, root: Path):
+        self.root = root
+        self.certs = make_ca(root / "ca")
+        tree = root / "simple"
+        make_index(tree, make_wheels(root / "built"))
+        envs = root / "envs"
+        write_wheel_env(envs, "cu128")
+        self.lock = root / "conda-lock.yml"
+        lock_envs(envs, self.lock, mirrors={"pypi": tree.resolve().as_uri()}, home=Home(root / "lockhome"))
+        self.files = PrivateIndex(tree, self.certs, host="localhost")   # another origin, no auth
+        page = tree / "torch" / "index.html"
+        page.write_text(page.read_text().replace('href="../files/', f'href="{self.files.url}/files/'))
+        self.index = PrivateIndex(tree, self.certs, accepted=((USER, PASSWORD), (TOKEN, "")))
+        self.host = f"127.0.0.1:{self.index.port}"
+
+    def url(self, userinfo: str = "") -> str:
+        return f"https://{userinfo + '@' if userinfo else ''}{self.host}/"
+
+    def close(self) -> None:
+        self.index.close()
+        self.files.close()
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    w = World(tmp_path_factory.mktemp("private"))
+    yield w
+    w.close()
+
+
+def realise(world: World, tmp_path: Path, *flags: str, allowed: tuple[Path, ...] = (), **env: str):
+    """`env realize --json` in a fresh home under `env`; then no secret anywhere it could show."""
+    import os
+
+    home = tmp_path / "home"
+    world.index.seen.clear()
+    world.files.seen.clear()
+    res = subprocess.run([sys.executable, "-m", "fdlenv", "env", "realize", "--libtorch", "cu128", "--lock",
+                          str(world.lock), "--home", str(home), "--json", *flags],
+                         capture_output=True, text=True, env=clean_env(**env), timeout=300)
+    assert "Traceback" not in res.stderr, res.stderr
+    found = leaks(SECRETS, {"stdout": res.stdout, "stderr": res.stderr}, [home, Path(os.environ["HOME"])], allowed)
+    assert not found, f"a secret shows in {found}:\n{res.stderr}"
+    return res
+
+
+def ok(res) -> dict:
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+def last_error(res) -> str:
+    lines = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1, res.stderr
+    return lines[0]
+
+
+def carried(world: World) -> set[str | None]:
+    """The Authorization headers the index saw; the other host must have seen none."""
+    assert world.files.seen and all(auth is None for _, auth in world.files.seen), world.files.seen
+    return {auth for _, auth in world.index.seen}
+
+
+def quoted(s: str) -> str:
+    return urllib.parse.quote(s, safe="")
+
+
+def test_a_user_and_percent_encoded_password_in_the_mirror_url_reach_the_index_and_only_it(world, tmp_path):
+    res = realise(world, tmp_path, "--mirror", f"pypi={world.url(f'{USER}:{quoted(PASSWORD)}')}",
+                  PIP_CERT=str(world.certs["ca.pem"]))
+    assert ok(res)["created"] is True
+    assert None not in carried(world)        # every request to the index carried it, the wheel host none
+
+
+def test_a_token_alone_in_the_url_is_sent_as_the_user_with_requests_ca_bundle(world, tmp_path):
+    res = realise(world, tmp_path, "--mirror", f"pypi={world.url(TOKEN)}",
+                  REQUESTS_CA_BUNDLE=str(world.certs["ca.pem"]))
+    ok(res)
+    assert None not in carried(world)
+
+
+def test_netrc_gives_the_password_for_a_host_without_userinfo_under_ssl_cert_file(world, tmp_path):
+    import os
+
+    netrc = Path(os.environ["HOME"]) / ".netrc"
+    netrc.write_text(f"machine 127.0.0.1 login {USER} password {PASSWORD}\n")
+    netrc.chmod(0o600)
+    res = realise(world, tmp_path, "--mirror", f"pypi={world.url()}", allowed=(netrc,),
+                  SSL_CERT_FILE=str(world.certs["ca.pem"]))
+    ok(res)
+    assert None not in carried(world)
+
+
+def test_the_netrc_variable_names_another_file(world, tmp_path):
+    other = tmp_path / "fleet-netrc"
+    other.write_text(f"default login {USER} password {PASSWORD}\n")
+    res = realise(world, tmp_path, "--mirror", f"pypi={world.url()}", NETRC=str(other),
+                  SSL_CERT_DIR=str(tmp_path / "nothing"), PIP_CERT=str(world.certs["ca.pem"]))
+    ok(res)
+
+
+def test_pip_conf_with_index_url_and_cert_is_all_a_box_needs(world, tmp_path):
+    conf = tmp_path / "pip.conf"
+    conf.write_text(f"[global]\nindex-url = {world.url(f'{USER}:{quoted(PASSWORD)}')}\n"
+                    f"cert = {world.certs['ca.pem']}\n")
+    res = realise(world, tmp_path, PIP_CONFIG_FILE=str(conf))
+    ok(res)
+    assert None not in carried(world)
+
+
+def test_uvs_named_index_takes_its_password_from_uv_index_name_variables(world, tmp_path):
+    conf = tmp_path / "uv.toml"
+    conf.write_text(f'[[index]]\nname = "corp-cache"\nurl = "{world.url()}"\ndefault = true\n')
+    res = realise(world, tmp_path, UV_NO_CONFIG="", UV_CONFIG_FILE=str(conf), UV_INDEX_CORP_CACHE_USERNAME=USER,
+                  UV_INDEX_CORP_CACHE_PASSWORD=PASSWORD, SSL_CERT_FILE=str(world.certs["ca.pem"]))
+    ok(res)
+    assert None not in carried(world)
+
+
+def test_pips_client_cert_is_shown_to_a_server_that_asks_for_one(world, tmp_path):
+    strict = PrivateIndex(world.root / "simple", world.certs, accepted=((USER, PASSWORD),), client_cert=True)
+    try:
+        url = f"pypi=https://{USER}:{quoted(PASSWORD)}@127.0.0.1:{strict.port}/"
+        without = realise(world, tmp_path / "a", "--mirror", url, PIP_CERT=str(world.certs["ca.pem"]))
+        assert without.returncode != 0
+        res = realise(world, tmp_path / "b", "--mirror", url, PIP_CERT=str(world.certs["ca.pem"]),
+                      PIP_CLIENT_CERT=str(world.certs["client.pem"]))
+        ok(res)
+    finally:
+        strict.close()
+
+
+def test_a_wrong_password_is_permanent_names_the_index_and_the_source_and_never_the_secret(world, tmp_path):
+    wrong = "Wr0ng-" + PASSWORD
+    res = realise(world, tmp_path, "--mirror", f"pypi={world.url(f'{USER}:{quoted(wrong)}')}",
+                  PIP_CERT=str(world.certs["ca.pem"]))
+    assert res.returncode == 2, res.stderr
+    line = last_error(res)
+    assert "401" in line and world.host in line and "the URL's user:password" in line, line
+    assert not leaks([wrong], {"stderr": res.stderr, "stdout": res.stdout}, [])
+    assert json.loads(res.stdout)["exit"] == 2
+
+
+def test_no_credentials_at_all_is_permanent_and_says_none_were_found(world, tmp_path):
+    res = realise(world, tmp_path, "--mirror", f"pypi={world.url()}", PIP_CERT=str(world.certs["ca.pem"]))
+    assert res.returncode == 2
+    assert "no credentials" in last_error(res)
+
+
+def test_a_certificate_the_ca_setting_does_not_trust_is_permanent_naming_the_host_and_the_setting(world, tmp_path):
+    other = make_ca(tmp_path / "other-ca")
+    res = realise(world, tmp_path, "--mirror", f"pypi={world.url(f'{USER}:{quoted(PASSWORD)}')}",
+                  PIP_CERT=str(other["ca.pem"]))
+    assert res.returncode == 2
+    line = last_error(res)
+    assert world.host in line and "not trusted" in line and "PIP_CERT" in line, line
+
+
+def test_a_refused_connection_stays_transient(world, tmp_path):
+    from helpers_private_index import free_port
+
+    res = realise(world, tmp_path, "--mirror", f"pypi=https://{USER}:{quoted(PASSWORD)}@127.0.0.1:{free_port()}/",
+                  PIP_CERT=str(world.certs["ca.pem"]))
+    assert res.returncode == 1, res.stderr
+    assert "trying again" in res.stderr      # retried inside the attempt first
+
+
+@pytest.fixture
+def proxy(tmp_path):
+    p = Tinyproxy(tmp_path / "proxy", PROXY_USER, PROXY_PASSWORD)
+    yield p
+    p.close()
+
+
+def _through(proxy: Tinyproxy, world: World) -> bool:
+    return any("CONNECT" in ln and f"127.0.0.1:{world.index.port}" in ln for ln in proxy.lines)
+
+
+@pytest.mark.parametrize("var", ["HTTPS_PROXY", "https_proxy", "ALL_PROXY"])
+def test_every_request_goes_through_a_real_proxy_with_its_credentials(world, tmp_path, proxy, var):
+    creds = f"{PROXY_USER}:{PROXY_PASSWORD}@"
+    res = realise(world, tmp_path, "--mirror", f"pypi={world.url(f'{USER}:{quoted(PASSWORD)}')}",
+                  PIP_CERT=str(world.certs["ca.pem"]), **{var: proxy.url.replace("://", f"://{creds}")})
+    ok(res)
+    assert _through(proxy, world), "".join(proxy.lines[-20:])
+    assert None not in carried(world)
+
+
+def test_pips_proxy_setting_is_used_and_no_proxy_bypasses_it(world, tmp_path, proxy):
+    conf = tmp_path / "pip.conf"
+    conf.write_text(f"[global]\nproxy = {proxy.url.replace('://', f'://{PROXY_USER}:{PROXY_PASSWORD}@')}\n"
+                    f"cert = {world.certs['ca.pem']}\n")
+    mirror = f"pypi={world.url(f'{USER}:{quoted(PASSWORD)}')}"
+    ok(realise(world, tmp_path / "a", "--mirror", mirror, PIP_CONFIG_FILE=str(conf)))
+    assert _through(proxy, world)
+    proxy.lines.clear()
+    ok(realise(world, tmp_path / "b", "--mirror", mirror, PIP_CONFIG_FILE=str(conf), NO_PROXY="127.0.0.1,localhost"))
+    assert not _through(proxy, world)
+
+
+def test_a_proxy_refusing_its_credentials_is_permanent_and_names_the_proxy_setting(world, tmp_path, proxy):
+    res = realise(world, tmp_path, "--mirror", f"pypi={world.url(f'{USER}:{quoted(PASSWORD)}')}",
+                  PIP_CERT=str(world.certs["ca.pem"]),
+                  HTTPS_PROXY=proxy.url.replace("://", f"://{PROXY_USER}:wrong{PROXY_PASSWORD}@"))
+    assert res.returncode == 2, res.stderr
+    line = last_error(res)
+    assert "the proxy refused" in line and "HTTPS_PROXY" in line, line
+    assert not leaks(["wrong" + PROXY_PASSWORD], {"stderr": res.stderr}, [])
+
+
+def test_a_secret_given_on_the_command_line_never_reaches_a_hot_commands_memo(world, tmp_path):
+    mirror = f"pypi={world.url(f'{USER}:{quoted(PASSWORD)}')}"
+    ok(realise(world, tmp_path, "--mirror", mirror, PIP_CERT=str(world.certs["ca.pem"])))
+    home = tmp_path / "home"
+    for words in (("env", "realize"), ("env", "realize"), ("shell-hook",)):   # answered from the memos
+        res = subprocess.run([sys.executable, "-m", "fdlenv", *words, "--libtorch", "cu128", "--lock",
+                              str(world.lock), "--home", str(home), "--mirror", mirror],
+                             capture_output=True, text=True, env=clean_env(PIP_CERT=str(world.certs["ca.pem"])))
+        assert res.returncode == 0, res.stderr
+    assert list(home.rglob("cache/hot/*")), "no memo was written: the test would prove nothing"
+    assert not leaks(SECRETS, {"stdout": res.stdout, "stderr": res.stderr}, [home])
+
+
+def test_an_error_line_echoing_a_bad_mirror_value_shows_no_secret(tmp_path):
+    res = subprocess.run([sys.executable, "-m", "fdlenv", "env", "realize", "--libtorch", "cu128", "--home",
+                          str(tmp_path / "h"), "--json", "--mirror", f"https://{USER}:{PASSWORD}@host.invalid/x?token={TOKEN}"],
+                         capture_output=True, text=True, env=clean_env())
+    assert res.returncode == 2 and "error:" in res.stderr
+    assert not leaks(SECRETS, {"stdout": res.stdout, "stderr": res.stderr}, [tmp_path / "h"])

@@ -197,9 +197,8 @@ def _open_once(url: str, headers: dict[str, str] | None, method: str | None, wit
     watch = _Watch(url, seconds)
     _local.watch = watch
     try:
-        opener = _opener()
-        resp: Response = opener.open(urllib.request.Request(url, headers=headers or {}, method=method),
-                                     timeout=min(TIMEOUT, seconds))
+        resp: Response = _opener().open(urllib.request.Request(url, headers=headers or {}, method=method),
+                                        timeout=min(TIMEOUT, seconds))
     except (OSError, http.client.HTTPException):
         if watch.cancel():
             raise watch.overdue() from None
@@ -225,7 +224,6 @@ def open_url(url: str, headers: dict[str, str] | None = None, method: str | None
 
     from . import netauth, netconf
     from .progress import say
-
     url = netauth.split(url)
     for attempt in range(1, TRIES + 1):
         try:
@@ -236,18 +234,17 @@ def open_url(url: str, headers: dict[str, str] | None = None, method: str | None
                 raise refusal from None
             pause = netconf.retry_pause(e, attempt)
             if pause is None or attempt == TRIES:
+                e.fdlenv_tries = attempt   # type: ignore[union-attr]  # told by `why`
                 raise
-            if hasattr(e, "close"):
-                e.close()
-            say(f"{netauth.shown(url)}: {why(e)}; trying again in {pause:g} s ({attempt + 1}/{TRIES})")
+            getattr(e, "close", lambda: None)()
+            say(f"{shown(url)}: {why(e)}; trying again in {pause:g} s ({attempt + 1}/{TRIES})")
             time.sleep(pause)
     raise AssertionError("unreachable: the last try returns or raises")
 
 
 def fetch(url: str, limit: int, headers: dict[str, str] | None = None) -> tuple[bytes, Response]:
-    """(the whole body of `url`, at most `limit` bytes, its closed response): a page, a metadata
-    file or a range, tried again (TRIES in all) when its body is cut (`open_url` tries again
-    what fails before the body)."""
+    """(the body of `url`, at most `limit` bytes; its closed response): a page, a metadata file or
+    a range, fetched again (TRIES in all) when its body is cut (`open_url` tries the rest again)."""
     return retrying(lambda: _fetch_once(url, limit, headers), shown(url))
 
 
@@ -262,7 +259,10 @@ def why(e: BaseException) -> str:
     code = getattr(e, "code", None)
     if isinstance(code, int) and 300 <= code < 400:
         return f"it redirects in a loop or more than 10 times (the last answer: HTTP {code})"
-    return " ".join(str(getattr(e, "reason", None) or e).split())
+    text = " ".join(str(getattr(e, "reason", None) or e).split())
+    text = f"HTTP {code} ({text})" if isinstance(code, int) else text
+    tries = getattr(e, "fdlenv_tries", 0)
+    return f"{text}, {tries} tries" if tries > 1 else text
 
 
 def _stand_down(f: io.BufferedIOBase) -> None:

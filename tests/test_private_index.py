@@ -260,3 +260,11 @@ def test_an_error_line_echoing_a_bad_mirror_value_shows_no_secret(tmp_path):
                          capture_output=True, text=True, env=clean_env())
     assert res.returncode == 2 and "error:" in res.stderr
     assert not leaks(SECRETS, {"stdout": res.stdout, "stderr": res.stderr}, [tmp_path / "h"])
+
+
+def test_a_ca_setting_naming_no_bundle_is_permanent_and_names_the_setting(world, tmp_path):
+    res = realise(world, tmp_path, "--mirror", f"pypi={world.url(f'{USER}:{quoted(PASSWORD)}')}",
+                  PIP_CERT=str(tmp_path / "no-such-ca.pem"))
+    assert res.returncode == 2
+    line = last_error(res)
+    assert "PIP_CERT" in line and "not a readable CA bundle" in line, line

@@ -169,3 +169,90 @@ def leaks(secrets: list[str], texts: dict[str, str], roots: list[Path], allowed:
             data = path.read_bytes()
             found += [str(path) for f in forms if f in data][:1]
     return found
+
+
+class AuthFront:
+    """What stands before a devpi-server whose reads need a password (devpi-server itself lets
+    anyone read; a fleet puts nginx with devpi-lockdown, or any front asking for Basic auth, in
+    front of it): HTTPS under `certs`, every request's Basic credentials checked by devpi's own
+    `POST /+login`, then passed to devpi at `backend` (its pages link files relatively, so they
+    come through here too); `seen` records each (path, whether credentials came and passed)."""
+
+    def __init__(self, certs: dict[str, Path]):
+        self.backend = ""
+        self.seen: list[tuple[str, bool]] = []
+        self.checked: dict[str, bool] = {}
+        front = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def do_HEAD(self):
+                self.do_GET()
+
+            def do_GET(self):
+                ok = front.allowed(self.headers.get("Authorization", ""))
+                front.seen.append((self.path, ok))
+                if not ok:
+                    self.send_response(401)
+                    self.send_header("WWW-Authenticate", 'Basic realm="devpi"')
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                import urllib.error
+                import urllib.request
+
+                req = urllib.request.Request(front.backend + self.path, method=self.command,
+                                             headers={k: v for k, v in self.headers.items()
+                                                      if k.lower() in ("accept", "range")})
+                try:
+                    resp = urllib.request.urlopen(req)
+                except urllib.error.HTTPError as e:
+                    resp = e
+                body = resp.read()
+                self.send_response(resp.status)
+                for k, v in resp.headers.items():
+                    if k.lower() in ("content-type", "content-range"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(certs["server.pem"], certs["server.key"])
+        self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
+        self.url = f"https://127.0.0.1:{self.server.server_address[1]}"
+
+    def start(self, backend: str) -> None:
+        self.backend = backend
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def allowed(self, auth: str) -> bool:
+        """Whether `auth` (an Authorization header) names a devpi user with its password."""
+        if not auth.startswith("Basic "):
+            return False
+        if auth not in self.checked:
+            import json
+            import urllib.error
+            import urllib.request
+
+            user, _, password = base64.b64decode(auth[6:]).decode().partition(":")
+            req = urllib.request.Request(self.backend + "/+login", method="POST",
+                                         data=json.dumps({"user": user, "password": password}).encode(),
+                                         headers={"Content-Type": "application/json", "Accept": "application/json"})
+            try:
+                with urllib.request.urlopen(req) as r:
+                    self.checked[auth] = r.status == 200
+            except urllib.error.HTTPError:
+                self.checked[auth] = False
+        return self.checked[auth]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

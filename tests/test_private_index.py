@@ -13,6 +13,7 @@ password and the token in all their forms (`leaks`).
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import urllib.parse
@@ -268,3 +269,69 @@ def test_a_ca_setting_naming_no_bundle_is_permanent_and_names_the_setting(world,
     assert res.returncode == 2
     line = last_error(res)
     assert "PIP_CERT" in line and "not a readable CA bundle" in line, line
+
+
+@pytest.fixture
+def devpi_fleet(world, tmp_path):
+    """devpi-server as the fleet's cache: a user `fleet` with a password (`devpi user -c`), an
+    index `fleet/wheels` holding the suite's wheels (`devpi upload`), behind a front that lets
+    only devpi's own users read (`AuthFront`). Yields the front's URL of the index."""
+    import threading
+
+    from helpers_private_index import AuthFront, free_port
+
+    here = Path(sys.executable).parent    # the test extra's, else the PATH's
+    init, server, client = ((here / n).as_posix() if (here / n).is_file() else shutil.which(n)
+                            for n in ("devpi-init", "devpi-server", "devpi"))
+    if not (init and server and client):
+        pytest.skip("needs devpi-server and devpi-client (the test extra installs them)")
+    front = AuthFront(world.certs)
+    srv, port = tmp_path / "devpi", free_port()
+    subprocess.run([init, "--serverdir", str(srv), "--root-passwd", "", "--no-root-pypi"], check=True,
+                   capture_output=True)
+    proc = subprocess.Popen([server, "--serverdir", str(srv), "--host", "127.0.0.1", "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        lines = []
+        for line in proc.stdout:             # the barrier: devpi says when it serves
+            lines.append(line)
+            if "Serving on" in line:
+                break
+        else:
+            pytest.fail("devpi-server did not start:\n" + "".join(lines[-20:]))
+        threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
+        backend = f"http://127.0.0.1:{port}"
+        front.start(backend)
+
+        def devpi(*args: str) -> None:
+            res = subprocess.run([client, "--clientdir", str(tmp_path / "client"), *args], capture_output=True,
+                                 text=True, env=clean_env())
+            assert res.returncode == 0, f"devpi {args[0]}: {res.stdout}{res.stderr}"
+
+        devpi("use", backend)
+        devpi("user", "-c", USER, f"password={PASSWORD}")
+        devpi("login", USER, "--password", PASSWORD)
+        devpi("index", "-c", "wheels", "bases=")
+        devpi("use", f"{USER}/wheels")
+        devpi("upload", "--from-dir", str(world.root / "built"))
+        yield front, f"{front.url}/{USER}/wheels/+simple/"
+    finally:
+        proc.terminate()
+        proc.wait()
+        front.close()
+
+
+def test_a_fleet_realises_through_devpi_whose_reads_need_its_users_password(world, tmp_path, devpi_fleet):
+    front, url = devpi_fleet
+    netloc = urllib.parse.urlsplit(url).netloc
+    without = realise(world, tmp_path / "a", "--mirror", f"pypi={url}", PIP_CERT=str(world.certs["ca.pem"]))
+    assert without.returncode == 2 and "no credentials" in last_error(without)
+    with_url = url.replace("://", f"://{USER}:{quoted(PASSWORD)}@")
+    ok(realise(world, tmp_path / "b", "--mirror", f"pypi={with_url}", PIP_CERT=str(world.certs["ca.pem"])))
+    import os
+
+    netrc = Path(os.environ["HOME"]) / ".netrc"
+    netrc.write_text(f"machine {netloc.partition(':')[0]} login {USER} password {PASSWORD}\n")
+    front.seen.clear()
+    ok(realise(world, tmp_path / "c", "--mirror", f"pypi={url}", allowed=(netrc,),
+               SSL_CERT_FILE=str(world.certs["ca.pem"])))
+    assert any(p.endswith(".whl") for p, _ in front.seen) and all(passed for _, passed in front.seen)

@@ -4,7 +4,7 @@
   localhost, and a client certificate (cert and key in one PEM, as pip's `client-cert` takes);
 - `PrivateIndex`: a loopback HTTPS server over a directory (a PEP 503 tree from
   helpers_wheels.make_index) that answers 401 unless the request carries one of `accepted`
-  as Basic auth, optionally asks for a client certificate, and records every request's path
+  as Basic auth, answers range requests, optionally asks for a client certificate, and records every request's path
   and Authorization header (`seen`), so a test says which requests carried what;
 - `tinyproxy(dir, user, password)`: Debian's tinyproxy on 127.0.0.1 with its own config and
   Basic auth, started and read until it says it accepts connections; its log shows each CONNECT;
@@ -91,6 +91,19 @@ class PrivateIndex:
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return None
+                local = Path(self.translate_path(urllib.parse.urlsplit(self.path).path))
+                rng = self.headers.get("Range", "")
+                if rng.startswith("bytes=") and local.is_file():   # what a lazy-wheel reader asks
+                    import io
+                    data = local.read_bytes()
+                    first, _, last = rng.removeprefix("bytes=").partition("-")
+                    start = max(len(data) - int(last), 0) if not first else int(first)
+                    end = len(data) - 1 if not first or not last else min(int(last), len(data) - 1)
+                    self.send_response(206)
+                    self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
+                    self.send_header("Content-Length", str(end - start + 1))
+                    self.end_headers()
+                    return io.BytesIO(data[start:end + 1])
                 return super().send_head()
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(root)))

@@ -335,3 +335,24 @@ def test_a_fleet_realises_through_devpi_whose_reads_need_its_users_password(worl
     ok(realise(world, tmp_path / "c", "--mirror", f"pypi={url}", allowed=(netrc,),
                SSL_CERT_FILE=str(world.certs["ca.pem"])))
     assert any(p.endswith(".whl") for p, _ in front.seen) and all(passed for _, passed in front.seen)
+
+
+def test_locking_on_demand_through_the_private_index_writes_no_secret_in_the_lock(world, tmp_path):
+    from helpers_pytorch_index import build, lay_out
+
+    root = tmp_path / "pytorch-index"
+    lay_out(root, build(root))
+    index = PrivateIndex(root, world.certs, accepted=((USER, PASSWORD),))
+    try:
+        creds = f"{USER}:{quoted(PASSWORD)}@127.0.0.1:{index.port}"
+        home = tmp_path / "home"
+        res = subprocess.run([sys.executable, "-m", "fdlenv", "env", "realize", "--libtorch", "cu126", "--home",
+                              str(home), "--json", "--mirror", f"pytorch=https://{creds}/whl",
+                              "--mirror", f"pypi=https://{creds}/simple"],
+                             capture_output=True, text=True, env=clean_env(PIP_CERT=str(world.certs["ca.pem"])))
+        ok(res)
+        assert list(home.rglob("*.conda-lock.yml")), "no lock was written: the test would prove nothing"
+        assert {auth for _, auth in index.seen} and None not in {auth for _, auth in index.seen}
+        assert not leaks(SECRETS, {"stdout": res.stdout, "stderr": res.stderr}, [home])
+    finally:
+        index.close()

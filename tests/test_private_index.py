@@ -142,6 +142,16 @@ def test_pip_conf_with_index_url_and_cert_is_all_a_box_needs(world, tmp_path):
     assert None not in carried(world)
 
 
+def test_a_wrong_password_in_pip_conf_is_named_by_its_file(world, tmp_path):
+    conf = tmp_path / "pip.conf"
+    conf.write_text(f"[global]\nindex-url = {world.url(f'{USER}:wrong{quoted(PASSWORD)}')}\n"
+                    f"cert = {world.certs['ca.pem']}\n")
+    res = realise(world, tmp_path, PIP_CONFIG_FILE=str(conf))
+    assert res.returncode == 2
+    assert f"{conf} [global]" in last_error(res)
+    assert not leaks(["wrong" + PASSWORD], {"stderr": res.stderr, "stdout": res.stdout}, [])
+
+
 def test_uvs_named_index_takes_its_password_from_uv_index_name_variables(world, tmp_path):
     conf = tmp_path / "uv.toml"
     conf.write_text(f'[[index]]\nname = "corp-cache"\nurl = "{world.url()}"\ndefault = true\n')

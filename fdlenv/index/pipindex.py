@@ -123,8 +123,12 @@ def base_url(index: str, mirrors: dict[str, str] | None = None) -> str:
 
 
 def configured_pip_index() -> str:
-    """The URL behind the index name `pypi` here (see the module's docstring for the order)."""
-    return configured_index()[0]
+    """The URL behind the index name `pypi` here (see the module's docstring for the order); a
+    user:password in it is kept by `netauth`, named by the setting it came from."""
+    from ..base import netauth
+
+    url, where = configured_index()
+    return netauth.split(url, f"the URL's user:password in {where}")
 
 
 def configured_index(environ: Mapping[str, str] | None = None) -> tuple[str, str]:

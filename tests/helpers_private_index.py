@@ -146,11 +146,14 @@ class Tinyproxy:
                                      text=True)
         lines = []
         assert self.proc.stdout is not None
+        guard = threading.Timer(60, self.proc.kill)   # one that never says so ends the wait
+        guard.start()
         for line in self.proc.stdout:       # the barrier: tinyproxy says when it accepts
             lines.append(line)
             if "Accepting connections" in line:
                 break
-        else:
+        guard.cancel()
+        if not lines or "Accepting connections" not in lines[-1]:
             pytest.fail("tinyproxy did not start:\n" + "".join(lines[-20:]))
         self.lines = lines
         out = self.proc.stdout
@@ -222,7 +225,7 @@ class AuthFront:
                                              headers={k: v for k, v in self.headers.items()
                                                       if k.lower() in ("accept", "range")})
                 try:
-                    resp = urllib.request.urlopen(req)
+                    resp = urllib.request.urlopen(req, timeout=60)
                 except urllib.error.HTTPError as e:
                     resp = e
                 body = resp.read()
@@ -260,7 +263,7 @@ class AuthFront:
                                          data=json.dumps({"user": user, "password": password}).encode(),
                                          headers={"Content-Type": "application/json", "Accept": "application/json"})
             try:
-                with urllib.request.urlopen(req) as r:
+                with urllib.request.urlopen(req, timeout=60) as r:
                     self.checked[auth] = r.status == 200
             except urllib.error.HTTPError:
                 self.checked[auth] = False

@@ -302,11 +302,14 @@ def devpi_fleet(world, tmp_path):
     proc = subprocess.Popen([server, "--serverdir", str(srv), "--host", "127.0.0.1", "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         lines = []
+        guard = threading.Timer(180, proc.kill)   # a devpi that never says so ends the wait, not the run
+        guard.start()
         for line in proc.stdout:             # the barrier: devpi says when it serves
             lines.append(line)
             if "Serving on" in line:
                 break
-        else:
+        guard.cancel()
+        if not lines or "Serving on" not in lines[-1]:
             pytest.fail("devpi-server did not start:\n" + "".join(lines[-20:]))
         threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
         backend = f"http://127.0.0.1:{port}"
@@ -366,3 +369,17 @@ def test_locking_on_demand_through_the_private_index_writes_no_secret_in_the_loc
         assert not leaks(SECRETS, {"stdout": res.stdout, "stderr": res.stderr}, [home])
     finally:
         index.close()
+
+
+def test_a_recipe_refuses_an_index_url_carrying_a_password_rather_than_write_it_in_the_unit(tmp_path):
+    from test_recipes import recipe
+
+    secret_url = f"https://{USER}:{quoted(PASSWORD)}@cache.invalid/simple"
+    fdl = tmp_path / "fdl.yml"
+    fdl.write_text(f"fdlenv:\n  mirrors:\n    pypi: {secret_url}\n")
+    for args in (("systemd", "--workdir", str(tmp_path / "empty"), "--", "--mirror", f"pypi={secret_url}"),
+                 ("cloud-init", "--fdl-yml", str(fdl), "--install", "fdlenv==0.1.0")):
+        res = recipe(*args)
+        assert res.returncode == 2, res.stdout
+        assert "netrc" in last_error(res) and "cache.invalid" in last_error(res)
+        assert not leaks(SECRETS, {"stdout": res.stdout, "stderr": res.stderr}, [])

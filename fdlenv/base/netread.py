@@ -21,14 +21,11 @@ slow), and each read must end. The rules, in one place:
 - by cause: more bytes than stated is permanent (the server serves other bytes);
   a cut, a reset, a timeout or a stall is transient (`Fail.retry`); what the
   bytes are is for the caller's hash to decide;
-- every request is tried again inside the attempt (TRIES in all) after an
-  answer worth it (408, 425, 429, 5xx: Retry-After honoured up to 10 s, else
-  0.5 s doubled) or a refused, reset or closed connection (`open_url`); a page,
-  metadata file or range whose body is cut is fetched again (`fetch`), a
-  download's transient failure too (`retrying`, a 1 s pause doubled); only then
-  does it reach the caller (exit 1: a persist box re-dials later);
-- credentials (`netauth`), CAs and proxies (`netconf`) are pip's and uv's; a
-  refusal of them (401/403, 407, a certificate not trusted) is permanent.
+- a request is tried again (TRIES in all) after a refused, reset or closed
+  connection or an answer `netconf.retry_pause` names (503, Retry-After...); a
+  cut page is fetched again (`fetch`), a download too (`retrying`); only then
+  is it the caller's (exit 1); credentials (`netauth`), CAs and proxies
+  (`netconf`) are pip's and uv's, and a refusal of them is permanent.
 """
 
 from __future__ import annotations
@@ -154,37 +151,42 @@ def _watched(conn_class: Callable[..., http.client.HTTPConnection]) -> Callable[
 
 def _opener() -> urllib.request.OpenerDirector:
     global _OPENER
-    if _OPENER is None:
-        import urllib.request
-
-        from . import netauth, netconf
-
-        class Watched(urllib.request.AbstractHTTPHandler):
-            def do_open(self, http_class: Callable[..., http.client.HTTPConnection], req: urllib.request.Request,
-                        **kw: Any) -> http.client.HTTPResponse:
-                # Credentials by the origin asked, here below the redirects: another host gets none.
-                req.remove_header("Authorization")
-                auth = netauth.authorization(req.full_url)
-                if auth is not None:
-                    req.add_unredirected_header("Authorization", auth[0])
-                return super().do_open(_watched(http_class), req, **kw)
-
-        class HTTP(Watched, urllib.request.HTTPHandler):
-            pass
-
-        class HTTPS(Watched, urllib.request.HTTPSHandler):
-            _context: ssl.SSLContext | None   # HTTPSHandler's own, which typeshed does not declare
-
-            def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-                if self._context is None:   # made on the first https:// request, then shared
-                    with _CONTEXT_LOCK:
-                        if self._context is None:
-                            self._context, _SETTINGS["ca"] = netconf.tls()
-                return super().https_open(req)
-
-        found, _SETTINGS["proxy"] = netconf.proxies()
-        _OPENER = urllib.request.build_opener(HTTP, HTTPS, urllib.request.ProxyHandler(found))
+    with _CONTEXT_LOCK:   # one opener (and so one TLS context) for all the threads asking at once
+        if _OPENER is None:
+            _OPENER = _build_opener()
     return _OPENER
+
+
+def _build_opener() -> urllib.request.OpenerDirector:
+    import urllib.request
+
+    from . import netauth, netconf
+
+    class Watched(urllib.request.AbstractHTTPHandler):
+        def do_open(self, http_class: Callable[..., http.client.HTTPConnection], req: urllib.request.Request,
+                    **kw: Any) -> http.client.HTTPResponse:
+            # Credentials by the origin asked, here below the redirects: another host gets none.
+            req.remove_header("Authorization")
+            auth = netauth.authorization(req.full_url)
+            if auth is not None:
+                req.add_unredirected_header("Authorization", auth[0])
+            return super().do_open(_watched(http_class), req, **kw)
+
+    class HTTP(Watched, urllib.request.HTTPHandler):
+        pass
+
+    class HTTPS(Watched, urllib.request.HTTPSHandler):
+        _context: ssl.SSLContext | None   # HTTPSHandler's own, which typeshed does not declare
+
+        def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+            if self._context is None:   # made on the first https:// request, then shared
+                with _CONTEXT_LOCK:
+                    if self._context is None:
+                        self._context, _SETTINGS["ca"] = netconf.tls()
+            return super().https_open(req)
+
+    found, _SETTINGS["proxy"] = netconf.proxies()
+    return urllib.request.build_opener(HTTP, HTTPS, urllib.request.ProxyHandler(found))
 
 
 def _open_once(url: str, headers: dict[str, str] | None, method: str | None, within: float | None) -> Response:
@@ -214,12 +216,10 @@ def _open_once(url: str, headers: dict[str, str] | None, method: str | None, wit
 
 def open_url(url: str, headers: dict[str, str] | None = None, method: str | None = None,
              within: float | None = None) -> Response:
-    """urlopen under one total deadline per try (FDLENV_REQUEST_TIMEOUT, or `within` s where that
-    is shorter: connect, redirects, headers and, read by `read_all`, the body), tried again
-    (TRIES in all) after an answer or a connection failure `netconf.retry_pause` names; then OSError
-    (URLError, HTTPError), `Overdue` past a deadline, or a permanent `Fail` for a refusal of
-    credentials, proxy or CA (`netconf.refused`). `url` may carry `user:password@`
-    (`netauth.split`). `method`: "HEAD" for headers only."""
+    """urlopen under one deadline per try (FDLENV_REQUEST_TIMEOUT, or `within` s if shorter: connect,
+    redirects, headers and, by `read_all`, the body), tried again as `netconf.retry_pause` says;
+    then OSError, `Overdue`, or a permanent `Fail` (`netconf.refused`: credentials, proxy, CA).
+    `url` may carry `user:password@` (`netauth.split`). `method`: "HEAD" for headers only."""
     import http.client
 
     from . import netauth, netconf

@@ -46,10 +46,10 @@ def pytest_configure(config):
 # unit-level tests only. A test elsewhere marks itself `@pytest.mark.slow`.
 END_TO_END = frozenset({
     "test_bake_then_auto", "test_beside_flodl", "test_build_keys", "test_cloud_init_boot", "test_cuda_env",
-    "test_deadlines", "test_env_confinement", "test_fuzz_inputs", "test_hardening", "test_harness",
+    "test_deadlines", "test_env_confinement", "test_flaky_index", "test_fuzz_inputs", "test_hardening", "test_harness",
     "test_hostile_mirror", "test_hotpath", "test_join_jump", "test_kill_maintenance", "test_lock_on_demand",
     "test_lock_shipped", "test_mirror_export", "test_mirror_lag", "test_no_shell_from_data", "test_output",
-    "test_prepare_cli", "test_readonly_home", "test_shells", "test_source_fetch", "test_stated_sizes", "test_store_faults", "test_store_gc", "test_variant_is_what_it_says",
+    "test_prepare_cli", "test_private_index", "test_readonly_home", "test_shells", "test_source_fetch", "test_stated_sizes", "test_store_faults", "test_store_gc", "test_variant_is_what_it_says",
     "test_store_http", "test_store_leases", "test_store_maintain", "test_store_realise", "test_variant_trees",
     "test_walkthrough", "test_what_the_box_has", "test_wheels_store", "test_heal", "test_broken_records",
 })

@@ -149,7 +149,10 @@ class Index:
     `calls`: every request as (method, path), in the order they came; `head`: whether a HEAD is
     answered (else 405, as some servers do); `json_pages`: project pages as PEP 691 JSON where
     asked; `hold`: a whole-wheel GET is held until that many have come (a barrier: which
-    downloads start first is then observed, not raced; 30 s at most, so a failure never hangs)."""
+    downloads start first is then observed, not raced; 30 s at most, so a failure never hangs);
+    `faults`: what goes wrong once per (fault, method, path), in this order: "stall" (the answer
+    held `stall` s), "503" (with `retry_after` as Retry-After when set), "cut" (a GET's body sent
+    half, under its full Content-Length, then the connection closed); `faulted` lists them."""
 
     def __init__(self, root: Path, *, json_pages: bool = False):
         self.requests: list[str] = []
@@ -159,6 +162,9 @@ class Index:
         self.head, self.json_pages, self.hold = True, json_pages, 0
         self.gets = 0
         self.arrived = threading.Condition()
+        self.faults: tuple[str, ...] = ()
+        self.stall, self.retry_after = 0.5, None
+        self.faulted: list[tuple[str, str, str]] = []
         served = self
 
         class Handler(http.server.SimpleHTTPRequestHandler):
@@ -173,6 +179,25 @@ class Index:
                 served.calls.append((self.command, self.path))
                 path = urllib.parse.urlparse(self.path).path
                 rng, local = self.headers.get("Range"), Path(self.translate_path(path))
+                if served._fault(self, "stall"):
+                    import time
+                    time.sleep(served.stall)
+                if served._fault(self, "503"):
+                    self.send_response(503)
+                    if served.retry_after is not None:
+                        self.send_header("Retry-After", str(served.retry_after))
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return None
+                whole = local / "index.html" if local.is_dir() else local
+                if self.command == "GET" and not rng and whole.is_file() and served._fault(self, "cut"):
+                    data = whole.read_bytes()
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data[: len(data) // 2])
+                    self.close_connection = True
+                    return None
                 if self.command == "HEAD" and not served.head:
                     self.send_error(405)
                     return None
@@ -211,6 +236,15 @@ class Index:
         self.thread.start()
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/whl"
         self.simple = f"http://127.0.0.1:{self.server.server_address[1]}/simple"   # the `pypi` stand-in
+
+    def _fault(self, handler, fault: str) -> bool:
+        """Whether `fault` strikes this request: it is on, and not yet struck its method and path."""
+        key = (fault, handler.command, handler.path)
+        with self.arrived:
+            if fault not in self.faults or key in self.faulted:
+                return False
+            self.faulted.append(key)
+            return True
 
     def close(self):
         self.server.shutdown()

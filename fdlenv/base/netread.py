@@ -21,9 +21,11 @@ slow), and each read must end. The rules, in one place:
 - by cause: more bytes than stated is permanent (the server serves other bytes);
   a cut, a reset, a timeout or a stall is transient (`Fail.retry`); what the
   bytes are is for the caller's hash to decide;
-- a transient failure is tried again here (`retrying`: TRIES in all, a short
-  pause between), and only then reaches the caller (exit 1: a persist box
-  re-dials later);
+- a request is tried again (TRIES in all) after a refused, reset or closed
+  connection or an answer `netconf.retry_pause` names (503, Retry-After...); a
+  cut page is fetched again (`fetch`), a download too (`retrying`); only then
+  is it the caller's (exit 1); credentials (`netauth`), CAs and proxies
+  (`netconf`) are pip's and uv's, and a refusal of them is permanent.
 - a stop (SIGTERM, Ctrl-C: `stop_all`, called by the signal's handler) cuts every
   request in flight at once and lets none start or be tried again: the download
   threads end now instead of at their deadline, and the process leaves within the
@@ -37,6 +39,7 @@ import time
 from _weakrefset import WeakSet   # weakref's own set, loaded already by threading
 
 from .errors import Fail
+from .netauth import shown
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -142,13 +145,23 @@ def stop_all() -> None:
             _Watch._shut(sock)
 
 
+def _pause(seconds: float, what: str) -> None:
+    """The pause before a retry, in slices a stop (`stop_all`) ends at once: a thread waiting out a
+    capped Retry-After must not hold the process past its stop."""
+    end = time.monotonic() + seconds
+    while not _STOPPING and (left := end - time.monotonic()) > 0:
+        time.sleep(min(0.25, left))
+    if _STOPPING:
+        raise Fail.retry(f"{what}: not tried again: this process is stopping")
+
+
 _local = threading.local()
 _OPENER: urllib.request.OpenerDirector | None = None
 # One TLS context for every request of the process: each context loads the CA store (~1 MiB),
 # and urllib makes one per connection when given none (16 for 16 index pages side by side).
-# Verification is the default context's (system CAs, SSL_CERT_FILE / SSL_CERT_DIR), hostnames
-# checked.
+# Its CAs are the ones pip or uv would use (`netconf.tls`), hostnames checked.
 _CONTEXT_LOCK = threading.Lock()
+_SETTINGS = {"ca": "the system's CAs", "proxy": ""}   # which CA and proxy settings the opener uses
 
 
 def _watched(conn_class: Callable[..., http.client.HTTPConnection]) -> Callable[..., http.client.HTTPConnection]:
@@ -169,38 +182,45 @@ def _watched(conn_class: Callable[..., http.client.HTTPConnection]) -> Callable[
 
 def _opener() -> urllib.request.OpenerDirector:
     global _OPENER
-    if _OPENER is None:
-        import urllib.request
-
-        class Watched(urllib.request.AbstractHTTPHandler):
-            def do_open(self, http_class: Callable[..., http.client.HTTPConnection], req: urllib.request.Request,
-                        **kw: Any) -> http.client.HTTPResponse:
-                return super().do_open(_watched(http_class), req, **kw)
-
-        class HTTP(Watched, urllib.request.HTTPHandler):
-            pass
-
-        class HTTPS(Watched, urllib.request.HTTPSHandler):
-            _context: ssl.SSLContext | None   # HTTPSHandler's own, which typeshed does not declare
-
-            def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-                if self._context is None:   # made on the first https:// request, then shared
-                    with _CONTEXT_LOCK:
-                        if self._context is None:
-                            import ssl
-
-                            self._context = ssl.create_default_context()
-                return super().https_open(req)
-
-        _OPENER = urllib.request.build_opener(HTTP, HTTPS)
+    with _CONTEXT_LOCK:   # one opener (and so one TLS context) for all the threads asking at once
+        if _OPENER is None:
+            _OPENER = _build_opener()
     return _OPENER
 
 
-def open_url(url: str, headers: dict[str, str] | None = None, method: str | None = None,
-             within: float | None = None) -> Response:
-    """urlopen under one total deadline (FDLENV_REQUEST_TIMEOUT, or `within` s where that is
-    shorter: connect, redirects, headers and, read by `read_all`, the body); OSError (URLError,
-    HTTPError) on failure, `Overdue` past it. `method`: "HEAD" for headers only."""
+def _build_opener() -> urllib.request.OpenerDirector:
+    import urllib.request
+
+    from . import netauth, netconf
+
+    class Watched(urllib.request.AbstractHTTPHandler):
+        def do_open(self, http_class: Callable[..., http.client.HTTPConnection], req: urllib.request.Request,
+                    **kw: Any) -> http.client.HTTPResponse:
+            # Credentials by the origin asked, here below the redirects: another host gets none.
+            req.remove_header("Authorization")
+            auth = netauth.authorization(req.full_url)
+            if auth is not None:
+                req.add_unredirected_header("Authorization", auth[0])
+            return super().do_open(_watched(http_class), req, **kw)
+
+    class HTTP(Watched, urllib.request.HTTPHandler):
+        pass
+
+    class HTTPS(Watched, urllib.request.HTTPSHandler):
+        _context: ssl.SSLContext | None   # HTTPSHandler's own, which typeshed does not declare
+
+        def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+            if self._context is None:   # made on the first https:// request, then shared
+                with _CONTEXT_LOCK:
+                    if self._context is None:
+                        self._context, _SETTINGS["ca"] = netconf.tls()
+            return super().https_open(req)
+
+    found, _SETTINGS["proxy"] = netconf.proxies()
+    return urllib.request.build_opener(HTTP, HTTPS, urllib.request.ProxyHandler(found))
+
+
+def _open_once(url: str, headers: dict[str, str] | None, method: str | None, within: float | None) -> Response:
     import http.client
     import urllib.request
 
@@ -227,13 +247,55 @@ def open_url(url: str, headers: dict[str, str] | None = None, method: str | None
     return resp
 
 
+def open_url(url: str, headers: dict[str, str] | None = None, method: str | None = None,
+             within: float | None = None) -> Response:
+    """urlopen under one deadline per try (FDLENV_REQUEST_TIMEOUT, or `within` s if shorter: connect,
+    redirects, headers and, by `read_all`, the body), tried again as `netconf.retry_pause` says;
+    then OSError, `Overdue`, or a permanent `Fail` (`netconf.refused`: credentials, proxy, CA).
+    `url` may carry `user:password@` (`netauth.split`). `method`: "HEAD" for headers only."""
+    import http.client
+
+    from . import netauth, netconf
+    from .progress import say
+    url = netauth.split(url)
+    for attempt in range(1, TRIES + 1):
+        try:
+            return _open_once(url, headers, method, within)
+        except (OSError, http.client.HTTPException) as e:
+            refusal = netconf.refused(url, e, _SETTINGS["ca"], _SETTINGS["proxy"])
+            if refusal is not None:
+                raise refusal from None
+            pause = netconf.retry_pause(e, attempt)
+            if pause is None or attempt == TRIES:
+                e.fdlenv_tries = attempt   # type: ignore[union-attr]  # told by `why`
+                raise
+            getattr(e, "close", lambda: None)()
+            say(f"{shown(url)}: {why(e)}; trying again in {pause:g} s ({attempt + 1}/{TRIES})")
+            _pause(pause, url)
+    raise AssertionError("unreachable: the last try returns or raises")
+
+
+def fetch(url: str, limit: int, headers: dict[str, str] | None = None) -> tuple[bytes, Response]:
+    """(the body of `url`, at most `limit` bytes; its closed response): a page, a metadata file or
+    a range, fetched again (TRIES in all) when its body is cut (`open_url` tries the rest again)."""
+    return retrying(lambda: _fetch_once(url, limit, headers), shown(url))
+
+
+def _fetch_once(url: str, limit: int, headers: dict[str, str] | None) -> tuple[bytes, Response]:
+    with open_url(url, headers) as resp:
+        return read_all(resp, limit, shown(url)), resp
+
+
 def why(e: BaseException) -> str:
     """Why a request failed, as one line: a redirect loop (urllib says so over three lines) as
     itself, anything else its reason with its whitespace folded."""
     code = getattr(e, "code", None)
     if isinstance(code, int) and 300 <= code < 400:
         return f"it redirects in a loop or more than 10 times (the last answer: HTTP {code})"
-    return " ".join(str(getattr(e, "reason", None) or e).split())
+    text = " ".join(str(getattr(e, "reason", None) or e).split())
+    text = f"HTTP {code} ({text})" if isinstance(code, int) else text
+    tries = getattr(e, "fdlenv_tries", 0)
+    return f"{text}, {tries} tries" if tries > 1 else text
 
 
 def _stand_down(f: io.BufferedIOBase) -> None:
@@ -368,5 +430,5 @@ def retrying(fetch: Callable[[], T], what: str, stop: Callable[[], bool] | None 
                     or (stop is not None and stop())):
                 raise
             say(f"{what}: {f.message}; trying again ({attempt + 1}/{TRIES})")
-            time.sleep(PAUSE * 2 ** (attempt - 1))
+            _pause(PAUSE * 2 ** (attempt - 1), what)
     raise AssertionError("unreachable: the last attempt returns or raises")

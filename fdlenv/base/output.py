@@ -10,7 +10,9 @@ object whatever happened, and a person reading stderr one `error:` line. So:
 - `error_line(message)`: the line alone, for a failure that is not the end
   (a join attempt the loop retries);
 - a message is always one line (`one_line`: newlines and runs of whitespace become one
-  space), whatever built it: a reader greps `error:` and gets the whole failure.
+  space), whatever built it: a reader greps `error:` and gets the whole failure;
+- nothing printed carries a secret (`scrub`): a URL's userinfo and query string, and every
+  password fdlenv was given, are taken out of each line and each `--json` object.
 The CLI sets `--json` once (`set_json`), before any command runs.
 """
 
@@ -32,7 +34,18 @@ def set_json(on: bool) -> None:
 
 
 def emit(obj: Mapping[str, object]) -> None:
-    print(dumps({"schema": SCHEMA, **obj}))
+    print(scrub(dumps({"schema": SCHEMA, **obj})))
+
+
+def scrub(text: str) -> str:
+    """`text` with no secret in it (`netauth.scrub`: userinfo and query strings of URLs, every
+    password seen). netauth is imported only where a URL could carry one or it holds secrets,
+    so a hot command's answer pays nothing for it."""
+    held = sys.modules.get("fdlenv.base.netauth")
+    if ("://" in text and ("@" in text or "?" in text)) or (held is not None and held.has_secrets()):
+        from .netauth import scrub as scrubbed
+        return scrubbed(text)
+    return text
 
 
 def dumps(obj: object) -> str:
@@ -65,7 +78,7 @@ def _encode(obj: object) -> str:
 
 
 def one_line(message: str) -> str:
-    return " ".join(message.split())
+    return scrub(" ".join(message.split()))
 
 
 def error_line(message: str) -> None:

@@ -19,6 +19,8 @@ import os
 import sys
 import time
 
+from .output import scrub
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections import deque
@@ -46,14 +48,14 @@ def live() -> bool:
 def say(message: str) -> None:
     if _QUIET:
         return
-    print(f"{PREFIX}: {message}", file=sys.stderr, flush=True)
+    print(scrub(f"{PREFIX}: {message}"), file=sys.stderr, flush=True)
 
 
 def note(command: str, message: str) -> None:
     """A command's own line, `fdlenv <command>: <message>` (prepare's and join's notes)."""
     if _QUIET:
         return
-    print(f"{PREFIX} {command}: {message}", file=sys.stderr, flush=True)
+    print(scrub(f"{PREFIX} {command}: {message}"), file=sys.stderr, flush=True)
 
 
 class Ticker:

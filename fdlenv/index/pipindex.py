@@ -123,8 +123,12 @@ def base_url(index: str, mirrors: dict[str, str] | None = None) -> str:
 
 
 def configured_pip_index() -> str:
-    """The URL behind the index name `pypi` here (see the module's docstring for the order)."""
-    return configured_index()[0]
+    """The URL behind the index name `pypi` here (see the module's docstring for the order); a
+    user:password in it is kept by `netauth`, named by the setting it came from."""
+    from ..base import netauth
+
+    url, where = configured_index()
+    return netauth.split(url, f"the URL's user:password in {where}")
 
 
 def configured_index(environ: Mapping[str, str] | None = None) -> tuple[str, str]:
@@ -145,58 +149,11 @@ def configured_index(environ: Mapping[str, str] | None = None) -> tuple[str, str
         "give --mirror pypi=URL (or set PIP_INDEX_URL)")
 
 
-def _home(env: Mapping[str, str]) -> Path:
-    return Path(env.get("HOME") or os.path.expanduser("~"))
-
-
-def _config_dirs(env: Mapping[str, str]) -> tuple[list[Path], Path]:
-    """(XDG system config dirs, XDG user config dir), as pip's and uv's platformdirs read them."""
-    system = [Path(d) for d in (env.get("XDG_CONFIG_DIRS", "").strip() or "/etc/xdg").split(os.pathsep) if d]
-    user = env.get("XDG_CONFIG_HOME", "").strip()
-    return system, Path(user) if user else _home(env) / ".config"
-
-
-def pip_config_files(env: Mapping[str, str]) -> list[Path]:
-    """pip's config files, lowest priority first (pip's `Configuration`: global < user < site <
-    PIP_CONFIG_FILE; PIP_CONFIG_FILE=os.devnull loads none, an existing one hides the user's)."""
-    given = env.get("PIP_CONFIG_FILE")
-    if given == os.devnull:
-        return []
-    system, user = _config_dirs(env)
-    files = [d / "pip" / "pip.conf" for d in system] + [Path("/etc/pip.conf")]
-    if not (given and os.path.exists(given)):
-        mac = _home(env) / "Library" / "Application Support" / "pip"
-        user_dir = mac if sys.platform == "darwin" and mac.is_dir() else user / "pip"
-        files += [_home(env) / ".pip" / "pip.conf", user_dir / "pip.conf"]
-    files.append(Path(sys.prefix) / "pip.conf")
-    if given:
-        files.append(Path(given))
-    return files
-
-
 def _pip_config_index(env: Mapping[str, str]) -> tuple[str, str] | None:
-    import configparser
+    from ..base.netconf import pip_file_option   # here: a realise that only links reads no config
 
-    found: dict[str, tuple[str, Path]] = {}   # section -> (index-url, file); later files override
-    for path in pip_config_files(env):
-        parser = configparser.RawConfigParser()
-        try:
-            with open(path, encoding="utf-8") as f:
-                parser.read_file(f)
-        except OSError:
-            continue   # absent or unreadable: pip skips it as well
-        except (configparser.Error, UnicodeDecodeError) as e:
-            raise Fail.permanent(f"pip config {path}: cannot parse it ({str(e).splitlines()[0]}); fix it, "
-                                 "or give --mirror pypi=URL") from None
-        for section in parser.sections():
-            for key, value in parser.items(section):
-                if key.lower().replace("_", "-").removeprefix("--") == "index-url" and value.strip():
-                    found[section] = (value.split()[0], path)   # sections match case, as pip's
-    for section in ("install", "download", "global"):
-        if section in found:
-            url, path = found[section]
-            return url, f"{path} [{section}]"
-    return None
+    found = pip_file_option(env, "index-url", "or give --mirror pypi=URL")
+    return (found[0].split()[0], found[1]) if found else None
 
 
 def uv_config_files(env: Mapping[str, str]) -> list[Path]:
@@ -205,7 +162,9 @@ def uv_config_files(env: Mapping[str, str]) -> list[Path]:
         return []
     if env.get("UV_CONFIG_FILE"):
         return [Path(env["UV_CONFIG_FILE"])]
-    system, user = _config_dirs(env)
+    from ..base.netconf import config_dirs
+
+    system, user = config_dirs(env)
     return [user / "uv" / "uv.toml", *(d / "uv" / "uv.toml" for d in system), Path("/etc/uv/uv.toml")]
 
 
@@ -227,6 +186,7 @@ def _uv_config_index(env: Mapping[str, str]) -> tuple[str, str] | None:
             raise Fail.permanent(f"uv config {path}: cannot parse it ({e}); fix it, "
                                  "or give --mirror pypi=URL") from None
         indexes = doc.get("index") if isinstance(doc.get("index"), list) else []
+        _uv_credentials(indexes, env)
         candidates = [(i.get("url"), "[[index]] default") for i in indexes
                       if isinstance(i, dict) and i.get("default") is True]
         candidates.append((doc.get("index-url"), "index-url"))
@@ -236,6 +196,20 @@ def _uv_config_index(env: Mapping[str, str]) -> tuple[str, str] | None:
             if isinstance(url, str) and url.strip():
                 return url.strip(), f"{path} {key}"
     return None
+
+
+def _uv_credentials(indexes: list[object], env: Mapping[str, str]) -> None:
+    """uv's `UV_INDEX_<NAME>_USERNAME` / `_PASSWORD` for each named `[[index]]` (NAME upper-cased,
+    other characters than letters and digits as `_`, as uv reads them), kept for its URL's origin."""
+    from ..base import netauth
+
+    for i in indexes:
+        if not (isinstance(i, dict) and isinstance(i.get("name"), str) and isinstance(i.get("url"), str)):
+            continue
+        var = "UV_INDEX_" + re.sub(r"[^A-Z0-9]", "_", i["name"].upper())
+        user, password = env.get(f"{var}_USERNAME", ""), env.get(f"{var}_PASSWORD", "")
+        if user or password:
+            netauth.remember(i["url"], user, password, f"{var}_USERNAME/_PASSWORD")
 
 
 _PIP_DEFAULT = """import sys

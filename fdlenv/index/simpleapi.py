@@ -3,8 +3,7 @@
 Both the lock resolver (`lock.closure`: which files, which requirements) and
 the store (`store.wheels`: where a locked file is served today) read an index
 through this module, so every index shape is handled once:
-- a project page is `<base>/<project>/`; it is asked for as JSON and read as
-  whatever comes back (PyTorch's index answers HTML);
+- a project page is `<base>/<project>/`, asked for as JSON, read as what comes (PyTorch's: HTML);
 - a file's name is the link text, else the unquoted last part of its href, so
   `torch-2.10.0%2Brocm7.1-...whl` and `torch-2.10.0+rocm7.1-...whl` are one
   name (the lock records the unquoted one); hrefs may be relative, absolute
@@ -17,8 +16,7 @@ through this module, so every index shape is handled once:
   JSON `core-metadata`), checked against its stated sha256; an index without
   it is read with HTTP range requests into the wheel's zip directory, as
   pip's lazy wheel does, never by downloading a multi-GB wheel; the METADATA
-  member it inflates is capped (`INFLATE_LIMIT`: refused, transient, before more
-  than the cap is held).
+  member it inflates is capped (`INFLATE_LIMIT`: refused, transient, before more than that is held).
 
 Failures, by what can fix them (exit 1 transient: `--persist` re-dials and the
 box heals when the index or its mirror catches up; exit 2 permanent: no sync fixes it):
@@ -26,10 +24,10 @@ box heals when the index or its mirror catches up; exit 2 permanent: no sync fix
   files at all (a cold pull-through cache answers so while it fetches upstream),
   a page that lists the project but not the file a lock names, a `.metadata`
   file its page states that is not there yet;
-- transient, the way there: an index that cannot be reached, times out,
-  refuses, or answers an error (`Unreachable`); the message names the URL it
-  tried, and the caller, which knows the index's name, adds the ways out
-  (`pipindex.ways_out`);
+- transient, the way there (once `netread` tried each request again): an index that
+  cannot be reached, times out, refuses, or answers an error (`Unreachable`); the
+  message names the URL, the caller adds the ways out (`pipindex.ways_out`);
+- permanent, a person's: credentials, proxy or CA refused (`netconf.refused`);
 - permanent, other bytes: what the index serves differs from what it states or
   the lock holds (a `.metadata` file or a wheel whose sha256 is not the stated
   one, an index sha256 that is not the lock's), a page that is not a page,
@@ -45,7 +43,8 @@ import urllib.parse
 from typing import TYPE_CHECKING, NamedTuple
 
 from ..base.errors import Fail
-from ..base.netread import open_url, read_all, why
+from ..base.netread import fetch, open_url, read_all, retrying, why
+from ..base.netauth import shown
 
 if TYPE_CHECKING:
     import zipfile
@@ -81,7 +80,6 @@ class Unreachable(Fail):
 
 class IndexFile(NamedTuple):
     """One file of a project page."""
-
     filename: str                 # unquoted: torch-2.10.0+rocm7.1-cp312-cp312-manylinux_2_28_x86_64.whl
     url: str                      # absolute
     sha256: str | None
@@ -105,8 +103,8 @@ def _read_page(url: str) -> tuple[bytes, str, str]:
             links = "".join(f'<a href="{urllib.parse.quote(n)}">{n}</a>' for n in sorted(os.listdir(path)))
             return links.encode(), "text/html", url.rstrip("/") + "/"
         raise FileNotFoundError(path)
-    with open_url(url, {"Accept": f"{JSON_TYPE}, text/html;q=0.01"}) as resp:
-        return read_all(resp, PAGE_LIMIT, url), resp.headers.get("Content-Type", ""), resp.geturl()
+    body, resp = fetch(url, PAGE_LIMIT, {"Accept": f"{JSON_TYPE}, text/html;q=0.01"})
+    return body, resp.headers.get("Content-Type", ""), resp.geturl()
 
 
 def _anchors(text: str) -> list[tuple[dict[str, str | None], str]]:
@@ -299,8 +297,7 @@ def _fetch(url: str) -> bytes:
         if parsed.scheme == "file":
             with open(urllib.parse.unquote(parsed.path), "rb") as fh:
                 return read_all(fh, META_LIMIT, url)
-        with open_url(url) as resp:
-            return read_all(resp, META_LIMIT, url)
+        return fetch(url, META_LIMIT)[0]
     except OSError as e:
         if getattr(e, "code", None) == 404 or isinstance(e, FileNotFoundError):
             raise Fail.retry(f"wheel index: {url} is missing though its page says it exists (a mirror "
@@ -362,6 +359,9 @@ class _RangeFile(io.RawIOBase):
         self.cache[total - len(body)] = body
 
     def _get(self, rng: str) -> tuple[bytes, int]:
+        return retrying(lambda: self._get_once(rng), shown(self.url))
+
+    def _get_once(self, rng: str) -> tuple[bytes, int]:
         with open_url(self.url, {"Range": rng, "Accept-Encoding": "identity"}) as resp:
             if resp.status != 206:
                 raise Fail.permanent(f"wheel index: {self.url}: the index states no core metadata and the "

@@ -55,12 +55,29 @@ def facts(tail: list[str], project: Project | None, base: str) -> JoinFacts:
         home = project.fdlenv.home
     sshfs = bool(source and source.startswith("sshfs://"))
     mount = tail_value(tail, "--data-path") or (join.data_path if join else None) or DEFAULT_MOUNT
+    _no_index_secret(tail, dict(project.fdlenv.mirrors) if project is not None else {})
     clear = ("--token" if tail_value(tail, "--token") is not None
              else "join.token" if join is not None and join.token else None)
     return JoinFacts(sshfs=sshfs, home=os.path.normpath(home) if home else None,
                      token_in_clear=clear,
                      token_file_in_tail=tail_value(tail, "--token-file") is not None,
                      mountpoint=os.path.normpath(os.path.join(base, mount)))
+
+
+def _no_index_secret(tail: list[str], mirrors: dict[str, str]) -> None:
+    """A user:password or query string in an index URL (a `--` tail word, fdl.yml's mirrors) would
+    sit in clear in the unit or the user-data: refused, pointing at the netrc credential."""
+    words = [*tail, *(f"{k}={v}" for k, v in mirrors.items())]
+    for word in words:
+        head, sep, rest = word.partition("://")
+        web = head.rpartition("=")[2].lower() in ("http", "https")   # not sshfs://user@host (ssh's own keys)
+        if web and ("@" in rest.partition("/")[0] or "?" in rest):
+            from ..base.netauth import shown
+            raise Fail.permanent(
+                f"{shown(word)}: a user:password or query string in an "
+                "index URL would sit in clear in the unit or user-data (`systemctl cat`, `ps`); give the "
+                "URL without it and the password in a root-only netrc passed as a systemd credential "
+                "(docs/FLEET.md, \"Behind an authenticated mirror\")")
 
 
 def without_token(text: str) -> str | None:

@@ -231,7 +231,7 @@ def toolkit_environ(out: dict[str, str], cuda: Path, variant: str) -> None:
     out["PATH"] = join([str(cuda / "bin"), *out.get("PATH", "").split(":")])
     out["CUDACXX"] = str(cuda / "bin" / "nvcc")
     out["CUDAToolkit_ROOT"] = str(cuda)
-    if not out.get("TORCH_CUDA_ARCH_LIST"):
+    if not out.get("TORCH_CUDA_ARCH_LIST"):   # one of statecodec.DEFAULTS: the memo's replay keeps it too
         from ..hw.coverage import ARCHS
         archs = ARCHS.get(variant) or ARCHS["cu130"]
         out["TORCH_CUDA_ARCH_LIST"] = ";".join(archs)

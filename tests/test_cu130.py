@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -271,3 +272,96 @@ def test_detect_on_a_cuda_13_driver_routes_cu128_and_a_baked_cu130_wins(tmp_path
     old = fdlenv("detect", "--json", "--home", str(tmp_path / "h"),
                  env={"FLODL_TESTING_GPU_JSON": gpus.replace('"13.0"', '"12.8"')})
     assert json.loads(old.stdout)["auto"]["variant"] == "cu128"   # a CUDA 12.8 driver: the baked cu130 cannot run
+
+
+# --- the cu12 envs' CMake story: the note's flags work, Torch's version clash is permanent ---
+
+needs_cmake = pytest.mark.skipif(not shutil.which("cmake"), reason="needs cmake")
+HOST_TOOLKIT = next((p for p in sorted(Path("/usr/local").glob("cuda-*")) if (p / "bin" / "nvcc").is_file()), None)
+HIDE = ";".join(["/usr/local/bin", "/usr/local/cuda/bin", *(f"{p}/bin" for p in Path("/usr/local").glob("cuda-*"))])
+FINDCUDA = ("cmake_minimum_required(VERSION 3.18)\nproject(t CXX)\nfind_package(CUDA REQUIRED)\n"
+            'message(STATUS "toolkit=${CUDA_TOOLKIT_ROOT_DIR} nvcc=${CUDA_NVCC_EXECUTABLE}")\n')
+
+
+@needs_cmake
+@pytest.mark.slow
+@pytest.mark.skipif(HOST_TOOLKIT is None, reason="needs a CUDA toolkit to hand to the test")
+def test_the_cu12_notes_flags_reach_findcuda_where_cuda_home_and_cudatoolkit_root_did_not(tmp_path, index):
+    """The toolkit the test provides is a copy by link of this machine's (CUDA_HOME of the env
+    stays the env's own, as activation sets it); what the note says reaches Caffe2's FindCUDA."""
+    res = fdlenv("env", "realize", "--libtorch", "cu126", "--mirror", f"pytorch={index.url}",
+                 "--mirror", f"pypi={index.simple}", "--home", str(tmp_path / "h"), "--json")
+    assert res.returncode == 0, res.stderr
+    toolkit = tmp_path / "toolkit"
+    toolkit.symlink_to(HOST_TOOLKIT)
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "CMakeLists.txt").write_text(FINDCUDA)
+    from fdlenv.source import nvcc
+
+    assert nvcc.FLAGS == "CUDACXX=<toolkit>/bin/nvcc cmake -DCUDA_TOOLKIT_ROOT_DIR=<toolkit> ..."
+    user = {"PATH": "/usr/bin:/bin", "CUDA_HOME": str(toolkit)}   # what the old note said: CUDA_HOME at it
+
+    def configure(build: str, *flags: str, **env: str) -> subprocess.CompletedProcess[str]:
+        return fdlenv("run", "--libtorch", "cu126", "--home", str(tmp_path / "h"), "--", "cmake", "-S", "src",
+                      "-B", build, f"-DCMAKE_IGNORE_PATH={HIDE}", *flags, env={**user, **env}, cwd=tmp_path)
+
+    old = configure("b-old", f"-DCUDAToolkit_ROOT={toolkit}")
+    assert old.returncode != 0 and "Specify CUDA_TOOLKIT_ROOT_DIR" in old.stderr   # FindCUDA under REQUIRED
+    assert "fdlenv run: CMake builds:" in old.stderr and nvcc.FLAGS in old.stderr   # the note, as CMD is CMake
+    assert nvcc.FLAGS.split()[0].split("=")[0] == "CUDACXX"
+    new = configure("b-new", f"-DCUDA_TOOLKIT_ROOT_DIR={toolkit}", CUDACXX=str(toolkit / "bin" / "nvcc"))
+    assert new.returncode == 0, new.stdout + new.stderr
+    assert f"toolkit={toolkit}" in new.stdout and f"nvcc={toolkit}/bin/nvcc" in new.stdout
+
+
+@needs_cmake
+def test_run_says_the_note_each_time_its_command_is_cmake_and_never_for_a_toolkit_env(tmp_path, index):
+    for variant in ("cu126", "cu130"):
+        res = fdlenv("env", "realize", "--libtorch", variant, "--mirror", f"pytorch={index.url}",
+                     "--mirror", f"pypi={index.simple}", "--home", str(tmp_path / "h"), "--json")
+        assert res.returncode == 0, res.stderr
+    hidden = {"CUDACXX": str(tmp_path / "none" / "nvcc"), "PATH": "/usr/bin:/bin", "FDLENV_NO_HOTPATH": ""}
+
+    def said(variant: str, *cmd: str) -> bool:
+        res = fdlenv("run", "--libtorch", variant, "--home", str(tmp_path / "h"), "--", *cmd, env=hidden)
+        assert res.returncode == 0, res.stderr
+        return "CMake builds:" in res.stderr
+
+    assert not said("cu126", "true")   # said once per env already (at its realise)
+    assert said("cu126", "cmake", "--version") and said("cu126", "cmake", "--version")   # every time for CMake
+    assert not said("cu130", "cmake", "--version") and not said("cu130", "true")   # its own nvcc: nothing to say
+
+
+TORCH_CLASH = """find_package(CUDA)
+message(FATAL_ERROR "FindCUDA says CUDA version is 13.0 (usually determined by nvcc), "
+  "but the CUDA headers say the version is 12.8.  This often occurs "
+  "when you set both CUDA_HOME and CUDA_NVCC_EXECUTABLE to non-standard locations.")
+"""
+
+
+@needs_cmake
+@pytest.mark.parametrize("variant, transient", [("cu128", False), ("cpu", True)])
+def test_a_host_toolkit_of_another_cuda_major_that_cmake_took_is_permanent_with_the_note(tmp_path, variant, transient):
+    from helpers_source import environ_for, fake_env, write_tree
+
+    from fdlenv.names.home import Home
+    from fdlenv.source import build
+    from fdlenv.source.build import Recipe
+
+    env = fake_env(tmp_path, variant)
+    write_tree(env.libtorch_root / "share/cmake/Torch", {"TorchConfig.cmake": TORCH_CLASH})
+    tree = write_tree(tmp_path / "tree", {"CMakeLists.txt": "cmake_minimum_required(VERSION 3.18)\n"
+                                          "project(t CXX)\nfind_package(Torch REQUIRED)\n"})
+    nvcc13 = tmp_path / "cuda-13.0" / "bin" / "nvcc"
+    nvcc13.parent.mkdir(parents=True)
+    nvcc13.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 13.0, V13.0.88'\n")
+    nvcc13.chmod(0o755)
+    environ = environ_for(env, CMAKE_PREFIX_PATH=str(env.libtorch_root), CUDACXX=str(nvcc13))
+    with pytest.raises(Fail) as e:
+        build.build(Home(tmp_path / "home"), tree, "d" * 64, env, environ,
+                    Recipe('cmake -S . -B "$FDLENV_BUILD_DIR"', "", "build/app", False))
+    assert e.value.transient == transient
+    if not transient:
+        msg = e.value.message
+        assert "FindCUDA says CUDA version is" in msg and "another version than the env's CUDA 12.8" in msg
+        assert f"found {nvcc13} (CUDA 13.0)" in msg and "-DCUDA_TOOLKIT_ROOT_DIR=<toolkit>" in msg

@@ -177,6 +177,7 @@ CMAKE_CUDA_SIGNS = (
     "Failed to find nvcc",
     "No CMAKE_CUDA_COMPILER could be found",
     "FindCUDA says CUDA version is",   # Torch's public/cuda.cmake: a host toolkit of another CUDA
+    "Found two conflicting CUDA versions",   # ... and its nvcc against FindCUDAToolkit's headers
 )
 
 
@@ -199,7 +200,7 @@ def cmake_cuda_gap(output: str, cuda: str, environ: dict) -> str | None:
                 "CUDAToolkit_ROOT name it): a recipe that points CMake elsewhere (-DCUDAToolkit_ROOT, "
                 "-DCUDA_TOOLKIT_ROOT_DIR, CUDACXX, CUDA_HOME) or a host toolkit on its paths wins over it; "
                 "docs/CUDA.md")
-    if hit.startswith("FindCUDA says"):   # CMake took a host toolkit of another CUDA major
+    if hit.startswith(("FindCUDA says", "Found two conflicting")):   # CMake took a host toolkit of another CUDA major
         return (f"CMake's FindCUDA took a CUDA toolkit of another version than the env's CUDA {cuda} "
                 f"(`{hit} ...`: its nvcc and the env's headers disagree); " + toolkit_advice(cuda, found))
     if found is not None and _of_major(found, cuda):

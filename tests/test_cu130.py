@@ -365,3 +365,24 @@ def test_a_host_toolkit_of_another_cuda_major_that_cmake_took_is_permanent_with_
         msg = e.value.message
         assert "FindCUDA says CUDA version is" in msg and "another version than the env's CUDA 12.8" in msg
         assert f"found {nvcc13} (CUDA 13.0)" in msg and "-DCUDA_TOOLKIT_ROOT_DIR=<toolkit>" in msg
+
+
+def test_pack_libtorch_cu130_makes_libtorch_cu130_for_a_cuda_13_driver_with_cuda_13s_archs(tmp_path):
+    import zipfile
+
+    from fdlenv.pack.libtorch import PACK_META, pack_libtorch
+
+    src = tmp_path / "libtorch-shared-with-deps-2.10.0+cu130.zip"
+    with zipfile.ZipFile(src, "w") as z:
+        for name, text in (("libtorch/lib/libtorch.so", "\x7fELF cu130"), ("libtorch/build-version", "2.10.0+cu130\n"),
+                           ("libtorch/share/cmake/Torch/TorchConfig.cmake", "set(TORCH_FOUND 1)\n")):
+            z.writestr(name, text)
+    packed = pack_libtorch("13.0", str(src), tmp_path / "channel")
+    assert (packed.package, packed.version, packed.variant) == ("libtorch-cu130", "2.10.0", "cu130")
+    record = json.loads((tmp_path / "channel" / "linux-64" / "repodata.json").read_text())["packages.conda"]
+    assert "__cuda >=13.0" in record[packed.path.name]["depends"]
+    from rattler.package_streaming import extract
+
+    extract(packed.path, tmp_path / "x")
+    meta = json.loads((tmp_path / "x" / "libtorch" / PACK_META).read_text())
+    assert (meta["cuda"], meta["archs"]) == ("13.0", ["7.5", "8.0", "8.6", "9.0", "10.0", "12.0"])

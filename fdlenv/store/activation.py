@@ -217,10 +217,10 @@ def libtorch_environ(base: Mapping[str, str], libtorch: Path, vendor: str,
         out["Torch_DIR"] = str(cmake)
     if vendor == "nvidia" and env_path is not None and (env_path / CUDA_HOME / "include").is_dir():
         # the env's own toolkit dir (`store.cudahome`); a host toolkit is never mixed in
-        cuda = env_path / CUDA_HOME
-        out["CUDA_HOME"] = out["CUDA_PATH"] = str(cuda)
-        if (cuda / "bin" / "nvcc").is_file():
-            toolkit_environ(out, cuda, variant)
+        home = env_path / CUDA_HOME
+        out["CUDA_HOME"] = out["CUDA_PATH"] = str(home)
+        if (home / "bin" / "nvcc").is_file():
+            toolkit_environ(out, home, variant)
     return out
 
 

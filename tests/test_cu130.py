@@ -315,6 +315,7 @@ def test_the_cu12_notes_flags_reach_findcuda_where_cuda_home_and_cudatoolkit_roo
 
 
 @needs_cmake
+@pytest.mark.slow
 def test_run_says_the_note_each_time_its_command_is_cmake_and_never_for_a_toolkit_env(tmp_path, index):
     for variant in ("cu126", "cu130"):
         res = fdlenv("env", "realize", "--libtorch", variant, "--mirror", f"pytorch={index.url}",

@@ -130,6 +130,7 @@ def test_cu130_locks_on_demand_from_pytorchs_cu130_index_and_its_env_is_a_cuda_1
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
     assert out["variant"] == "cu130" and out["active"] == "precompiled/cu130"
+    assert "CMake builds:" not in res.stderr   # its own toolkit: no note about the host's
     lock = (tmp_path / "h" / "lockfiles" / "cu130.conda-lock.yml").read_text()
     assert "pip+index://pytorch/cu130/torch/torch-2.10.0+cu130-" in lock
     assert "pip+index://pypi/nvidia-cuda-nvcc/" in lock and "nvidia_cuda_nvcc-13.0.88" in lock

@@ -115,7 +115,7 @@ def make_wheel(directory: Path, name: str, version: str, files: dict[str, bytes 
         for p, d in sorted(members.items()):
             info = zipfile.ZipInfo(p, date_time=(1980, 1, 1, 0, 0, 0))
             info.compress_type = zipfile.ZIP_DEFLATED
-            info.external_attr = (0o755 if p.endswith(".so") else 0o644) << 16
+            info.external_attr = (0o755 if p.endswith(".so") or "/bin/" in p else 0o644) << 16
             z.writestr(info, d)
     return path
 

@@ -13,7 +13,10 @@ from a plain PEP 503 tree in ways a client must survive, and this one has them a
 
 Wheels are shaped like PyTorch 2.10's builds: `cpu` (no runtime wheels), `cu126`
 (`nvidia-*-cu12` runtime wheels, `nvidia-cudnn-cu12` requiring `nvidia-cublas-cu12`,
-and the `triton` extension), `rocm7.0`/`rocm7.1` (the HIP runtime inside
+and the `triton` extension), `cu130` (CUDA 13's runtime wheels: no suffix, or `-cu13`, all
+under `nvidia/cu13/`; the toolkit wheels, nvcc a script that answers `--version` as 13.0's,
+on the default pip index, which also serves PyPI's torch 2.11.0, the CUDA 13.0 build with no
+label, requiring `cuda-toolkit[cublas,cudart]==13.0.2`, whose extras require the wheels), `rocm7.0`/`rocm7.1` (the HIP runtime inside
 `torch/lib`, and `pytorch-triton-rocm`), plus the Python packages torch
 requires (`sympy` -> `mpmath`, `filelock`, ...). The server records every
 request path, so a test can say "no index request".
@@ -81,9 +84,41 @@ def build(root: Path, torch_files: dict[str, dict] | None = None) -> dict[str, l
         hip = {"lib/libamdhip64.so": f"hip {v}", "lib/libMIOpen.so": "miopen"}
         out[v] = [make_wheel(w / v, "torch", f"2.10.0+{v}", _torch_files(v, hip), tag=TORCH, requires=PYDEPS + (
             'pytorch-triton-rocm==3.6.0; platform_system == "Linux"',))]
+    cu13 = (f"nvidia-cuda-runtime==13.0.96; {LINUX_X86}", f"nvidia-cublas==13.1.0.3; {LINUX_X86}",
+            f"nvidia-cudnn-cu13==9.15.1.9; {LINUX_X86}", 'triton==3.6.0; platform_system == "Linux"')
+    out["cu130"] = [make_wheel(w / "cu130", "torch", "2.10.0+cu130", _torch_files("cu130"), tag=TORCH,
+                               requires=PYDEPS + cu13)]
+    runtime13 = [
+        make_wheel(w / "cu13", "nvidia-cuda-runtime", "13.0.96", {
+            "cu13/include/cuda_runtime.h": "#define CUDART_VERSION 13000\n", "cu13/lib/libcudart.so.13": "rt13",
+            "cu13/lib/libcudart_static.a": "!<arch>\n", "cu13/lib/libcudadevrt.a": "!<arch>\n"}, tag=NATIVE, top="nvidia"),
+        make_wheel(w / "cu13", "nvidia-cublas", "13.1.0.3", {"cu13/lib/libcublas.so.13": "blas13",
+                   "cu13/include/cublas_v2.h": "// cublas\n"}, tag=NATIVE, top="nvidia"),
+        make_wheel(w / "cu13", "nvidia-cudnn-cu13", "9.15.1.9", {"cudnn/lib/libcudnn.so.9": "dnn13"}, tag=NATIVE,
+                   top="nvidia", requires=("nvidia-cublas",)),
+        make_wheel(w / "cu13", "cuda-toolkit", "13.0.2", {"__init__.py": ""}, tag="py2.py3-none-any", requires=(
+            "nvidia-cuda-runtime==13.0.96.*; extra == \"cudart\"", "nvidia-cublas==13.1.0.3.*; extra == \"cublas\"",
+            "nvidia-cuda-nvcc==13.0.88.*; extra == \"nvcc\""))]
+    shared += runtime13
+    toolkit13 = [   # envs/cu130.yml's pip-sources: the toolkit from the default pip index
+        make_wheel(w / "pypi", "nvidia-cuda-nvcc", "13.0.88", {
+            "cu13/bin/nvcc": "#!/bin/sh\necho 'Cuda compilation tools, release 13.0, V13.0.88'\n",
+            "cu13/bin/nvcc.profile": "TOP = $(_HERE_)/..\n", "cu13/bin/ptxas": "#!/bin/sh\n",
+            "cu13/include/fatbinary_section.h": "// fatbin\n"}, tag=NATIVE, top="nvidia"),
+        make_wheel(w / "pypi", "nvidia-cuda-crt", "13.0.88", {"cu13/include/crt/host_defines.h": "#define CRT 13\n"},
+                   tag=NATIVE, top="nvidia"),
+        make_wheel(w / "pypi", "nvidia-nvvm", "13.0.88", {"cu13/nvvm/bin/cicc": "#!/bin/sh\n",
+                   "cu13/nvvm/libdevice/libdevice.10.bc": "bc", "cu13/lib/libnvvm.so.4": "nvvm"}, tag=NATIVE, top="nvidia"),
+        make_wheel(w / "pypi", "nvidia-cuda-cccl", "13.0.85", {"cu13/include/cccl/cuda/std/version": "// cccl\n"},
+                   tag=NATIVE, top="nvidia")]
+    # PyPI's own torch 2.11.0 (no label: the CUDA 13.0 build), for a project's env file that pins it.
+    torch211 = make_wheel(w / "pypi", "torch", "2.11.0", {**_torch_files("cu130"), "version.py": "__version__ = '2.11.0'\n"},
+                          tag=TORCH, requires=PYDEPS + (
+                              f"cuda-toolkit[cublas,cudart]==13.0.2; {LINUX_X86}", 'triton==3.6.0; platform_system == "Linux"'))
     # The default pip index (`--mirror pypi=`, `Index.simple`): the header wheels a cu12x env's
-    # CUDA_HOME takes from it (`pip-sources:` in envs/cu126.yml).
-    out["pypi"] = [
+    # CUDA_HOME takes from it (`pip-sources:` in envs/cu126.yml), cu130's toolkit, and PyPI's torch 2.11.0
+    # with what it requires.
+    out["pypi"] = [*toolkit13, torch211, *runtime13, *(p for p in shared if "cu12" not in p.name and "rocm" not in p.name),
         make_wheel(w / "pypi", "nvidia-cuda-nvcc-cu12", "12.6.85", {"__init__.py": "",
                    "cuda_nvcc/include/crt/host_defines.h": "#define CRT 1\n"}, tag=NATIVE, top="nvidia"),
         make_wheel(w / "pypi", "nvidia-cuda-cccl-cu12", "12.6.77", {"__init__.py": "",

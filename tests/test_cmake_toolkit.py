@@ -76,7 +76,8 @@ def test_a_cmake_recipe_whose_torch_config_finds_no_cuda_in_a_cu128_env_is_perma
     msg = failure.message
     assert "Your installed Caffe2 version uses CUDA" in msg or "Could NOT find CUDA" in msg
     assert "host CUDA 12.x toolkit (none found)" in msg and "ship no nvcc" in msg
-    assert "CUDAToolkit_ROOT" in msg and "flodl-sys" in msg and "next dial" not in msg
+    assert "`CUDACXX=<toolkit>/bin/nvcc cmake -DCUDA_TOOLKIT_ROOT_DIR=<toolkit> ...`" in msg   # the flags that work
+    assert "flodl-sys" in msg and "next dial" not in msg
     assert "I cannot find the CUDA" in capfd.readouterr().err   # the recipe's output still streams
 
 
@@ -90,7 +91,7 @@ def test_the_same_cmake_failure_in_a_cpu_env_stays_transient(tmp_path):
 def test_a_host_nvcc_of_the_envs_cuda_major_that_cmake_missed_is_named_and_the_failure_stays_permanent(tmp_path):
     failure = cmake_build(tmp_path, "cu126", **fake_nvcc(tmp_path, "12.9"))
     assert not failure.transient
-    assert "is CUDA 12.9" in failure.message and "-DCUDAToolkit_ROOT=" in failure.message
+    assert "is CUDA 12.9" in failure.message and "-DCUDA_TOOLKIT_ROOT_DIR=<toolkit>" in failure.message
 
 
 @pytest.mark.parametrize("output", [

@@ -71,4 +71,7 @@ def test_the_bake_scripts_default_covers_every_variant_auto_may_pick():
     # an AMD box whose host ROCm is unknown: auto's pick must be among the baked ones
     amd = route(Survey(devices=(Device("amd", 0, "MI300X", "gfx942", 196000),), findings=(),
                        driver_cuda=None, host_rocm=None))
-    assert amd.variant == "rocm7.0" and set(default.group(1).split()) == set(VARIANTS)
+    assert amd.variant == "rocm7.0" and set(default.group(1).split()) == set(VARIANTS) - {"cu130"}
+    # cu130 is never routing's first choice (baked, it wins as what the box has): not in the default
+    h100 = Survey(devices=(Device("nvidia", 0, "H100", "9.0", 81000),), findings=(), driver_cuda="13.0", host_rocm=None)
+    assert route(h100).variant == "cu128" and "cu130" in route(h100).candidates

@@ -30,7 +30,7 @@ CANDIDATES = [
     ((amd("gfx942"),), None, "6.4.1", ("rocm7.0",)),             # off major 7: only routing's (advised) pick
     ((amd("gfx803"),), None, None, ("cpu", "cu128", "cu126")),   # uncovered: cpu, or a CUDA build on the CPU
     ((nv("8.6"),), "12.8", None, ("cu128", "cu126")),
-    ((nv("8.6"),), None, None, ("cu128", "cu126")),              # an unknown driver gates nothing
+    ((nv("8.6"),), None, None, ("cu128", "cu130", "cu126")),     # an unknown driver gates nothing
     ((nv("12.0"),), "12.8", None, ("cu128",)),                   # cu126 ships no sm_120 kernel
     ((nv("8.6"),), "12.4", None, ("cu126",)),                    # the driver gate keeps cu128 out
     ((nv("6.1"),), "12.8", None, ("cu126",)),

@@ -14,7 +14,9 @@ FLODL_HOME=${FLODL_HOME:-/var/lib/flodl}
 # >= 12.8), cu126 (older drivers or GPUs), rocm7.1 (AMD with host ROCm 7.1.x), rocm7.0 (AMD with any
 # other or no known host ROCm: what `auto` picks when /opt/rocm/.info/version is not 7.1), cpu (no
 # usable GPU). Drop what your fleet never has; each is locked on demand from PyTorch's index when no
-# lock beside fdl.yml holds it, and the lock written is left in $FLODL_HOME/lockfiles.
+# lock beside fdl.yml holds it, and the lock written is left in $FLODL_HOME/lockfiles. cu130 (CUDA 13
+# driver, sm_75 and newer) is never auto's first choice: add it to bake a CUDA 13 image, and auto
+# then picks it there (what the box has wins; docs/ROUTING.md).
 VARIANTS=${VARIANTS:-"cu128 cu126 rocm7.1 rocm7.0 cpu"}
 WORKER_USER=${WORKER_USER:-flodl}
 FDLENV=${FDLENV:-/opt/fdlenv/bin/fdlenv} # an fdlenv already installed there is used as it is

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from ..names.variants import Libtorch
     from ..hot.replay import Ask
 
-_VARIANTS = ", ".join(VARIANTS)   # cpu, cu126, cu128, rocm7.0, rocm7.1
+_VARIANTS = ", ".join(VARIANTS)   # cpu, cu126, cu128, cu130, rocm7.0, rocm7.1
 
 
 def add(p: argparse.ArgumentParser, dest: str, help: str | None = None, **kw: object) -> None:

@@ -43,7 +43,7 @@ class Opt(Record):
 
 
 OPTIONS: dict[str, Opt] = {o.dest: o for o in (
-    Opt(("--libtorch",), "libtorch", metavar="VARIANT", help="cpu, cu126, cu128, rocm7.0, rocm7.1 (or auto)"),
+    Opt(("--libtorch",), "libtorch", metavar="VARIANT", help="cpu, cu126, cu128, cu130, rocm7.0, rocm7.1 (or auto)"),
     Opt(("--lock",), "lock", metavar="FILE", help="conda-lock v1 file (default: discovered)", memo="path"),
     Opt(("--mirror",), "mirror", MANY, "NAME=URL",
         "map a channel or wheel index (pypi, pytorch) to a mirror (repeatable)", memo="value"),

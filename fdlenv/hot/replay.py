@@ -249,9 +249,17 @@ def _replay(ask: Ask) -> int | None:
             return _print_changes(ask, dict(environ), base, target, memo)
         if not ask.argv or _lease(root, memo["path"]) is None:
             return None
+        if memo["variant"].startswith("cu") and _cmake(ask.argv):
+            return None     # CMake in a CUDA env: the slow path says what its build needs (`source.nvcc`)
     finally:
         os.close(fd)
     return exec_in(list(ask.argv), target)
+
+
+def _cmake(argv: tuple[str, ...]) -> bool:
+    """`source.nvcc.runs_cmake`, which the replay may not import: CMD starts CMake."""
+    words = [w for w in argv if w != "--"][:1]
+    return bool(words) and os.path.basename(words[0]) in ("cmake", "ccmake", "cmake3")
 
 
 def _lease(root: str, env_path: str) -> int | None:

@@ -2,7 +2,8 @@
 
 The per-variant arch lists are the reference's (read out of the published
 libtorch 2.10.0 archives). Rule: an NVIDIA device is covered when any token
-has the SAME MAJOR compute capability (SASS runs across minors of a major);
+has the SAME MAJOR compute capability and a minor no newer than the device's (SASS runs on
+the later minors of its major: cu130's 7.5 serves sm_75, never sm_70);
 an AMD device needs its exact bare gfx target. Tokens are parsed, never
 substring-matched (the old `"5" in "7.5"` test gave false passes), and a
 token that does not parse (`cpu`) covers nothing.
@@ -26,6 +27,8 @@ ARCHS: dict[str, tuple[str, ...]] = {
     "cpu": ("cpu",),
     "cu126": ("5.0", "5.2", "6.0", "6.1", "7.0", "7.5", "8.0", "8.6", "8.9", "9.0"),
     "cu128": ("7.0", "7.5", "8.0", "8.6", "8.9", "9.0", "12.0"),
+    # torch 2.10.0+cu130's (PyTorch's CUDA 13.0 builds; CUDA 13 compiles for nothing older than sm_75).
+    "cu130": ("7.5", "8.0", "8.6", "9.0", "10.0", "12.0"),
     "rocm7.0": _ROCM,
     "rocm7.1": _ROCM,
 }
@@ -77,7 +80,8 @@ def covers(variant_archs: str | Iterable[str], device: Device) -> bool:
     tokens = split_archs(variant_archs)
     if device.vendor == NVIDIA:
         cc = parse_cc(device.arch)
-        return cc is not None and any((p := parse_cc(t)) is not None and p[0] == cc[0] for t in tokens)
+        return cc is not None and any((p := parse_cc(t)) is not None and p[0] == cc[0] and p[1] <= cc[1]
+                                       for t in tokens)
     if device.vendor == AMD:
         gfx = parse_gfx(device.arch)
         return gfx is not None and any(parse_gfx(t) == gfx for t in tokens)

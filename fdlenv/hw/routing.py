@@ -17,8 +17,8 @@ flodl's own routing rules as the floor, in this order:
    variants this box can run by the rules above, routing's first choice first:
    the same vendor only (NVIDIA's CUDA variants on an NVIDIA or mixed box,
    the ROCm bundles on an AMD box), each serving every card the first choice
-   serves, within the driver gate (cu128 needs a CUDA 12.8 driver, cu126 a
-   CUDA 12 one, an unknown driver gates nothing), and a ROCm bundle X.Y only
+   serves, within the driver gate (cu130 needs a CUDA 13.0 driver, cu128 a
+   CUDA 12.8 one, cu126 a CUDA 12 one, an unknown driver gates nothing), and a ROCm bundle X.Y only
    on a host whose ROCm is unknown (the wheels carry their HIP runtime in
    torch/lib) or 7.Z with Z >= Y. cpu is a candidate only where routing picks
    it. When the first choice is not in `realised` (the variants realised in
@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
 CU128_DRIVER = (12, 8)
+CU130_DRIVER = (13, 0)
 
 
 class Route(Record):
@@ -189,8 +190,10 @@ def _routed(s: Survey) -> Route:
 
 
 # Each vendor's variants, newest first: the order in which alternatives follow the first choice.
-_FAMILIES = {NVIDIA: ("cu128", "cu126"), AMD: ("rocm7.1", "rocm7.0")}
-_FLOOR = {"cu128": CU128_DRIVER, "cu126": (12, 0)}   # routing's driver gate, per CUDA variant
+# cu130 is never routing's first choice (flodl's is cu128): a candidate where it runs and serves
+# every card cu128 does (sm_75 and newer), chosen when realised or asked for by name.
+_FAMILIES = {NVIDIA: ("cu130", "cu128", "cu126"), AMD: ("rocm7.1", "rocm7.0")}
+_FLOOR = {"cu130": CU130_DRIVER, "cu128": CU128_DRIVER, "cu126": (12, 0)}   # the driver gate, per CUDA variant
 
 
 def _gate(s: Survey, variant: str) -> str:

@@ -85,8 +85,10 @@ def write(home: Home, env: EnvFile, platform: str, mirrors: dict[str, str], out:
     try:
         entries = resolve(env, platform, mirrors, check)
     except NoWheel as e:   # fdlenv's own pin, missing from the index: a release not synced yet
+        other = (f"; or pin another torch for {env.variant} in an env file of your own (`fdlenv lock --libtorch "
+                 f"{env.variant} --envs DIR`, docs/LOCK.md)") if ": no wheel of torch" in e.message else ""
         raise Fail.retry(f"{e.message}, which fdlenv's own {env.variant} env file pins: an index or mirror "
-                         "that has not synced this release yet? (exit 1: a re-dial tries again)") from None
+                         f"that has not synced this release yet? (exit 1: a re-dial tries again){other}") from None
     entries += wheel_records(env, platform)
     # The lock names its source as `envs/<variant>.yml`, as the shipped lock does: never a path of
     # this machine's install, since the file is meant to be shared.

@@ -1,7 +1,7 @@
 """Solving one env file for one platform, for a declared machine.
 
 A lock must not depend on who ran `fdlenv lock`: the solve sees the virtual
-packages declared per variant here (cu126: `__cuda 12.6`, cu128: `__cuda 12.8`,
+packages declared per variant here (cu126: `__cuda 12.6`, cu128: `__cuda 12.8`, cu130: `__cuda 13.0`,
 `__glibc` and `__linux` baselines for every linux variant), never the solving
 host's GPU, driver or libc. py-rattler treats `virtual_packages=None` as
 "none at all", so the declared list is always passed; `noarch` is always

@@ -20,7 +20,7 @@ FEATURE = {"nvidia": "cuda", "amd": "rocm", "cpu": ""}
 
 class Variant(Record):
     """One variant:
-    name       canonical token, also the lock category: cpu cu126 cu128 rocm7.0 rocm7.1
+    name       canonical token, also the lock category: cpu cu126 cu128 cu130 rocm7.0 rocm7.1
     flodl_dir  flodl's precompiled/<dir> name (x86_64; `flodl_name` is this machine's)
     vendor     cpu | nvidia | amd
     cuda       declared CUDA version (the __cuda virtual package), None off NVIDIA
@@ -68,6 +68,7 @@ VARIANTS: dict[str, Variant] = {
         Variant("cpu", "cpu", "cpu", None, None),
         Variant("cu126", "cu126", "nvidia", "12.6", None),
         Variant("cu128", "cu128", "nvidia", "12.8", None),
+        Variant("cu130", "cu130", "nvidia", "13.0", None),
         Variant("rocm7.0", "rocm70", "amd", None, "7.0"),
         Variant("rocm7.1", "rocm71", "amd", None, "7.1"),
     )
@@ -76,13 +77,14 @@ VARIANTS: dict[str, Variant] = {
 _ALIASES = {
     "12.6": "cu126",
     "12.8": "cu128",
+    "13.0": "cu130",
     "rocm70": "rocm7.0",
     "7.0": "rocm7.0",
     "rocm71": "rocm7.1",
     "7.1": "rocm7.1",
 }
 
-ACCEPTED = "auto, cpu, cu126 (12.6), cu128 (12.8), rocm7.0 (rocm70, 7.0), rocm7.1 (rocm71, 7.1)"
+ACCEPTED = "auto, cpu, cu126 (12.6), cu128 (12.8), cu130 (13.0), rocm7.0 (rocm70, 7.0), rocm7.1 (rocm71, 7.1)"
 
 
 def parse_token(token: str, *, allow_auto: bool = True) -> str:
@@ -99,7 +101,7 @@ def parse_token(token: str, *, allow_auto: bool = True) -> str:
 
 class Libtorch(Record):
     """A `--libtorch` (or `join.libtorch`) token, parsed once (`parse`): the
-    canonical variant name (cpu, cu126, cu128, rocm7.0, rocm7.1), or `auto` (route on this box's
+    canonical variant name (cpu, cu126, cu128, cu130, rocm7.0, rocm7.1), or `auto` (route on this box's
     GPUs). Everything past the front takes this, never the token as written."""
     name: str
 
@@ -128,8 +130,10 @@ def get(name: str) -> Variant:
 
 # A variant is what it says (checked at lock, `lock.closure`, and at realise, `store.wheels`):
 # what tells a torch build apart, read from its version's local label, its requirements and,
-# when the wheel was read, its member list. PyPI's plain `torch` for Linux x86_64 is the CUDA 12.8
-# build: no label, `nvidia-*-cu12` requirements pinned at 12.8 (the shipped cu128 lock).
+# when the wheel was read, its member list. PyPI's plain `torch` 2.10.0 for Linux x86_64 is the
+# CUDA 12.8 build: no label, `nvidia-*-cu12` requirements pinned at 12.8 (the shipped cu128 lock);
+# its 2.11.0 is the CUDA 13.0 build: `cuda-toolkit[cublas,cudart,...]==13.0.2`, and CUDA 13's
+# wheels drop the suffix (`nvidia-cublas`, `nvidia-cuda-runtime`) or say `-cu13` (`nvidia-cudnn-cu13`).
 _RUNTIME_PINS = ("nvidia-cuda-runtime-cu12", "nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime", "cuda-toolkit")
 
 
@@ -141,6 +145,18 @@ def _cuda_of(requires: dict[str, str]) -> str | None:
             parts = spec[2:].strip().split(".")
             if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
                 return f"{parts[0]}.{parts[1]}"
+    return None
+
+
+def _cuda_major_of(names: Iterable[str]) -> str | None:
+    """The CUDA major a torch's requirement names say when it pins no runtime: `-cu12` wheels are
+    CUDA 12's; `-cu13` ones, `cuda-toolkit` and unsuffixed `nvidia-*` (CUDA 13 dropped the suffix)
+    CUDA 13's; None when there are none."""
+    names = list(names)
+    if any(n.endswith("-cu12") for n in names):
+        return "12"
+    if any(n.endswith("-cu13") or n == "cuda-toolkit" or n.startswith("nvidia-") for n in names):
+        return "13"
     return None
 
 
@@ -175,6 +191,9 @@ def build_mismatch(variant: str, version: str, requires: dict[str, str],
         pinned = _cuda_of(requires)
         if pinned is not None and pinned != v.cuda:
             return f"the CUDA {pinned} build ({built}), not CUDA {v.cuda}"
+        major = _cuda_major_of(cuda_reqs) if pinned is None else None
+        if major is not None and major != (v.cuda or "").split(".")[0]:
+            return f"a CUDA {major} build ({built}), not CUDA {v.cuda}"
         return None
     tag = f"rocm{v.rocm}"
     if label == tag and not (cuda_reqs or has_cuda):

@@ -2,14 +2,20 @@
 
 No CUDA 12 nvcc ships as a wheel (PyPI's nvidia-cuda-nvcc-cu12 holds only ptxas, nvvm and
 the crt headers; docs/CUDA.md), so a cu126/cu128 env carries none and CMake's Torch config
-wants the host's. In order: `host_nvcc` finds it (`$CUDACXX` alone when set, as CMake reads
-it; else nvcc on PATH; else `/usr/local/cuda/bin/nvcc`) and its release, from the toolkit's
-`include/cuda.h` (through a wrapper script too) before running it; `cmake_toolkit_note`
-says when a CUDA env's CMake builds will not find one of its CUDA major; `note_once` shows
-that note once per env (a marker under the home's cache; a read-only home shows it every
-time); `cmake_cuda_gap` reads a failed build's output for CMake's own words for the same
-gap (Caffe2's and FindCUDA's), which makes the failure permanent. Imports only os: `detect`
-asks it on any box.
+wants the host's; CUDA 13's wheels do ship nvcc, and a cu130 env is a whole toolkit
+(`store.cudahome`: `cuda/bin/nvcc`, CUDACXX), which needs no note. In order: `host_nvcc`
+finds it (`$CUDACXX` alone when set, as CMake reads it; else nvcc on PATH; else
+`/usr/local/cuda/bin/nvcc`) and its release, from the toolkit's `include/cuda.h` (through a
+wrapper script too) before running it; `cmake_toolkit_note` says when a CUDA env's CMake
+builds will not find one of its CUDA major, naming the flags that work (CUDACXX and FindCUDA's
+CUDA_TOOLKIT_ROOT_DIR: activation sets CUDA_HOME to the env's own, so pointing CUDA_HOME or
+CUDAToolkit_ROOT at a toolkit does not reach Caffe2's FindCUDA); `note_once` shows that note
+once per env (a marker under the home's cache; a read-only home shows it every time), and
+every time the command is CMake (`runs_cmake`: `run` and `shell-hook` say it then too);
+`cmake_cuda_gap` reads a failed build's output for CMake's own words for the same gap
+(Caffe2's, FindCUDA's, and Torch's "FindCUDA says CUDA version is ..." when a host toolkit of
+another CUDA major is the one CMake found), which makes the failure permanent. Imports only
+os: `detect` asks it on any box.
 """
 
 from __future__ import annotations
@@ -89,20 +95,41 @@ def _has(found: tuple[str, str | None] | None) -> str:
     return f"found {found[0]} (CUDA {found[1] or 'unknown'})" if found else "none found"
 
 
+FLAGS = "CUDACXX=<toolkit>/bin/nvcc cmake -DCUDA_TOOLKIT_ROOT_DIR=<toolkit> ..."   # what reaches FindCUDA
+
+
 def toolkit_advice(cuda: str, found: tuple[str, str | None] | None) -> str:
     """What a CMake user of a CUDA `cuda` env needs, and what a cargo user gets instead."""
     major = cuda.split(".")[0]
+    if major.isdigit() and int(major) >= 13:   # CUDA 13's wheels ship nvcc: the env's file lacks them
+        return (f"CMake builds: a CUDA {cuda} env is its own toolkit when its env file adds CUDA {major}'s "
+                f"toolkit wheels at the runtime's version (nvidia-cuda-nvcc, nvidia-cuda-crt, nvidia-nvvm, "
+                f"nvidia-cuda-cccl, as fdlenv's envs/cu130.yml does); this env has no nvcc ({_has(found)} on "
+                f"the host): add them and lock again (docs/LOCK.md), or point CMake at a host CUDA {major}.x "
+                f"toolkit with `{FLAGS}`")
     pkg = f" (NVIDIA's package cuda-toolkit-{cuda.replace('.', '-')})" if "." in cuda else ""
     return (f"CMake builds: PyTorch's Torch config needs nvcc for a CUDA libtorch, and PyPI's CUDA {major} "
             f"wheels ship no nvcc (only ptxas, nvvm and the crt headers), so `find_package(Torch)` in a "
             f"CUDA {cuda} env needs a host CUDA {major}.x toolkit ({_has(found)}): install the CUDA {major}.x "
-            f"toolkit{pkg} on the host or in the image and point CUDAToolkit_ROOT (or CUDA_HOME) at it; cargo "
-            f"builds (flodl-sys's `cuda` feature) need no nvcc, only the env's CUDA_HOME (docs/CUDA.md)")
+            f"toolkit{pkg} on the host or in the image and point CMake at it with `{FLAGS}` (CUDA_HOME is "
+            f"the env's own); cargo builds (flodl-sys's `cuda` feature) need no nvcc, only the env's "
+            f"CUDA_HOME (docs/CUDA.md)")
 
 
 def _of_major(found: tuple[str, str | None] | None, cuda: str) -> bool:
     """Whether the nvcc `host_nvcc` found is of the CUDA major of `cuda` ("12.8")."""
     return bool(found and found[1] and found[1].split(".")[0] == cuda.split(".")[0])
+
+
+def own_toolkit(env_path: str) -> bool:
+    """Whether the env at `env_path` is its own CUDA toolkit (`store.cudahome`: `cuda/bin/nvcc`)."""
+    return os.path.isfile(os.path.join(env_path, "cuda", "bin", "nvcc"))
+
+
+def runs_cmake(argv: list[str] | tuple[str, ...]) -> bool:
+    """Whether a command line starts CMake (`cmake`, `ccmake`, `cmake3`, by path too)."""
+    words = [w for w in argv if w != "--"][:1]
+    return bool(words) and os.path.basename(words[0]) in ("cmake", "ccmake", "cmake3")
 
 
 def cmake_toolkit_note(cuda: str, environ: dict) -> str | None:
@@ -111,19 +138,20 @@ def cmake_toolkit_note(cuda: str, environ: dict) -> str | None:
     return None if _of_major(found, cuda) else toolkit_advice(cuda, found)
 
 
-def note_once(home, env, environ: dict) -> str | None:
-    """`cmake_toolkit_note` for `env` (key, path, spec) the first time it applies, else None
-    (also for a variant without CUDA). Shown is remembered in `<home>/cache/notes/` (not in the
-    env: its files are verified), keyed by the env's key and path; where that cannot be written
-    the note is given every time."""
+def note_once(home, env, environ: dict, always: bool = False) -> str | None:
+    """`cmake_toolkit_note` for `env` (key, path, spec) the first time it applies, or every time
+    with `always` (the command is CMake: `runs_cmake`), else None (also for a variant without
+    CUDA, and for an env that is its own toolkit). Shown is remembered in `<home>/cache/notes/`
+    (not in the env: its files are verified), keyed by the env's key and path; where that cannot
+    be written the note is given every time."""
     cuda = env.spec.cuda
-    if not cuda:
+    if not cuda or own_toolkit(str(env.path)):
         return None
     from ..base import hashing
 
     tag = hashing.of_text(os.path.abspath(env.path))[:12]
     marker = os.path.join(home.cache, "notes", f"cmake-toolkit-{env.key}-{tag}")
-    if os.path.exists(marker):
+    if os.path.exists(marker) and not always:
         return None
     note = cmake_toolkit_note(cuda, environ)
     if note is not None:
@@ -148,6 +176,8 @@ CMAKE_CUDA_SIGNS = (
     "PyTorch: CUDA was explicitly requested",
     "Failed to find nvcc",
     "No CMAKE_CUDA_COMPILER could be found",
+    "FindCUDA says CUDA version is",   # Torch's public/cuda.cmake: a host toolkit of another CUDA
+    "Found two conflicting CUDA versions",   # ... and its nvcc against FindCUDAToolkit's headers
 )
 
 
@@ -163,8 +193,17 @@ def cmake_cuda_gap(output: str, cuda: str, environ: dict) -> str | None:
         return None
     found = host_nvcc(environ)
     said = f"CMake found no CUDA toolkit (`{hit}`)"
+    home = environ.get("CUDA_HOME") or ""
+    if found is not None and home and own_toolkit(os.path.dirname(home)) \
+            and os.path.abspath(found[0]).startswith(os.path.join(os.path.abspath(home), "")):
+        return (f"{said}, though the env is its own CUDA {found[1] or cuda} toolkit ({home}; CUDACXX and "
+                "CUDAToolkit_ROOT name it): a recipe that points CMake elsewhere (-DCUDAToolkit_ROOT, "
+                "-DCUDA_TOOLKIT_ROOT_DIR, CUDACXX, CUDA_HOME) or a host toolkit on its paths wins over it; "
+                "docs/CUDA.md")
+    if hit.startswith(("FindCUDA says", "Found two conflicting")):   # CMake took a host toolkit of another CUDA major
+        return (f"CMake's FindCUDA took a CUDA toolkit of another version than the env's CUDA {cuda} "
+                f"(`{hit} ...`: its nvcc and the env's headers disagree); " + toolkit_advice(cuda, found))
     if found is not None and _of_major(found, cuda):
         return (f"{said}, though {found[0]} is CUDA {found[1]}: the env's CUDA_HOME holds no nvcc, so "
-                "point the recipe's CMake at the host toolkit (-DCUDAToolkit_ROOT=<toolkit>, "
-                "-DCUDA_TOOLKIT_ROOT_DIR=<toolkit>, or CUDACXX=<toolkit>/bin/nvcc; docs/CUDA.md)")
+                f"point the recipe's CMake at the host toolkit: `{FLAGS}` (docs/CUDA.md)")
     return f"{said}; " + toolkit_advice(cuda, found)

@@ -18,7 +18,10 @@ LIBTORCH_PATH, FDL_GPU_FEATURE, and LD_LIBRARY_PATH = host ROCm lib dir (AMD
 only; libtorch-rocm bundles a ROCm userspace that must not win over the
 host's), then libtorch's lib dir, then (NVIDIA) every `nvidia/<lib>/lib` of
 the env, then what was inherited; for NVIDIA envs CUDA_HOME and CUDA_PATH
-(the env's own `cuda/`, `store.cudahome`); CMAKE_PREFIX_PATH (libtorch
+(the env's own `cuda/`, `store.cudahome`), and where that is a whole toolkit (cu130: nvcc in
+`cuda/bin`) `cuda/bin` first on PATH, CUDACXX (its nvcc), CUDAToolkit_ROOT, and
+TORCH_CUDA_ARCH_LIST (the variant's archs, unless the caller set one: Torch's CMake otherwise
+falls back to archs CUDA 13 dropped when it sees no GPU); CMAKE_PREFIX_PATH (libtorch
 first) and Torch_DIR, so `find_package(Torch)` needs nothing passed; and
 FDLENV_VARIANT, the variant's name (`cmake -B build/fdlenv-$FDLENV_VARIANT`).
 Cargo's target dir per variant depends on the cwd, so it is not part of this
@@ -195,13 +198,15 @@ def child_environ(home: Home, env: Env, base: Mapping[str, str] | None = None,
     base = restored(os.environ if base is None else base)
     out = _apply(activation_diff(home, env), base)
     return libtorch_environ(out, Path(env.libtorch_root), env.spec.vendor, rocm_root,
-                            env_path=Path(env.path))
+                            env_path=Path(env.path), variant=env.variant)
 
 
 def libtorch_environ(base: Mapping[str, str], libtorch: Path, vendor: str,
-                     rocm_root: Path | None = None, env_path: Path | None = None) -> dict[str, str]:
+                     rocm_root: Path | None = None, env_path: Path | None = None,
+                     variant: str = "") -> dict[str, str]:
     """flodl's variables for a libtorch dir, over `base`: the whole activation of a libtorch
-    flodl installed itself (precompiled/<dir>, builds/<name>), and the top of an env's."""
+    flodl installed itself (precompiled/<dir>, builds/<name>), and the top of an env's
+    (`variant`: its name, for a toolkit env's TORCH_CUDA_ARCH_LIST)."""
     out = dict(base)
     out["LIBTORCH_PATH"] = str(libtorch)
     out["FDL_GPU_FEATURE"] = variants.FEATURE.get(vendor, "")
@@ -215,8 +220,24 @@ def libtorch_environ(base: Mapping[str, str], libtorch: Path, vendor: str,
         out["Torch_DIR"] = str(cmake)
     if vendor == "nvidia" and env_path is not None and (env_path / CUDA_HOME / "include").is_dir():
         # the env's own toolkit dir (`store.cudahome`); a host toolkit is never mixed in
-        out["CUDA_HOME"] = out["CUDA_PATH"] = str(env_path / CUDA_HOME)
+        home = env_path / CUDA_HOME
+        out["CUDA_HOME"] = out["CUDA_PATH"] = str(home)
+        if (home / "bin" / "nvcc").is_file():
+            toolkit_environ(out, home, variant)
     return out
+
+
+def toolkit_environ(out: dict[str, str], cuda: Path, variant: str) -> None:
+    """A whole toolkit's variables (`store.cudahome`), set in `out`: its `bin` first on PATH,
+    CUDACXX and CUDAToolkit_ROOT (CMake's CUDA language and FindCUDAToolkit), and
+    TORCH_CUDA_ARCH_LIST from the variant's archs unless `out` has one."""
+    out["PATH"] = join([str(cuda / "bin"), *out.get("PATH", "").split(":")])
+    out["CUDACXX"] = str(cuda / "bin" / "nvcc")
+    out["CUDAToolkit_ROOT"] = str(cuda)
+    if not out.get("TORCH_CUDA_ARCH_LIST"):   # one of statecodec.DEFAULTS: the memo's replay keeps it too
+        from ..hw.coverage import ARCHS
+        archs = ARCHS.get(variant) or ARCHS["cu130"]
+        out["TORCH_CUDA_ARCH_LIST"] = ";".join(archs)
 
 
 def environ_for(home: Home, active: Active, base: Mapping[str, str] | None = None,

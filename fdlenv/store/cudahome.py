@@ -18,6 +18,15 @@ relative symlink; the first wheel in name order wins a clash), and
 a linker asks for (`libcudart.so` -> `libcudart.so.12`) where no wheel ships
 one. Relative links: a moved home keeps working.
 
+A whole toolkit (CUDA 13's wheels, which share `nvidia/cu13/{bin,include,lib,nvvm}` and ship
+nvcc, cicc and cudart's static libs) gets what nvcc and CMake look for beside that: `bin/`
+(each tool linked: nvcc takes the directory it was started from, the link's, as `_HERE_`
+and reads `nvcc.profile` there, so TOP is `cuda/`, and `-L$(TOP)/lib64` finds the links
+here), `nvvm/` (cicc, libdevice), the static archives in `lib64/` (`libcudart_static.a`,
+`libcudadevrt.a`: CMake's CUDA link wants them there, not in the wheels' `lib/`) and
+`version.json` (the one real file, its content in the layout: `FILE` + the text), which
+CMake's FindCUDAToolkit reads. A cu12 env (no nvcc in any wheel) keeps its layout as before.
+
 In order: `plan` reads the wheels' listings into the layout (each path: a
 directory, or a symlink's relative target), which depends only on their names;
 `assemble` hard-links the layout's symlinks from a template built once per
@@ -35,6 +44,7 @@ import re
 from pathlib import Path
 
 DIRNAME = "cuda"
+FILE = "\0"   # a layout value starting with it is a real file's text, not a symlink's target
 _VERSIONED = re.compile(r"^(lib[^/]+?\.so)\.\d+(\.\d+)*$")
 
 
@@ -54,8 +64,16 @@ def assemble(prefix: Path, libtorch_root: Path, templates: Path | None = None) -
         elif source is not None:
             os.link(source / rel, home / rel, follow_symlinks=False)
         else:
-            os.symlink(text, home / rel)
+            _make(home / rel, text)
     return home
+
+
+def _make(path: Path, text: str) -> None:
+    """One non-directory entry of the layout: a symlink, or (`FILE`) a real file."""
+    if text.startswith(FILE):
+        path.write_text(text[len(FILE):])
+    else:
+        os.symlink(text, path)
 
 
 def plan(prefix: Path, libtorch_root: Path) -> dict[str, str | None]:
@@ -66,21 +84,45 @@ def plan(prefix: Path, libtorch_root: Path) -> dict[str, str | None]:
     if not wheels:
         return {}
     home = prefix / DIRNAME
+    toolkit = any((w / "bin" / "nvcc").is_file() for w in wheels)   # a whole toolkit (CUDA 13's wheels)
     at: dict[str, Path | None] = {"include": None, "lib64": None}    # None: a directory
+    if toolkit:
+        at["bin"] = None
     for w in wheels:
         if (w / "include").is_dir():
             _merge(w / "include", "include", at)
     for w in wheels:
         libdir = w / "lib"
         for so in sorted(libdir.iterdir()) if libdir.is_dir() else ():
-            if ".so" in so.name and f"lib64/{so.name}" not in at:
+            wanted = ".so" in so.name or (toolkit and so.name.endswith(".a"))
+            if wanted and f"lib64/{so.name}" not in at:
                 at[f"lib64/{so.name}"] = so
+        if toolkit:
+            for tool in sorted((w / "bin").iterdir()) if (w / "bin").is_dir() else ():
+                at.setdefault(f"bin/{tool.name}", tool)
+            if (w / "nvvm").is_dir():
+                at.setdefault("nvvm", w / "nvvm")
     layout = {rel: None if src is None else os.path.relpath(src, (home / rel).parent) for rel, src in at.items()}
     for rel in sorted(r for r in layout if r.startswith("lib64/")):
         m = _VERSIONED.match(rel[len("lib64/"):])
         if m and f"lib64/{m.group(1)}" not in layout:
             layout[f"lib64/{m.group(1)}"] = rel[len("lib64/"):]   # libcudart.so -> libcudart.so.12
+    if toolkit:
+        layout["version.json"] = FILE + _version_json(libtorch_root.parent)
     return layout
+
+
+def _version_json(site: Path) -> str:
+    """A toolkit's `version.json`, as NVIDIA's installer writes it, from the versions of the
+    env's `nvidia-cuda-*` wheels (their dist-info names); `cuda` is nvcc's."""
+    import json
+
+    parts: dict[str, dict[str, str]] = {}
+    for info in sorted(site.glob("nvidia_*.dist-info")):
+        name, _, version = info.name[:-len(".dist-info")].partition("-")
+        parts[name.removeprefix("nvidia_")] = {"name": name.replace("_", "-"), "version": version}
+    nvcc = parts.get("cuda_nvcc", {}).get("version", "")
+    return json.dumps({"cuda": {"name": "CUDA SDK", "version": nvcc}, **parts}, indent=3, sort_keys=True) + "\n"
 
 
 _NOT_HEADERS = {"__init__.py", "__pycache__"}   # the wheels' Python package markers
@@ -117,7 +159,7 @@ def _template(templates: Path, layout: dict[str, str | None]) -> Path | None:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         for rel, text in layout.items():
-            (tmp / rel).mkdir() if text is None else os.symlink(text, tmp / rel)
+            (tmp / rel).mkdir() if text is None else _make(tmp / rel, text)
         (tmp / ".complete").write_text("")
         try:
             os.rename(tmp, final)

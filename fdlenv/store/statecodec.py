@@ -20,6 +20,9 @@ PATH_LISTS = ("PATH", "LD_LIBRARY_PATH", "LIBRARY_PATH", "CPATH", "PKG_CONFIG_PA
               "CMAKE_PREFIX_PATH", "PYTHONPATH", "MANPATH", "XDG_DATA_DIRS")
 STATE = "_FDLENV_STATE"
 ROCM_VARS = ("ROCM_PATH", "HIP_PATH", "HSA_PATH")   # what the host ROCm lib dir is read from
+# An activation's defaults: set only where the base has no (or an empty) value, so a user's
+# own stands, on the slow path and in a replayed memo alike (a toolkit env's arch list).
+DEFAULTS = ("TORCH_CUDA_ARCH_LIST",)
 
 
 def join(parts: Iterable[str]) -> str:
@@ -35,11 +38,14 @@ def join(parts: Iterable[str]) -> str:
 
 def apply(unset: Iterable[str], sets: Iterable[tuple[str, str]], base: Mapping[str, str]) -> dict[str, str]:
     """`base` with `unset` removed, then each of `sets` (VAR, value) set; SENTINEL in a value
-    stands for base's value of VAR (a path list: the result is de-duplicated)."""
+    stands for base's value of VAR (a path list: the result is de-duplicated); one of DEFAULTS
+    that base has is left as it is."""
     out = dict(base)
     for var in unset:
         out.pop(var, None)
     for var, value in sets:
+        if var in DEFAULTS and base.get(var):
+            continue
         if SENTINEL in value:
             value = join(value.replace(SENTINEL, base.get(var, "")).split(":"))
         out[var] = value

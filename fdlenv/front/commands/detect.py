@@ -106,9 +106,9 @@ def report(s, r) -> list[str]:
     from ...source.nvcc import cmake_toolkit_note, host_nvcc
     found = host_nvcc(dict(os.environ))
     lines.append("host CUDA toolkit: " + (f"{found[0]} (CUDA {found[1] or 'unknown'})" if found else "none")
-                 + "; cu126/cu128 envs carry their own CUDA_HOME for cargo builds")
+                 + "; cu126/cu128 envs carry their own CUDA_HOME for cargo builds, cu130 envs a whole CUDA 13 toolkit")
     cuda = variants.VARIANTS[r.variant].cuda if r.variant in variants.VARIANTS else None
-    if (note := cmake_toolkit_note(cuda or "12", dict(os.environ))):
+    if r.variant != "cu130" and (note := cmake_toolkit_note(cuda or "12", dict(os.environ))):   # cu130: its own nvcc
         lines.append(f"note: {note}")
     return lines
 

@@ -14,6 +14,7 @@ from ...base.progress import say
 EPILOG = """examples:
   fdlenv lock --libtorch cu128                   # envs/cu128.yml -> conda-lock.yml (others kept)
   fdlenv lock --libtorch cu126                   # from PyTorch's index -> cu126.conda-lock.yml
+  fdlenv lock --libtorch cu130 --envs envs       # a project's own env file (its own torch pin)
   fdlenv lock --libtorch cpu --platform linux-aarch64   # for another platform (markers for it)
   fdlenv lock --split                           # <variant>.conda-lock.yml, one per variant
   fdlenv lock --layer toolchain                 # add envs/toolchain.yml (conda-forge) to each variant
@@ -34,7 +35,7 @@ filled by `fdlenv pack libtorch`); --mirror NAME=URL maps any channel name.
 Platforms: the env file's `platforms:` (those --platform names, if any), else
 --platform, else this machine's.
 Each variant is solved for declared virtual packages (cu126: __cuda 12.6,
-cu128: __cuda 12.8, __glibc baseline), never this machine's GPU.
+cu128: __cuda 12.8, cu130: __cuda 13.0, __glibc baseline), never this machine's GPU.
 """
 
 

@@ -35,7 +35,7 @@ def add_parser(sub) -> None:
     ex.add_argument("dir", metavar="DIR", help="the mirror's root (made when missing)")
     ex.add_argument("--lock", metavar="FILE", action="append", help="a conda-lock file (repeatable)")
     ex.add_argument("--libtorch", metavar="V", action="append",
-                    help="only this variant (repeatable): cpu, cu126, cu128, rocm7.0, rocm7.1")
+                    help="only this variant (repeatable): cpu, cu126, cu128, cu130, rocm7.0, rocm7.1")
     ex.add_argument("--platform", metavar="P", action="append", help="only this platform (repeatable)")
     mirror_option(ex, "where the files are fetched from, as for realise (repeatable)")
     ex.add_argument("--json", action="store_true", help="print the result as one JSON object on stdout")

@@ -32,7 +32,7 @@ def add_parser(sub) -> None:
                          description=__doc__, epilog=EPILOG,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     lt.add_argument("--libtorch", "--variant", dest="variant", required=True, metavar="V",
-                    help="cpu, cu126 (12.6), cu128 (12.8), rocm7.0 (rocm70), rocm7.1 (rocm71) "
+                    help="cpu, cu126 (12.6), cu128 (12.8), cu130 (13.0), rocm7.0 (rocm70), rocm7.1 (rocm71) "
                          "(--variant is the older spelling)")
     lt.add_argument("--from", dest="source", required=True, metavar="PATH_OR_URL",
                     help="libtorch-shared-with-deps-*.zip or torch-*.whl, a path or URL")

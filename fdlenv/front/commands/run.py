@@ -9,7 +9,8 @@ Which env: `libtorch.choose` through `app.libtorch.settle`, preferring what is
 realised (no lock needed for a variant that is). Then the activation map, a build
 tree per variant (`buildtree`: cargo's target dir at the crate's root,
 `target/fdlenv-<variant>`, unless the user chose one), the host-nvcc note
-once per CUDA env (`source.nvcc.note_once`), the memo, the exec.
+once per CUDA env without its own toolkit, and every time CMD is CMake (`source.nvcc.note_once`;
+the memo's replay leaves CMake in a CUDA env to this path), the memo, the exec.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def _run(args, argv: list[str]) -> int:
     from ...hot.replay import exec_in
     from ...store.statecodec import restored
     from ...base.progress import say
-    from ...source.nvcc import note_once
+    from ...source.nvcc import note_once, runs_cmake
     from ...store import leases
     from ...store.activation import environ_for
 
@@ -75,7 +76,7 @@ def _run(args, argv: list[str]) -> int:
     own = restored(os.environ)   # the caller's environment, a shell activation undone
     environ = build_tree(environ_for(st.home, act), own, act.variant, os.getcwd())
     if act.env is not None:
-        if (note := note_once(st.home, act.env, own)):   # before the memo: said once
+        if (note := note_once(st.home, act.env, own, always=runs_cmake(argv))):   # once, and for CMake
             progress.note("run", note)
         leases.take(act.env.path)   # inherited through exec: env gc leaves the env while CMD runs
     memo.record(plan, st.home, act)

@@ -166,5 +166,5 @@ def test_recipe_refuses_a_token_that_would_sit_on_argv(capsys, tmp_path):
     args = parse(["recipe", "systemd", "--workdir", str(tmp_path), "--", "--token", "abc"])
     with pytest.raises(Fail) as e:
         args.func(args)
-    assert not e.value.retry and "--token-file" in e.value.message and "abc" not in e.value.message
+    assert e.value.exit_code == 2 and "--token-file" in e.value.message and "abc" not in e.value.message
     assert capsys.readouterr().out == ""

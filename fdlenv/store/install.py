@@ -29,6 +29,7 @@ from .. import __version__
 from ..base import atomic, flocks
 from ..names import variants
 from ..base.deadlines import join
+from ..base import errors
 from ..base.errors import Fail, os_failure
 from ..names.home import Home
 from ..base.progress import during, say
@@ -120,6 +121,7 @@ def build(home: Home, variant: str, key: str, records: list[Record], final: Path
     except BaseException as e:
         if worker is not None:
             worker.abandon()   # killed and reaped: it writes no marker after the ones removed here
+        errors.note_full(e, str(stage))   # blocks or inodes, read before the stage frees them
         _rmtree(stage)
         for leftover in (Path(str(stage) + ".ok"), Path(str(stage) + ".err")):
             leftover.unlink(missing_ok=True)

@@ -21,7 +21,7 @@ import threading
 from pathlib import Path
 
 from ..base.errors import Fail
-from ..base import hashing
+from ..base import errors, hashing
 from ..names.home import Home
 from ..lock.file import Record, mismatch
 from . import streamzip
@@ -128,6 +128,7 @@ def download(home: Home, r: Record, url: str, progress: Progress, stated: int | 
             raise
         except OSError as e:
             if getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT):
+                errors.note_full(e, str(part))   # blocks or inodes, read before the cleanup frees them
                 raise
             raise Fail.retry(f"download of {url} failed (the part is kept and resumed next time): {netread.why(e)}") from None
         if sha.sha256 != r.sha256:

@@ -279,7 +279,7 @@ def _stream(home: Home, r: Record, chunks: Iterable[bytes | memoryview], where: 
         try:
             unzip.finish()
         except streamzip.Malformed as e:
-            raise Fail.permanent(f"wheel {r.filename} is not a well-formed wheel: {e}") from None
+            raise Fail.permanent(f"wheel {r.filename} is not a well-formed wheel: {e}; refusing it") from None
         wheelfile.check_record(r, tmp, unzip.sizes)
         check(r, tmp, unzip.sizes)
         tmp.mkdir(parents=True, exist_ok=True)   # a wheel with nothing to install still gets its entry

@@ -379,3 +379,25 @@ def test_an_index_naming_a_wheel_with_climbing_slashes_is_refused_and_nothing_is
     assert "bashrc" in errors[0] and "nothing was locked" in errors[0]
     assert not (home / "lockfiles").exists() or not list((home / "lockfiles").iterdir())
     assert not (home / "envs").exists() or not list((home / "envs").iterdir())
+
+
+def test_what_a_killed_export_left_in_dir_is_swept_by_the_next_and_a_live_exports_files_are_kept(tmp_path, upstream):
+    """An export killed by SIGKILL leaves its temporary files in the served tree (`.index.html.PID`,
+    `.X.whl.metadata.PID`, `.X.whl.PID.part`, `.fdlenv-export.json.PID`); the next export removes
+    those of a PID that is gone and keeps those of one still running."""
+    home, root = tmp_path / "h", tmp_path / "mirror"
+    fdlenv("env", "realize", "--libtorch", "cpu", *upstream_flags(upstream), "--home", str(home), check=True)
+    lock = str(home / "lockfiles" / "cpu.conda-lock.yml")
+    export = ["mirror", "export", "--lock", lock, *upstream_flags(upstream), "--home", str(home), str(root)]
+    fdlenv(*export, check=True)
+    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = int(child.stdout)                      # reaped: no process has it now (a later one may)
+    wheel = next(root.rglob("*.whl"))
+    left = [wheel.parent / "torch" / f".index.html.{dead}", wheel.parent / f".{wheel.name}.metadata.{dead}",
+            wheel.parent / f".{wheel.name}.{dead}.part", root / f".fdlenv-export.json.{dead}"]
+    live = wheel.parent / "torch" / f".index.json.{os.getpid()}"      # this test's process: alive
+    for f in [*left, live]:
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text("half\n")
+    fdlenv(*export, check=True)
+    assert [f for f in left if f.exists()] == [] and live.exists()

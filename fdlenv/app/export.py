@@ -53,7 +53,7 @@ def _sweep(out: Path) -> None:
 
     global _LEFTOVER
     _LEFTOVER = _LEFTOVER or re.compile(r"\..+\.([0-9]+)(\.part)?")
-    for folder, dirs, files in os.walk(out):
+    for folder, _dirs, files in os.walk(out):
         for name in files:
             m = _LEFTOVER.fullmatch(name)
             if m is None or int(m.group(1)) == os.getpid() or _alive(int(m.group(1))):

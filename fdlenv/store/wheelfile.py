@@ -173,7 +173,7 @@ def check_record(r: Record, root: Path, sizes: dict[str, int]) -> None:
             raise Fail.permanent(f"wheel {r.filename}: RECORD states {size or 'no size'}"
                                  f"{' bytes' if size else ''} for {name!r}, the wheel holds {sizes[name]} bytes; "
                                  "refusing it")
-    unsigned = {record, record + ".jws", record + ".p7s"}
+    unsigned = {record, f"{record}.jws", f"{record}.p7s"}
     unlisted = sorted(n for n in sizes if n not in listed and n not in unsigned and not n.endswith("/"))
     if unlisted:
         raise Fail.permanent(f"wheel {r.filename} holds {unlisted[0]!r}"

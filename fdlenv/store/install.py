@@ -214,6 +214,8 @@ def _install(home: Home, worker: WorkerProcess | None, archives: list[Archive], 
             raise failures[0]
         if not marker.exists():
             if not err.exists():
+                if os.statvfs(err.parent).f_favail == 0:   # no inode left even for its report
+                    raise OSError(errno.ENOSPC, "no inode left for the install worker's report")
                 raise Fail.retry(f"the install worker for {variant} died (exit {returncode}); "
                                  "nothing was published, retry")
             try:

@@ -11,10 +11,12 @@ The same index is read by fdlenv's resolver and by `uv pip compile`
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import html
 import urllib.parse
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +33,8 @@ class Release:
     metadata: bytes | None = None   # other METADATA than this release's own (a lying index)
     sha256: str | None = None       # another `#sha256=` than the file's
     own: bytes | None = None        # the wheel's own METADATA, when not what the index serves of it
+    unlisted: dict[str, bytes] | None = None    # members the wheel holds and its RECORD does not list
+    rewrite: Callable[[bytes], bytes] | None = None   # the wheel's bytes as served (before hashing)
 
 
 def metadata(name: str, r: Release) -> bytes:
@@ -53,12 +57,16 @@ def lay_out(root: Path, projects: dict[str, list[Release]]) -> Path:
             dist = f"{name.replace('-', '_')}-{r.version}"
             path = files / f"{dist}-py3-none-any.whl"
             meta = metadata(name, r)
+            members = {f"{dist}.dist-info/METADATA": r.own if r.own is not None else meta,
+                       f"{dist}.dist-info/WHEEL":
+                           b"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+            record = "".join(f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(b).digest()).rstrip(b'=').decode()},"
+                             f"{len(b)}\n" for n, b in members.items()) + f"{dist}.dist-info/RECORD,,\n"
             with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
-                z.writestr(zipfile.ZipInfo(f"{dist}.dist-info/METADATA", (1980, 1, 1, 0, 0, 0)),
-                           r.own if r.own is not None else meta)
-                z.writestr(zipfile.ZipInfo(f"{dist}.dist-info/WHEEL", (1980, 1, 1, 0, 0, 0)),
-                           "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
-                z.writestr(zipfile.ZipInfo(f"{dist}.dist-info/RECORD", (1980, 1, 1, 0, 0, 0)), "")
+                for n, b in {**members, **(r.unlisted or {}), f"{dist}.dist-info/RECORD": record.encode()}.items():
+                    z.writestr(zipfile.ZipInfo(n, (1980, 1, 1, 0, 0, 0)), b)
+            if r.rewrite is not None:
+                path.write_bytes(r.rewrite(path.read_bytes()))
             served = r.metadata if r.metadata is not None else meta
             Path(str(path) + ".metadata").write_bytes(served)
             msha = hashlib.sha256(served).hexdigest()

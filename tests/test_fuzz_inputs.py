@@ -189,3 +189,118 @@ def test_lock_check_refuses_a_malformed_lock_with_one_error(tmp_path, body, word
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-800:]
     last = res.stderr.strip().splitlines()[-1]
     assert last.startswith("error: --out") and words in last
+
+
+# ------------------------------------------------------------------ issue 48: names, bounds, RECORD
+
+def _one_line(e: BaseException) -> None:
+    assert "\n" not in str(e) and str(e), repr(e)
+
+
+HOSTILE_NAMES = ["torch-2.10.0+cpu-1/../../../../../bashrc-cp312-cp312-linux_x86_64.whl",
+                 "torch-2.10.0+cpu-1%2F..%2F..%2Fbashrc-cp312-cp312-linux_x86_64.whl",
+                 "torch-2.10.0+cpu-1%252F..%252Fbashrc-cp312-cp312-linux_x86_64.whl",
+                 "torch-2.10.0-1%5C..%5Cx-cp312-cp312-linux_x86_64.whl", "..", "%2E%2E", "other-1.0-py3-none-any.whl",
+                 "torch-1." + "9" * 5000 + "-py3-none-any.whl", "torch-2.10.0-py3-none-any.whl",
+                 "torch-2.10.0-cp312-cp312-manylinux_2_28_x86_64.whl", "torch-2.10.0.tar.gz", "torch-\x00.whl"]
+hostile_html = st.lists(st.builds(
+    lambda name, href, extra: f'<a href="{href or name}" {extra}>{name}</a>',
+    st.one_of(st.sampled_from(HOSTILE_NAMES), st.text(max_size=40)),
+    st.one_of(st.just(""), st.sampled_from(["../../x/../../y.whl", "/a/%2e%2e/b.whl", "http://h/a/../b.whl",
+                                            "https://h/" + "x" * 9000])),
+    st.sampled_from(["", 'data-requires-python=">=3.' + "1" * 100 + '"', "data-requires-python='>=3.8'",
+                     'data-core-metadata="sha256=zz"'])), max_size=6).map("".join)
+
+
+@BUDGET
+@given(body=hostile_html)
+def test_a_hostile_project_page_is_read_or_refused_in_one_line_naming_the_index(body):
+    """Issue 48: a page is bounded and each name checked before it is used; a refusal is one
+    permanent line naming the index and the project; what is kept is a wheel of torch."""
+    from fdlenv.index import checked
+
+    raw = body.encode("utf-8", "surrogatepass")
+    try:
+        kept = checked.parsed(raw, False, "https://index.example/simple", "torch",
+                              lambda _: simpleapi._from_html(raw, "https://index.example/simple/torch/"))
+    except Fail as e:
+        _one_line(e)
+        assert not e.transient and "https://index.example/simple" in e.message
+        return
+    for f in kept:
+        assert "/" not in f.filename and "\\" not in f.filename and f.filename not in (".", "..")
+        if f.filename.endswith(".whl"):
+            assert f.filename.startswith("torch-")
+
+
+@BUDGET
+@given(doc=st.fixed_dictionaries({"files": st.lists(st.fixed_dictionaries({
+    "filename": st.one_of(st.sampled_from(HOSTILE_NAMES), values),
+    "url": st.one_of(st.sampled_from(["t.whl", "../../../etc/passwd", "/x/%2e%2e/y"]), values),
+    "requires-python": st.one_of(st.none(), values, st.just(">=3." + "7" * 5000))}), max_size=5)}))
+def test_a_hostile_json_page_is_read_or_refused_in_one_line(doc):
+    from fdlenv.index import checked
+
+    raw = json.dumps(doc).encode()
+    try:
+        checked.parsed(raw, True, "https://index.example/simple", "torch",
+                       lambda _: simpleapi._from_json(raw, "https://index.example/simple/torch/", "page"))
+    except Fail as e:
+        _one_line(e)
+
+
+@BUDGET
+@given(lines=st.lists(st.one_of(
+    st.sampled_from(["Requires-Dist: c==1." + "9" * 20000, "Requires-Dist: c>=1.0", "Version: 1." + "0" * 5000,
+                     "Requires-Python: >=3." + "8" * 4400, "Requires-Dist: c (>=1.0)"]),
+    st.text(alphabet=st.sampled_from(list("Requires-Dist: c=<>!~.0123456789;[]()'\" ")), max_size=60)), max_size=6))
+def test_metadata_of_any_size_is_read_or_refused_in_one_line(lines):
+    from fdlenv.index.provider import Meta, requirements_of
+
+    body = ("Metadata-Version: 2.1\nName: a\nVersion: 1.0\n" + "\n".join(lines) + "\n").encode()
+    try:
+        meta = Meta(body, "a-1.0-py3-none-any.whl")
+        list(requirements_of(meta, (), {"python_version": "3.12", "sys_platform": "linux"}))
+    except Fail as e:
+        _one_line(e)
+
+
+def _recorded_wheel() -> bytes:
+    """A wheel whose RECORD lists each member with its size, as real ones do."""
+    members = {"w/__init__.py": b"X = 1\n" * 50, "w/lib/libw.so": bytes(range(256)) * 20,
+               "w-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: w\nVersion: 1.0\n"}
+    record = "".join(f"{n},,{len(b)}\n" for n, b in members.items()) + "w-1.0.dist-info/RECORD,,\n"
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        for n, b in {**members, "w-1.0.dist-info/RECORD": record.encode()}.items():
+            z.writestr(n, b)
+    return out.getvalue()
+
+
+RECORDED = _recorded_wheel()
+
+
+@BUDGET
+@given(changes=st.lists(st.tuples(st.integers(0, len(RECORDED) - 1), st.integers(0, 255)), min_size=1, max_size=12),
+       step=st.integers(1, 4096))
+def test_a_mutated_wheel_is_extracted_with_its_record_agreeing_or_refused_in_one_line(tmp_path_factory, changes, step):
+    """Issue 48: the stream reader, then RECORD both ways; a mutation is accepted only where every
+    member is listed with the size extracted, else refused in one line."""
+    data = bytearray(RECORDED)
+    for at, byte in changes:
+        data[at] = byte
+    root = tmp_path_factory.mktemp("r")
+    unzip = streamzip.StreamUnzip(root, wheelfile.place)
+    r = Record("pip", "w", "1.0", "", "https://index.example/w-1.0-py3-none-any.whl", "0" * 64, None, "linux-64")
+    try:
+        for i in range(0, len(data), step):
+            unzip.feed(bytes(data[i:i + step]))
+        unzip.finish()
+        wheelfile.check_record(r, root, unzip.sizes)
+    except (streamzip.Malformed, streamzip.Unsupported, streamzip.Escape, Fail) as e:
+        _one_line(e)
+        return
+    finally:
+        unzip.close()
+    listed = {ln.split(",")[0] for ln in (root / "site/w-1.0.dist-info/RECORD").read_text().splitlines()}
+    assert set(unzip.sizes) <= listed

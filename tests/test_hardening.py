@@ -187,6 +187,32 @@ def test_a_full_disk_error_that_names_no_file_names_the_home_not_the_working_dir
         assert "working directory" not in f.message
 
 
+@pytest.mark.parametrize("bulky", [True, False], ids=["with a bulky package", "small files only"])
+def test_a_home_out_of_inodes_is_told_apart_from_one_out_of_blocks(tmp_path, bulky):
+    """ENOSPC is both "no block" and "no inode": a realise into a home on a tmpfs with room
+    for 64 MiB but only a few dozen inodes says the inodes ran out (statvfs's f_favail),
+    with the count, never "no space left (N MiB free)", which sends the operator after
+    blocks that are there. Exit 1, one line, no debris, as for a full disk."""
+    w = make_world(tmp_path, extra=[Pkg("many", "1.0", files={f"share/many/f{i}": b"x" for i in range(80)}),
+                                    Pkg("bulky", "1.0", files={"share/bulk.bin": os.urandom(3 << 20)})])
+    write_env(w.envs, "cpu", ["flodl"], ["libtorch-cpu", "many"] + (["bulky"] if bulky else []))
+    lock_envs(w.envs, w.lock, home=w.home)
+    tmp_path.joinpath("few").mkdir()
+    with tmpfs(tmp_path / "few" / "inodes", "64m,nr_inodes=60") as few:
+        home = few / "home"
+        res = fdlenv("env", "realize", "--libtorch", "cpu", "--lock", str(w.lock), "--home", str(home))
+        line = one_error_line(res, 1, "no free inodes left", str(home), "inodes free")
+        assert "no space left" not in line and "MiB free" in line
+        assert not (home / "envs").exists() or not list((home / "envs").iterdir())
+    if not bulky:
+        return
+    with tmpfs(tmp_path / "few" / "blocks", "2m") as tiny:
+        home = tiny / "home"
+        errors_line = one_error_line(fdlenv("env", "realize", "--libtorch", "cpu", "--lock", str(w.lock),
+                                            "--home", str(home)), 1, "no space left", str(home))
+        assert "no free inodes" not in errors_line and "inodes free" not in errors_line
+
+
 def test_pack_on_a_full_disk_is_transient_and_leaves_no_partial_package(tmp_path):
     from test_pack_libtorch import official_zip
 

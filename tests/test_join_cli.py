@@ -160,7 +160,11 @@ def test_the_redial_path_does_not_import_paramiko():
     assert out.stdout.strip() == "False"
 
 
-def test_recipe_warns_when_the_token_would_sit_on_argv(capsys, tmp_path):
+def test_recipe_refuses_a_token_that_would_sit_on_argv(capsys, tmp_path):
+    from fdlenv.base.errors import Fail
+
     args = parse(["recipe", "systemd", "--workdir", str(tmp_path), "--", "--token", "abc"])
-    assert args.func(args) == 0
-    assert "warning: --token in ExecStart" in capsys.readouterr().err
+    with pytest.raises(Fail) as e:
+        args.func(args)
+    assert e.value.exit_code == 2 and "--token-file" in e.value.message and "abc" not in e.value.message
+    assert capsys.readouterr().out == ""

@@ -125,3 +125,46 @@ def test_a_metadata_member_stated_as_1_gib_is_refused_transient_and_never_inflat
     first, rss = out.stdout.splitlines()
     assert first.startswith("transient") and "over fdlenv's 4 MiB limit" in first, out.stdout
     assert int(rss.split()[1]) < 200 * 1024, out.stdout      # KiB: the member is 1 GiB inflated
+
+
+def test_a_requirement_with_a_20000_digit_version_is_one_permanent_error_naming_the_field(tmp_path):
+    """packaging turns the version into an int past Python's 4300-digit limit: it was a
+    "bug in fdlenv (ValueError ...)", exit 1. Bounded before it is parsed: exit 2, the field named."""
+    projects = {"a": [Release("1.0", ("c==1." + "9" * 20_000,))], "c": [Release("1.0")]}
+    with pytest.raises(Fail) as e:
+        lock(tmp_path, projects, "a")
+    assert not e.value.transient and "Requires-Dist" in e.value.message and "a-1.0" in e.value.message
+    assert "at most 1024 characters" in e.value.message and len(e.value.message) < 600
+
+
+@pytest.mark.parametrize("name, why", [
+    ("other-1.0-py3-none-any.whl", "a wheel of another project"),
+    ("c-1." + "1" * 5000 + "-py3-none-any.whl", "a file name of more than 255 bytes"),
+    ("c-1." + "1" * 100 + "-py3-none-any.whl", "version is out of bounds"),
+    ("c-1.0-py3-none-any.whl%00", "control character"),
+    ("..", "climbs"),
+], ids=["another-project", "long-name", "long-version", "nul", "dotdot"])
+def test_a_page_listing_a_name_that_is_not_the_projects_wheel_is_refused(tmp_path, name, why):
+    from helpers_simple_index import lay_out
+    from helpers_pytorch_index import Index
+
+    root = lay_out(tmp_path, {"c": [Release("1.0")]})
+    page = root / "simple" / "c" / "index.html"
+    page.write_text(page.read_text().replace("</body>", f'<a href="../../files/{name}">{name}</a></body>'))
+    with Index(root) as index, pytest.raises(Fail) as e:
+        resolve_versions(["c"], index.simple, "linux-64")
+    assert not e.value.transient and why in e.value.message and "the page of 'c'" in e.value.message
+
+
+def test_a_page_listing_more_files_than_the_cap_is_refused_before_it_is_parsed(tmp_path):
+    from helpers_simple_index import lay_out
+    from helpers_pytorch_index import Index
+    from fdlenv.index.checked import MAX_FILES
+
+    root = lay_out(tmp_path, {"c": [Release("1.0")]})
+    links = "".join(f'<a href="../../files/c-1.0.{i}-py3-none-any.whl">c-1.0.{i}-py3-none-any.whl</a>\n'
+                    for i in range(2 * MAX_FILES))
+    (root / "simple" / "c" / "index.html").write_text(f"<html><body>{links}</body></html>")
+    with Index(root) as index, pytest.raises(Fail) as e:
+        resolve_versions(["c"], index.simple, "linux-64")
+    assert not e.value.transient and f"more than the {MAX_FILES} fdlenv reads" in e.value.message

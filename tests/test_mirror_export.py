@@ -335,10 +335,11 @@ def _tree(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def _hostile_torch_page(root: Path) -> None:
+def _hostile_torch_page(root: Path, climb: str = "%2F..") -> None:
     """PyTorch's cpu index with torch's page replaced: its wheel listed under a build tag of
-    quoted climbing slashes (`1%2F..` five times, `%2Fbashrc`: a name packaging parses), and once
-    more, yanked, by the unquoted name its href ends in, where the server serves the bytes."""
+    quoted climbing slashes (`1%2F..` five times, `%2Fbashrc`: a name packaging parses; `climb`
+    spells each step), and once more, yanked, by the unquoted name its href ends in, where the
+    server serves the bytes."""
     import hashlib
     import html
 
@@ -346,7 +347,7 @@ def _hostile_torch_page(root: Path) -> None:
 
     whl = lay_out(root, build(root))
     name = "torch-2.10.0+cpu-cp312-cp312-manylinux_2_28_x86_64.whl"
-    quoted = name.replace("+cpu-", "+cpu-1" + "%2F.." * 5 + "%2Fbashrc-")
+    quoted = name.replace("+cpu-", "+cpu-1" + climb * 5 + climb[:-2] + "bashrc-")
     data = (whl / "cpu" / name).read_bytes()
     served = whl.parent / "bashrc-cp312-cp312-manylinux_2_28_x86_64.whl"
     served.write_bytes(data)     # where the server's path rules (unquote, normpath) put the href
@@ -358,30 +359,45 @@ def _hostile_torch_page(root: Path) -> None:
         f'<a href="{href}" data-yanked="">mirror</a><br/>\n')
 
 
-def test_an_index_naming_a_wheel_with_climbing_quoted_slashes_cannot_make_export_write_outside_dir(tmp_path):
-    """A real lock of the hostile page records the quoted name, whose unquoted slashes climbed out
-    of DIR: the export is refused, one error line, and the canaries beside DIR (the wheel's
-    landing place and the page written beside it) are untouched."""
+@pytest.mark.parametrize("climb", ["%2F..", "%252F..", "/..", "%5C..", "\\.."])
+def test_an_index_naming_a_wheel_with_climbing_slashes_is_refused_and_nothing_is_locked(tmp_path, climb):
+    """A page listing torch's wheel under a name that climbs (slashes plain, quoted once or twice,
+    backslashes): the realise that would lock it on demand is exit 2 with one line naming the
+    index, the project and the name, and the home holds no lock and no env (it used to save the
+    climbing name into the on-demand lock, then fail realise as a lagging mirror, exit 1)."""
     from helpers_pytorch_index import Index
 
     root = tmp_path / "hostile"
-    _hostile_torch_page(root)
-    work = tmp_path / "work"               # what sits beside DIR: the canaries and nothing else
-    work.mkdir()
-    canaries = [work / "bashrc-cp312-cp312-manylinux_2_28_x86_64.whl", work / "index.html"]
-    for canary in canaries:
-        canary.write_text("the user's own\n")
+    _hostile_torch_page(root, climb)
     with Index(root) as idx:
         home = tmp_path / "h"
-        fdlenv("env", "realize", "--libtorch", "cpu", "--mirror", f"pytorch={idx.url}", "--home", str(home), check=True)
-        lock = home / "lockfiles" / "cpu.conda-lock.yml"
-        text = lock.read_text()                                # the lock holds the index's climbing name
-        assert "%2F..%2F.." in text or "/../../" in text, text
-        before = _tree(work)
-        res = fdlenv("mirror", "export", "--lock", str(lock), "--mirror", f"pytorch={idx.url}", "--home", str(home),
-                     str(work / "mirror"))
-    print(res.stderr.strip().splitlines()[-1])
-    assert [c.read_bytes() for c in canaries] == [b"the user's own\n"] * 2
-    assert {k: v for k, v in _tree(work).items() if not k.startswith("mirror/")} == before
-    assert res.returncode == 2 and res.stderr.count("error:") == 1 and "Traceback" not in res.stderr, res.stderr
-    assert "torch" in res.stderr and "climbs out" in res.stderr
+        res = fdlenv("env", "realize", "--libtorch", "cpu", "--mirror", f"pytorch={idx.url}", "--home", str(home))
+    errors = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
+    assert res.returncode == 2 and len(errors) == 1 and "Traceback" not in res.stderr, res.stderr
+    print(errors[0])
+    assert f"wheel index {idx.url}/cpu: the page of 'torch' lists a file name" in errors[0]
+    assert "bashrc" in errors[0] and "nothing was locked" in errors[0]
+    assert not (home / "lockfiles").exists() or not list((home / "lockfiles").iterdir())
+    assert not (home / "envs").exists() or not list((home / "envs").iterdir())
+
+
+def test_what_a_killed_export_left_in_dir_is_swept_by_the_next_and_a_live_exports_files_are_kept(tmp_path, upstream):
+    """An export killed by SIGKILL leaves its temporary files in the served tree (`.index.html.PID`,
+    `.X.whl.metadata.PID`, `.X.whl.PID.part`, `.fdlenv-export.json.PID`); the next export removes
+    those of a PID that is gone and keeps those of one still running."""
+    home, root = tmp_path / "h", tmp_path / "mirror"
+    fdlenv("env", "realize", "--libtorch", "cpu", *upstream_flags(upstream), "--home", str(home), check=True)
+    lock = str(home / "lockfiles" / "cpu.conda-lock.yml")
+    export = ["mirror", "export", "--lock", lock, *upstream_flags(upstream), "--home", str(home), str(root)]
+    fdlenv(*export, check=True)
+    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = int(child.stdout)                      # reaped: no process has it now (a later one may)
+    wheel = next(root.rglob("*.whl"))
+    left = [wheel.parent / "torch" / f".index.html.{dead}", wheel.parent / f".{wheel.name}.metadata.{dead}",
+            wheel.parent / f".{wheel.name}.{dead}.part", root / f".fdlenv-export.json.{dead}"]
+    live = wheel.parent / "torch" / f".index.json.{os.getpid()}"      # this test's process: alive
+    for f in [*left, live]:
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text("half\n")
+    fdlenv(*export, check=True)
+    assert [f for f in left if f.exists()] == [] and live.exists()

@@ -260,3 +260,29 @@ def test_a_moved_home_works_with_run_and_shell_hook_and_verify_reports_and_repai
     assert fixed.returncode == 0, fixed.stderr
     assert os.readlink(again / "libtorch" / "precompiled" / "cpu") == f"../../envs/{name}/libtorch"
     assert fdlenv("env", "verify", env=env).returncode == 0
+
+
+# Values a shell must read back byte for byte from shell-hook's output: a leading `=` (zsh's
+# command lookup `=word`), `~` (tilde expansion, also after `:` and `=`), `-`, the empty string,
+# and the shells' other specials.
+ROUND_TRIP = ("=ls", "=nocmd", "=", "==x", "a=b", "=~", "~", "~root", "~/x", "a:~/x", "x=~/y", "-", "-e",
+              "--", "-n", "", " ", "a b", "'", "''", '"', "\\", "\\n", "$HOME", "${HOME}", "`id`", "$(id)",
+              "*", "?", "[a]", "{a,b}", "!", "!!", "#x", "%", "^x", "a;b", "a|b", "a&b", "<x>", "\t",
+              "\n", "x\ny", "é", "=é", "~\n=")
+
+
+@pytest.mark.parametrize("name", SHELLS)
+def test_every_value_is_read_back_byte_exact_by_each_real_shell(name, tmp_path):
+    """What `render` prints, evaluated by the real shell with no profile, then `env -0`: every
+    value as given, and the script goes on past it (zsh's `=nocmd` used to abort the eval)."""
+    from fdlenv.base.shells import render
+
+    values = {f"FDLENV_RT_{i}": v for i, v in enumerate(ROUND_TRIP)}
+    hook = tmp_path / "hook"
+    hook.write_text(render(_flag(name), values))
+    src = f"source {hook}" if name == "fish" else f". {hook}"
+    res = _run_shell(name, f"{src}\nenv -0 > {tmp_path / 'd'}.0\necho went-on\n",
+                     {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "LANG": "C.UTF-8"}, tmp_path)
+    assert res.returncode == 0 and res.stdout == "went-on\n", res.stderr
+    got = _dumps(tmp_path / "d")[0]
+    assert {k: got.get(k) for k in values} == values

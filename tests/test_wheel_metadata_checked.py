@@ -108,3 +108,81 @@ def test_a_native_wheel_the_metadata_requires_must_be_an_edge_the_lock_records_a
                 b"Requires-Dist: nvidia-b-cu12<2; platform_machine == 'aarch64'\n", "torch")
     assert check.differences(torch, meta) == [
         "it requires nvidia-b-cu12>=2, which the lock does not record as its dependency"]
+
+
+# ------------------------------------------------------------------ RECORD both ways, one zip
+
+def _streamed(data: bytes) -> bytes:
+    """The same members written through a stream zipfile cannot seek back in: each deflated
+    member's sizes come after its data, in a data descriptor (as a streaming builder writes)."""
+    import io
+    import zipfile
+
+    class Unseekable(io.RawIOBase):
+        def __init__(self) -> None:
+            self.out = bytearray()
+
+        def writable(self) -> bool:
+            return True
+
+        def write(self, b) -> int:
+            self.out += b
+            return len(b)
+
+    sink = Unseekable()
+    with zipfile.ZipFile(io.BytesIO(data)) as src, zipfile.ZipFile(sink, "w", zipfile.ZIP_DEFLATED) as z:
+        for info in src.infolist():
+            z.writestr(zipfile.ZipInfo(info.filename, info.date_time), src.read(info), zipfile.ZIP_DEFLATED)
+    return bytes(sink.out)
+
+
+def _descriptor_lies(data: bytes) -> bytes:
+    """The first data descriptor states one byte more than its member holds."""
+    import struct
+
+    data = bytearray(_streamed(data))
+    at = data.index(b"PK\x07\x08") + 12          # signature, crc, compressed size: then the size
+    struct.pack_into("<I", data, at, struct.unpack_from("<I", data, at)[0] + 1)
+    return bytes(data)
+
+
+def _central_lies(data: bytes) -> bytes:
+    """The central directory states one byte more for the first member than its local header."""
+    import struct
+
+    data = bytearray(data)
+    at = data.index(b"PK\x01\x02") + 24          # the central record's uncompressed size
+    struct.pack_into("<I", data, at, struct.unpack_from("<I", data, at)[0] + 1)
+    return bytes(data)
+
+
+def test_a_wheel_holding_a_member_its_record_does_not_list_is_exit_2_and_nothing_is_published(tmp_path):
+    """PEP 376/627: RECORD lists every file. A member it leaves out would be installed
+    unchecked (and pass `env verify --full`): refused at extraction, nothing published."""
+    home, lock, index = locked(tmp_path, {"c": [Release("1.0", unlisted={"c/evil.py": b"import os\n"})]}, "c")
+    with index:
+        res = realise(home, lock, index)
+    assert res.returncode == 2, res.stderr
+    (line,) = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
+    print(line)
+    assert "c-1.0-py3-none-any.whl holds 'c/evil.py', which its RECORD does not list" in line
+    assert "Traceback" not in res.stderr and nothing_realised(home, "c-1.0")
+
+
+def test_a_streamed_wheel_realises_and_one_whose_descriptor_or_central_directory_lies_is_exit_2(tmp_path):
+    """Sizes after the data (a data descriptor) are read, not skipped: one that states another
+    size than the member holds, or a central directory that states another size than the local
+    header, is a zip two readers read two ways: exit 2, nothing published."""
+    home, lock, index = locked(tmp_path / "ok", {"c": [Release("1.0", rewrite=_streamed)]}, "c")
+    with index:
+        assert realise(home, lock, index).returncode == 0
+    for name, rewrite, said in (("descriptor", _descriptor_lies, "its data descriptor states"),
+                                ("central", _central_lies, "the central directory states")):
+        home, lock, index = locked(tmp_path / name, {"c": [Release("1.0", rewrite=rewrite)]}, "c")
+        with index:
+            res = realise(home, lock, index)
+        assert res.returncode == 2, res.stderr
+        (line,) = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
+        print(line)
+        assert "c-1.0-py3-none-any.whl" in line and said in line and "refusing it" in line
+        assert "Traceback" not in res.stderr and nothing_realised(home, "c-1.0")

@@ -208,6 +208,26 @@ def test_verify_checks_wheel_files_against_their_record_and_repair_restores_them
     assert lib.read_text() == "c10"
 
 
+def test_verify_full_does_not_pass_a_file_in_a_wheels_package_that_its_record_does_not_list(world):
+    """A member RECORD does not list is refused at extraction; one planted in the env later (or
+    kept from an extraction before that check) is a problem of the wheel under `verify --full`,
+    and a repair removes it."""
+    home, lock, url, _ = world
+    env = json.loads(realise(home, lock, url).stdout)
+    (site,) = Path(env["path"]).glob("lib/python3.*/site-packages")
+    planted = site / "torch" / "evil.py"
+    planted.write_text("import os\n")
+    (site / "torch" / "__pycache__").mkdir(exist_ok=True)
+    (site / "torch" / "__pycache__" / "x.cpython-312.pyc").write_bytes(b"\0")   # Python's own, not a problem
+    res = fdlenv("env", "verify", "cu128", "--home", str(home.root), "--full", "--json")
+    assert res.returncode == 2, res.stdout + res.stderr
+    problems = json.loads(res.stdout)["envs"][0]["problems"]
+    assert [(p["path"], p["what"], p["package"]) for p in problems] == [("torch/evil.py", "not in its wheel's RECORD", "torch")]
+    fixed = fdlenv("env", "verify", "cu128", "--home", str(home.root), "--full", "--repair", "--mirror", f"pypi={url}")
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert not planted.exists()
+
+
 def test_verify_full_reports_every_flipped_file_whichever_core_hashes_it_largest_first(world):
     home, lock, url, _ = world
     env = json.loads(realise(home, lock, url).stdout)

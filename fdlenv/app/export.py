@@ -20,7 +20,9 @@ Order, per file: already there with its recorded sha256 and size -> kept (an
 export of an unchanged lock copies nothing); else fetched from where the
 box's own settings say it is served, hashed while it streams, refused unless
 the sha256 is the lock's, renamed into place; then the pages are rewritten
-from the whole record (a grown lock adds to the mirror, never drops).
+from the whole record (a grown lock adds to the mirror, never drops). First of
+all, what an export killed by SIGKILL left (its `.NAME.PID` and `.NAME.PID.part`
+temporary files, PID gone) is swept from DIR.
 """
 
 from __future__ import annotations
@@ -39,6 +41,39 @@ from ..base.progress import say
 RECORD = ".fdlenv-export.json"
 
 
+_LEFTOVER = None   # compiled on first use: `.NAME.PID` (atomic.write_text) or `.NAME.PID.part` (_copy)
+
+
+def _sweep(out: Path) -> None:
+    """Remove what an export killed by SIGKILL left in `out`: its temporary files, named
+    `.NAME.PID` (pages, `.metadata`, the record: atomic.write_text) or `.NAME.PID.part` (a
+    download), whose PID is no live process. Another export running in `out` now keeps its
+    own; nothing is followed through a link."""
+    import re
+
+    global _LEFTOVER
+    _LEFTOVER = _LEFTOVER or re.compile(r"\..+\.([0-9]+)(\.part)?")
+    for folder, _dirs, files in os.walk(out):
+        for name in files:
+            m = _LEFTOVER.fullmatch(name)
+            if m is None or int(m.group(1)) == os.getpid() or _alive(int(m.group(1))):
+                continue
+            try:
+                os.unlink(os.path.join(folder, name))
+            except FileNotFoundError:
+                pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:   # another user's live process
+        return True
+    return True
+
+
 def export(home, lock_files: list[Path], variants: list[str] | None, platforms: list[str] | None,
            mirrors: dict[str, str], out: Path) -> dict:
     """Copy what `lock_files` name for `variants` (default: every one each holds) into `out`."""
@@ -47,6 +82,7 @@ def export(home, lock_files: list[Path], variants: list[str] | None, platforms: 
         raise Fail.permanent("mirror export: the locks hold nothing for the variants and platforms asked "
                              f"({', '.join(map(str, lock_files)) or 'no lock found'})")
     out.mkdir(parents=True, exist_ok=True)
+    _sweep(out)
     done = _load(out)
     pip = [r for r in records if pipindex.is_entry_url(r.url)]
     conda = [r for r in records if r.manager == "conda"]

@@ -9,7 +9,8 @@ Exit codes: 0 ok, 1 transient (retrying may help), 2 permanent (it cannot), 130 
 An `OSError` that reaches a boundary (the CLI, prepare, the store's install)
 becomes a `Fail` through `os_failure`, one rule everywhere: a full disk or
 quota (ENOSPC, EDQUOT) is transient and names the place and its free space
-(the file, else the recorded home: a failed write names no file);
+(the file, else the recorded home: a failed write names no file), and whether
+the blocks or the inodes ran out (statvfs's f_favail);
 what no retry fixes (permission, read-only filesystem, a path that is not
 what it should be) is permanent; anything else (I/O errors, too many open
 files, a vanished file) is transient. A permission or read-only failure on a
@@ -80,14 +81,35 @@ _PERMANENT = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EISDI
               errno.ELOOP, errno.EINVAL)
 
 
-def _free_mib(path: str) -> str:
+def _full(path: str) -> tuple[str, str]:
+    """(what ran out, what is left) on the device holding `path`. ENOSPC means no block or no
+    inode; statvfs tells which: no inode left (f_favail 0 of a nonzero f_files), else no
+    block left, else (a reading taken after the run's cleanup freed some of both) the one
+    with the smaller share left. A filesystem with no inode count (f_files 0) can only be
+    out of blocks."""
     while path and not os.path.exists(path):
         path = os.path.dirname(path)
     try:
         st = os.statvfs(path or "/")
-        return f"{st.f_bavail * st.f_frsize // (1 << 20)} MiB free"
     except OSError:
-        return "free space unknown"
+        return "no space left", "free space unknown"
+    free = f"{st.f_bavail * st.f_frsize // (1 << 20)} MiB free"
+    inodes = st.f_files > 0 and (
+        st.f_favail == 0 or (st.f_bavail > 0 and st.f_blocks > 0
+                             and st.f_favail / st.f_files < st.f_bavail / st.f_blocks))
+    if inodes:
+        return ("no free inodes left (too many files: the inodes ran out, not the bytes)",
+                f"{st.f_favail} of {st.f_files} inodes free, {free}")
+    return "no space left", free
+
+
+def note_full(e: BaseException, path: str) -> None:
+    """Read what ran out (blocks or inodes) now, while what failed is still on the disk: the
+    cleanup between here and `os_failure` frees what the run made, so a reading taken after
+    it can only compare what share of each is left. The first
+    reading of an exception stays; anything but ENOSPC/EDQUOT is left alone."""
+    if isinstance(e, OSError) and e.errno in _FULL and not hasattr(e, "fdlenv_full"):
+        e.fdlenv_full = _full(path)   # type: ignore[attr-defined]
 
 
 _DENIED = (errno.EACCES, errno.EPERM, errno.EROFS)
@@ -136,8 +158,11 @@ def os_failure(e: OSError, where: str | None = None) -> Fail:
     file the error names, else the home this process settled (a write's ENOSPC names no file)."""
     place = where or e.filename or (_HOME[0] if _HOME is not None else "the working directory")
     if e.errno in _FULL:
-        return Fail.retry(f"no space left on the device holding {place} ({_free_mib(str(place))}); "
-                          "nothing half-written was kept; free space there and retry")
+        what, left = getattr(e, "fdlenv_full", None) or _full(str(place))
+        return Fail.retry(f"{what} on the device holding {place} ({left}); "
+                          "nothing half-written was kept; free "
+                          + ("inodes (delete files) there, or choose a home on a filesystem with more, and retry"
+                             if what.startswith("no free inodes") else "space there and retry"))
     text = f"{e.strerror or e}" + (f": {e.filename}" if e.filename else "")
     if e.errno in _PERMANENT:
         way_out = home_way_out(e)

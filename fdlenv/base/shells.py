@@ -13,8 +13,10 @@ activate.d script, a foreign environment) is never printed.
 from __future__ import annotations
 
 SHELLS = ("bash", "zsh", "fish", "sh")
-# What a POSIX shell reads as is, unquoted (shlex.quote's set, without importing re).
-_PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_@%+=:,./-")
+# What every shell here reads as is, unquoted: shlex.quote's set without `=` (zsh reads an
+# unquoted word that begins with `=` as a command lookup, `=ls` -> /usr/bin/ls, and a
+# `=nocmd` aborts the eval; `~` is not in the set either, so it is always quoted).
+_PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_@%+:,./-")
 
 
 def valid_name(name: str) -> bool:
@@ -23,7 +25,8 @@ def valid_name(name: str) -> bool:
 
 
 def quote(value: str) -> str:
-    """`value` as a POSIX shell reads it back byte for byte (what shlex.quote prints)."""
+    """`value` as bash, zsh and sh read it back byte for byte: shlex.quote's form, except that
+    a value holding `=` is quoted too (zsh's `=word` expansion)."""
     if value and _PLAIN.issuperset(value):
         return value
     return "'" + value.replace("'", "'\"'\"'") + "'"

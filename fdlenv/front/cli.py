@@ -188,12 +188,22 @@ def _run_command_starts(head: list[str], i: int) -> bool:
 def main(argv: list[str] | None = None) -> int:
     global OWNS_PROCESS
     OWNS_PROCESS = argv is None  # run as the program, not called by a host process
-    if OWNS_PROCESS:   # malloc's policy is the program's, never a host's (fdlenv.base.memory)
+    if OWNS_PROCESS:
+        # The stop handler first, before anything slow (argparse and a command's imports take
+        # 0.1-0.15 s): a SIGTERM at any moment after this is 130, never the default's -15/143.
+        # The C module: `signal` itself builds its enums at import (1.5 ms on every command).
+        import _signal
+
+        _signal.signal(_signal.SIGINT, _first_interrupt)
+        _signal.signal(_signal.SIGTERM, _first_interrupt)
+        # malloc's policy is the program's, never a host's (fdlenv.base.memory)
         from ..base.memory import own_process
         own_process()
     try:
         rc = _main(list(sys.argv[1:] if argv is None else argv))
         sys.stdout.flush()
+    except KeyboardInterrupt:   # stopped before a command ran (parsing, importing it)
+        rc = _stopped()
     except BrokenPipeError:
         # stdout closed by its reader (`| head`): quiet, as a tool killed by SIGPIPE is,
         # and no second complaint when the interpreter flushes at exit.
@@ -220,6 +230,15 @@ def fail(message: str, code: int) -> int:
     --json, {"schema", "error", "exit"} on stdout."""
     from ..base.output import fail as told
     return told(message, code)
+
+
+def _stopped() -> int:
+    """The one line and 130 of a command stopped by Ctrl-C or SIGTERM."""
+    import _signal
+
+    term = _STOPPED_BY[:1] == [_signal.SIGTERM]
+    return fail("stopped by SIGTERM; nothing half-written was kept" if term else "interrupted",
+                EXIT_INTERRUPTED)
 
 
 def _first_interrupt(signum, frame) -> None:
@@ -280,22 +299,12 @@ def _main(argv: list[str]) -> int:
             fold_variant_alias(args)
         except Fail as f:
             return fail(f.message, f.exit_code)
-    if OWNS_PROCESS:
-        # The C module: `signal` itself builds its enums at import (1.5 ms on every command).
-        import _signal
-
-        _signal.signal(_signal.SIGINT, _first_interrupt)
-        _signal.signal(_signal.SIGTERM, _first_interrupt)
     try:
         return int(args.func(args) or 0)
     except Fail as f:
         return fail(f.message, f.exit_code)
     except KeyboardInterrupt:
-        import _signal
-
-        term = _STOPPED_BY[:1] == [_signal.SIGTERM]
-        return fail("stopped by SIGTERM; nothing half-written was kept" if term else "interrupted",
-                    EXIT_INTERRUPTED)
+        return _stopped()
     except BrokenPipeError:
         raise           # main() makes it quiet
     except OSError as e:

@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 from resolvelib import AbstractProvider
 
-from . import pipindex, simpleapi
+from . import checked, pipindex, simpleapi
 from ..base.deadlines import result as waited   # in slices: a stop handed to a reader is seen
 from ..base.errors import Fail
 from ..base.progress import say
@@ -86,10 +86,12 @@ class Meta:
         msg = BytesParser().parsebytes(body, headersonly=True)
         if not msg.get("Name") or not msg.get("Version"):
             raise Fail.permanent(f"wheel index: the metadata of {where} has no Name or Version")
-        self.name, self.version = str(msg["Name"]).strip(), str(msg["Version"]).strip()
-        self.requires_dist = [str(r) for r in msg.get_all("Requires-Dist") or []]
+        at = f"wheel index: the metadata of {where}"
+        self.name = checked.text(str(msg["Name"]).strip(), "Name", at)
+        self.version = checked.text(str(msg["Version"]).strip(), "Version", at)
+        self.requires_dist = [checked.text(str(r), "Requires-Dist", at) for r in msg.get_all("Requires-Dist") or []]
         rp = msg.get("Requires-Python")
-        self.requires_python = str(rp).strip() if rp else None
+        self.requires_python = checked.text(str(rp).strip(), "Requires-Python", at) if rp else None
         self.listing = listing or None   # the wheel's members, when it was read (no PEP 658 file)
 
 

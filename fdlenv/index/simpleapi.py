@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from ..base.errors import Fail
 from ..base.netread import fetch, open_url, read_all, retrying, why
 from ..base.netauth import shown
+from . import checked
 
 if TYPE_CHECKING:
     import zipfile
@@ -209,7 +210,8 @@ def _listing(base: str, project: str) -> tuple[list[IndexFile], int]:
         if e.transient:     # a page cut or too slow: the way there, as above
             raise Unreachable.at(page, e.message) from None
         raise
-    files = _from_json(body, final, page) if JSON_TYPE in ctype else _from_html(body, final)
+    files = checked.parsed(body, JSON_TYPE in ctype, base, project,   # bounded, every name checked
+                           lambda j: _from_json(body, final, page) if j else _from_html(body, final))
     scheme = urllib.parse.urlparse(final).scheme
     allowed = {"file", "http", "https"} if scheme == "file" else {scheme, "https"} & {"http", "https"}
     kept = [f for f in files if urllib.parse.urlparse(f.url).scheme in allowed]

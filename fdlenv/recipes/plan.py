@@ -15,6 +15,7 @@ import os
 from typing import NamedTuple
 
 from ..base.errors import Fail
+from ..config.token import CREDENTIAL
 from .systemd import GPU_GROUPS, check_name, check_path, present_groups
 
 TYPE_CHECKING = False
@@ -27,7 +28,7 @@ DEFAULT_MOUNT = "/flodl/data"      # flodl's mountpoint for a data_source withou
 class JoinFacts(NamedTuple):
     sshfs: bool = False
     home: str | None = None          # the fdlenv home a tail flag or fdl.yml names
-    token_in_clear: str | None = None   # "--token" or "join.token" when a token sits there
+    token_in_clear: str | None = None   # "join.token" when one sits there (a tail --token is refused)
     token_file_in_tail: bool = False
     mountpoint: str | None = None    # where an sshfs:// source mounts (data_path, /flodl/data)
 
@@ -43,9 +44,28 @@ def tail_value(tail: list[str], flag: str) -> str | None:
     return found
 
 
+def refuse_token(tail: list[str]) -> None:
+    """A recipe never carries a token: `--token S` or `--token=S` anywhere in the join
+    arguments (after the controller, after a second `--`: join's parser takes no
+    abbreviation, so these are every spelling) is exit 2 before anything is printed. In
+    ExecStart it would be readable through `ps`, `systemctl cat` and a user-data; the way
+    in is the recipe's `--token-file`, which becomes the credential join reads. The
+    token itself is never named in the message."""
+    for a in tail:
+        if a == "--token" or a.startswith("--token="):
+            raise Fail.permanent(
+                "-- --token: a recipe never carries the token (it would sit in the unit's ExecStart, "
+                "readable through `ps`, `systemctl cat` and any user-data holding the unit); put it "
+                "in a root-only file (0600) on the box and give the recipe --token-file FILE instead: "
+                f"it becomes the systemd credential {CREDENTIAL} (LoadCredential={CREDENTIAL}:FILE), "
+                f"which join reads as $CREDENTIALS_DIRECTORY/{CREDENTIAL}")
+
+
 def facts(tail: list[str], project: Project | None, base: str) -> JoinFacts:
     """`project`: a loaded config.model.Project or None; `base`: where a relative tail path
-    is read from (join's working directory)."""
+    is read from (join's working directory). A token in `tail` is refused first
+    (refuse_token), so nothing after this sees one there."""
+    refuse_token(tail)
     join = project.join if project is not None else None
     source = tail_value(tail, "--data-source") or (join.data_source if join else None)
     home = tail_value(tail, "--home")
@@ -56,8 +76,7 @@ def facts(tail: list[str], project: Project | None, base: str) -> JoinFacts:
     sshfs = bool(source and source.startswith("sshfs://"))
     mount = tail_value(tail, "--data-path") or (join.data_path if join else None) or DEFAULT_MOUNT
     _no_index_secret(tail, dict(project.fdlenv.mirrors) if project is not None else {})
-    clear = ("--token" if tail_value(tail, "--token") is not None
-             else "join.token" if join is not None and join.token else None)
+    clear = "join.token" if join is not None and join.token else None
     return JoinFacts(sshfs=sshfs, home=os.path.normpath(home) if home else None,
                      token_in_clear=clear,
                      token_file_in_tail=tail_value(tail, "--token-file") is not None,
@@ -223,12 +242,7 @@ def exec_command(value: str | None) -> list[str] | None:
 def warnings(f: JoinFacts, token_file: str | None) -> list[str]:
     """What the operator should hear about the token (stderr; the recipe still prints)."""
     out = []
-    if f.token_in_clear == "--token":
-        out.append("warning: --token in ExecStart is readable by every user through `ps`, and the "
-                   "token is visible in the unit itself (its file, `systemctl cat`, and a cloud-init "
-                   "user-data holding it); put it in a root-only file (0600) and give the recipe "
-                   "--token-file FILE instead")
-    elif f.token_in_clear == "join.token" and token_file is None:   # systemd: fdl.yml stays where it is
+    if f.token_in_clear == "join.token" and token_file is None:   # systemd: fdl.yml stays where it is
         out.append("warning: fdl.yml's join.token is readable by whoever reads fdl.yml; move it to "
                    "a root-only file (0600) and give the recipe --token-file FILE")
     if f.token_file_in_tail:

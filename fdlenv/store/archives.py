@@ -127,6 +127,8 @@ def _download(home: Home, r: Record, url: str, dest: Path) -> None:
         os.replace(tmp, dest)
     except OSError as e:
         if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            from ..base.errors import note_full
+            note_full(e, tmp)   # blocks or inodes, read before the part is removed
             raise
         raise Fail.retry(f"download of {url} failed: {netread.why(e)}") from None
     finally:

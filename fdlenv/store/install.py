@@ -29,6 +29,7 @@ from .. import __version__
 from ..base import atomic, flocks
 from ..names import variants
 from ..base.deadlines import join
+from ..base import errors
 from ..base.errors import Fail, os_failure
 from ..names.home import Home
 from ..base.progress import during, say
@@ -121,6 +122,7 @@ def build(home: Home, variant: str, key: str, records: list[Record], final: Path
     except BaseException as e:
         if worker is not None:
             worker.abandon()   # killed and reaped: it writes no marker after the ones removed here
+        errors.note_full(e, str(stage))   # blocks or inodes, read before the stage frees them
         _rmtree(stage)
         for leftover in (Path(str(stage) + ".ok"), Path(str(stage) + ".err")):
             leftover.unlink(missing_ok=True)
@@ -213,6 +215,8 @@ def _install(home: Home, worker: WorkerProcess | None, archives: list[Archive], 
             raise failures[0]
         if not marker.exists():
             if not err.exists():
+                if os.statvfs(err.parent).f_favail == 0:   # no inode left even for its report
+                    raise OSError(errno.ENOSPC, "no inode left for the install worker's report")
                 raise Fail.retry(f"the install worker for {variant} died (exit {returncode}); "
                                  "nothing was published, retry")
             try:

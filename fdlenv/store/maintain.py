@@ -285,10 +285,12 @@ def _verify_wheels(env_dir: Path, wheels: list[dict[str, Any]], full: bool, rep:
     import re
 
     site = next(iter(sorted(env_dir.glob("lib/python*/site-packages"))), None)
+    listed: dict[str, set[str]] = {}   # full: a wheel's top-level package dir -> its RECORD's files there
     infos = {}
     for d in site.glob("*.dist-info") if site else []:
         name, _, version = d.name.removesuffix(".dist-info").rpartition("-")
         infos[(re.sub(r"[-_.]+", "-", name).lower(), version)] = d
+    owners: dict[str, str] = {}
     for w in wheels:
         dist = infos.get((w["name"], w["version"]))
         if dist is None or not (dist / "RECORD").is_file():
@@ -304,6 +306,9 @@ def _verify_wheels(env_dir: Path, wheels: list[dict[str, Any]], full: bool, rep:
                 if len(row) < 3 or not row[1] or row[0].startswith("..") or ".data/" in row[0] \
                         or row[0].rsplit("/", 1)[-1] in ("INSTALLER", "REQUESTED", "direct_url.json"):
                     continue
+                top, sep, _ = row[0].partition("/")
+                if sep and not top.endswith(".dist-info"):
+                    listed.setdefault(top, set()).add(row[0])
                 path = root + row[0]     # a string: one stat per file, no Path objects (13,800 in cu128)
                 try:
                     st = os.stat(path)
@@ -315,3 +320,23 @@ def _verify_wheels(env_dir: Path, wheels: list[dict[str, Any]], full: bool, rep:
                     rep.problems.append(Problem(row[0], "size differs", w["name"]))
                 elif row[1].startswith("sha256="):
                     hashes.append(Queued(path, row[0], row[1][7:], "b64", w["name"], st.st_size))
+        for top in listed:
+            owners.setdefault(top, w["name"])
+    if full and site is not None:
+        _unlisted(site, listed, owners, rep)
+
+
+def _unlisted(site: Path, listed: dict[str, set[str]], owners: dict[str, str], rep: Report) -> None:
+    """A file in a wheel's package directory that no RECORD lists (planted, or from a wheel
+    extracted before RECORD was checked both ways): a problem of that wheel, so a repair
+    rebuilds it. Python's own byte-code caches are not the wheel's, nor fdlenv's own files in
+    the libtorch root (`.arch`, `build-version`: store.ownfiles)."""
+    for top, files in listed.items():
+        files = files | {f"{top}/.arch", f"{top}/build-version"}
+        for folder, dirs, names in os.walk(site / top):
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            for name in names:
+                rel = os.path.relpath(os.path.join(folder, name), site)
+                if rel not in files:
+                    rep.problems.append(Problem(rel, "not in its wheel's RECORD", owners[top]))
+

@@ -19,7 +19,10 @@ Bounded before verified (the bytes are hashed beside this, so until the end
 they are anyone's): a member never inflates past the size its header states,
 all members together never past RATIO times the bytes read (plus SLACK), and
 inflating runs OUT_STEP at a time, so a zip bomb neither fills the disk nor
-memory. Bytes that are not a zip this reader understands raise `Malformed`
+memory. What one reader and another would read two ways is `Malformed`: a
+data descriptor whose sizes are not what its member held, a central
+directory naming other members than the local headers or other sizes, a name
+given twice. Bytes that are not a zip this reader understands raise `Malformed`
 (never struct, codec or zlib errors); `complete()` says whether the stream
 ended with the zip's own end record, which tells a cut download from a whole
 one.
@@ -144,6 +147,8 @@ class StreamUnzip:
         self.sizes: dict[str, int] = {}          # zip name -> bytes extracted (for RECORD)
         self.read = self.written = 0             # bytes fed, bytes extracted (the ratio cap)
         self.member_name, self.member_size, self.member_written = "", None, 0
+        self.member_read = 0                     # compressed bytes of the member being read
+        self.stated: dict[str, tuple[int, int]] = {}   # zip name -> (compressed, size) it holds
 
     def feed(self, data: bytes | memoryview) -> None:
         self.read += len(data)
@@ -259,7 +264,10 @@ class StreamUnzip:
             raise Malformed(f"stored member {name!r} states {usize} bytes but holds {csize}")
         self.member = [out, method, csize if known else None, descriptor, zip64]
         self.member_size = usize if not descriptor else None    # a bound only where stated first
-        self.member_name, self.member_written = name, 0
+        self.member_name, self.member_written, self.member_read = name, 0, 0
+        if name in self.stated:
+            raise Malformed(f"member {name!r} is in the zip twice")
+        self.stated[name] = (-1, -1)
         self.state = "data"
         return True
 
@@ -285,6 +293,7 @@ class StreamUnzip:
         if remaining is not None:
             with self._view(min(remaining, self._avail())) as chunk:
                 self.member[2] = remaining - len(chunk)
+                self.member_read += len(chunk)
                 if self.inflate:
                     self._inflate(out, chunk)
                 else:
@@ -294,8 +303,10 @@ class StreamUnzip:
             return self._avail() > 0 or self.state != "data"
         # size unknown (a data descriptor follows): deflate knows where it ends
         with self._view(self._avail()) as chunk:
+            self.member_read += len(chunk)
             self._inflate(out, chunk)
         if self.inflate.eof:
+            self.member_read -= len(self.inflate.unused_data)
             self.buf, self.pos = bytearray(self.inflate.unused_data), 0
             self._end_member(out)
             return True
@@ -335,6 +346,7 @@ class StreamUnzip:
             raise Malformed(f"member {self.member_name!r} holds {self.member_written} bytes, its header "
                             f"states {self.member_size}")
         self.sizes[self.member_name] = self.member_written
+        self.stated[self.member_name] = (self.member_read, self.member_written)
         self.state = "descriptor" if self.member[3] else "header"
 
     def _descriptor(self) -> bool:
@@ -346,7 +358,13 @@ class StreamUnzip:
             size += 4
         if self._avail() < size:
             return False
+        at = self.pos + size - (16 if zip64 else 8)
+        csize, usize = struct.unpack_from("<QQ" if zip64 else "<II", self.buf, at)
         self.pos += size
+        if (csize, usize) != self.stated[self.member_name]:
+            raise Malformed(f"member {self.member_name!r}: its data descriptor states {usize} bytes "
+                            f"({csize} compressed), the member holds {self.member_written} "
+                            f"({self.member_read} compressed)")
         self.state = "header"
         return True
 
@@ -355,9 +373,10 @@ class StreamUnzip:
         if self.state != "central":
             raise Unsupported(f"the zip ended in state {self.state}")
         try:
-            modes = self._modes()
+            modes, central = self._central()
         except PARSE_ERRORS as e:
             raise Malformed(f"its central directory: {type(e).__name__}: {e}") from None
+        self._agree(central)
         umask = _umask()
         made = None if umask is None else 0o666 & ~umask     # the mode os.open gave each file
         for name, rel in self.files:
@@ -365,14 +384,37 @@ class StreamUnzip:
             if mode != made:    # most members were made 0644 already: no call for them
                 os.chmod(os.path.join(self.under, rel), mode)
 
-    def _modes(self) -> dict[str, int]:
-        modes = {}
+    def _agree(self, central: dict[str, tuple[int, int]]) -> None:
+        """The central directory names the members the local headers did, with the sizes they
+        held: a name in one and not the other, or another size, is a zip two readers would
+        read two ways (the one pip installs is not the one hashed here)."""
+        if central.keys() != self.stated.keys():
+            only = sorted(central.keys() - self.stated.keys()) or sorted(self.stated.keys() - central.keys())
+            where = "central directory" if only[0] in central else "local headers"
+            raise Malformed(f"member {only[0]!r} is only in its {where}: the central directory and the "
+                            "local headers disagree")
+        for name, held in self.stated.items():
+            if central[name] != held:
+                raise Malformed(f"member {name!r}: the central directory states {central[name][1]} bytes "
+                                f"({central[name][0]} compressed), the member holds {held[1]} ({held[0]} "
+                                "compressed)")
+
+    def _central(self) -> tuple[dict[str, int], dict[str, tuple[int, int]]]:
+        """(name -> mode, name -> (compressed, size)) of each central directory record; a name
+        given twice is malformed."""
+        modes, sizes = {}, {}
         t, i = bytes(self.tail), 0
         while t[i:i + 4] == CENTRAL and i + 46 <= len(t):
             nlen, elen, clen = struct.unpack("<HHH", t[i + 28:i + 34])
+            csize, usize = struct.unpack("<II", t[i + 20:i + 28])
             attr = struct.unpack("<I", t[i + 38:i + 42])[0]
             flags = struct.unpack("<H", t[i + 8:i + 10])[0]
             name = t[i + 46:i + 46 + nlen].decode("utf-8" if flags & 0x800 else "cp437")
+            if csize == 0xFFFFFFFF or usize == 0xFFFFFFFF:
+                usize, csize = self._zip64(t[i + 46 + nlen:i + 46 + nlen + elen], usize, csize)
+            if name in sizes:
+                raise Malformed(f"member {name!r} is in the central directory twice")
             modes[name] = (attr >> 16) & 0o777
+            sizes[name] = (csize, usize)
             i += 46 + nlen + elen + clen
-        return modes
+        return modes, sizes

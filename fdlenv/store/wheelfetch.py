@@ -20,7 +20,7 @@ import urllib.parse
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 
-from ..base import flocks, hashing, memory, netread
+from ..base import errors, flocks, hashing, memory, netread
 from ..index import pipindex, simpleapi
 from ..base.errors import Fail
 from ..names.home import Home
@@ -265,6 +265,7 @@ def _stream(home: Home, r: Record, chunks: Iterable[bytes | memoryview], where: 
                                  "refusing it") from None
         except OSError as e:
             if getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT):
+                errors.note_full(e, str(tmp))   # blocks or inodes, read before the cleanup frees them
                 raise
             raise Fail.retry(f"reading {where} failed: {netread.why(e)}") from None
         if sha.sha256 != r.sha256:
@@ -278,7 +279,7 @@ def _stream(home: Home, r: Record, chunks: Iterable[bytes | memoryview], where: 
         try:
             unzip.finish()
         except streamzip.Malformed as e:
-            raise Fail.permanent(f"wheel {r.filename} is not a well-formed wheel: {e}") from None
+            raise Fail.permanent(f"wheel {r.filename} is not a well-formed wheel: {e}; refusing it") from None
         wheelfile.check_record(r, tmp, unzip.sizes)
         check(r, tmp, unzip.sizes)
         tmp.mkdir(parents=True, exist_ok=True)   # a wheel with nothing to install still gets its entry

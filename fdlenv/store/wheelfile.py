@@ -21,7 +21,7 @@ import threading
 from pathlib import Path
 
 from ..base.errors import Fail
-from ..base import hashing
+from ..base import errors, hashing
 from ..names.home import Home
 from ..lock.file import Record, mismatch
 from . import streamzip
@@ -128,6 +128,7 @@ def download(home: Home, r: Record, url: str, progress: Progress, stated: int | 
             raise
         except OSError as e:
             if getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT):
+                errors.note_full(e, str(part))   # blocks or inodes, read before the cleanup frees them
                 raise
             raise Fail.retry(f"download of {url} failed (the part is kept and resumed next time): {netread.why(e)}") from None
         if sha.sha256 != r.sha256:
@@ -142,9 +143,12 @@ def download(home: Home, r: Record, url: str, progress: Progress, stated: int | 
 
 
 def check_record(r: Record, root: Path, sizes: dict[str, int]) -> None:
-    """The wheel's own RECORD against what was extracted (`sizes`: member -> bytes): every file
-    it lists is there with the size it states. (Contents: the wheel's sha256 is the lock's;
-    `env verify --full` re-hashes each file against RECORD.)"""
+    """The wheel's own RECORD against what was extracted (`sizes`: member -> bytes), both ways
+    (PEP 376/627): every file it lists is there with the size it states, and every file the
+    wheel holds is listed, with its size; only RECORD itself and its signatures (RECORD.jws,
+    RECORD.p7s) may go unlisted. A member RECORD does not list would be installed unchecked
+    and pass `env verify --full`. (Contents: the wheel's sha256 is the lock's; `env verify
+    --full` re-hashes each file against RECORD.)"""
     import csv
 
     record = next((n for n in sizes if n.count("/") == 1 and n.endswith(".dist-info/RECORD")), None)
@@ -156,16 +160,25 @@ def check_record(r: Record, root: Path, sizes: dict[str, int]) -> None:
             rows = list(csv.reader(f))
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise Fail.permanent(f"wheel {r.filename}: its RECORD cannot be read ({e}); refusing it") from None
+    listed = set()
     for row in rows:
         if not row or not row[0] or row[0] == record or row[0].endswith("/"):
             continue
         name, size = row[0], row[2] if len(row) > 2 else ""
+        listed.add(name)
         if name not in sizes:
             raise Fail.permanent(f"wheel {r.filename}: RECORD lists {name!r}, which the wheel does not hold; "
                                  "refusing it")
-        if size and (not size.isdigit() or int(size) != sizes[name]):
-            raise Fail.permanent(f"wheel {r.filename}: RECORD states {size} bytes for {name!r}, the wheel "
-                                 f"holds {sizes[name]}; refusing it")
+        if not size.isdigit() or int(size) != sizes[name]:
+            raise Fail.permanent(f"wheel {r.filename}: RECORD states {size or 'no size'}"
+                                 f"{' bytes' if size else ''} for {name!r}, the wheel holds {sizes[name]} bytes; "
+                                 "refusing it")
+    unsigned = {record, f"{record}.jws", f"{record}.p7s"}
+    unlisted = sorted(n for n in sizes if n not in listed and n not in unsigned and not n.endswith("/"))
+    if unlisted:
+        raise Fail.permanent(f"wheel {r.filename} holds {unlisted[0]!r}"
+                             + (f" and {len(unlisted) - 1} more member(s)" if len(unlisted) > 1 else "")
+                             + ", which its RECORD does not list (PEP 376: every file is listed); refusing it")
 
 
 _DATA_DIR = re.compile(r"[^/]+-[^/]+\.data")

@@ -103,6 +103,7 @@ def test_a_host_certificate_from_the_ca_on_record_opens_the_tunnel_and_nothing_i
     ("another host", ("-n", "other.example"), "127.0.0.1 is not among its certificate's principals (other.example)"),
     ("another CA", (), "its certificate is signed by a CA known_hosts does not name for it"),
     ("revoked CA", (), "the CA that signed its certificate is marked @revoked"),
+    ("revoked key", (), "its certified key is marked @revoked"),
 ])
 def test_a_host_certificate_that_fails_a_check_is_refused_for_good_and_nothing_is_appended(
         tmp_path, controller, case, sign_args, why):
@@ -111,7 +112,8 @@ def test_a_host_certificate_that_fails_a_check_is_refused_for_good_and_nothing_i
     extra = sign_args if sign_args[:1] != ("-n",) else ()
     with start_sshd(tmp_path, sign_host=signer(other if case == "another CA" else ca, *extra, names=names)) as s:
         kh = tmp_path / "known_hosts"
-        kh.write_text(ca_line("*", ca) + (ca_line("*", ca, "@revoked") if case == "revoked CA" else ""))
+        kh.write_text(ca_line("*", ca) + (ca_line("*", ca, "@revoked") if case == "revoked CA" else "")
+                      + (f"@revoked * {' '.join(s.host_key_line.split()[1:])}\n" if case == "revoked key" else ""))
         before = kh.read_bytes()
         with pytest.raises(Fail) as e:
             through(s, tmp_path, kh, controller, "accept-new")
@@ -156,3 +158,42 @@ def test_strict_checking_set_in_ssh_config_is_not_overridden_by_joins_first_use_
         else:
             tunnel().close()
             assert kh.read_text() == s.host_key_line + "\n"
+
+
+def certificate(tmp_path: Path, *args: str, ca: Path | None = None) -> tuple[bytes, bytes]:
+    """(the certificate blob, the CA key blob) of a fresh ed25519 key signed by `ssh-keygen -s`."""
+    import base64
+
+    ca = ca or make_ca(tmp_path / "unit-ca")
+    key = tmp_path / f"key{len(list(tmp_path.glob('key*.pub')))}"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    subprocess.run(["ssh-keygen", "-q", "-s", str(ca), "-I", "unit", *args, f"{key}.pub"], check=True,
+                   capture_output=True)
+    cert = base64.b64decode(Path(f"{key}-cert.pub").read_text().split()[1])
+    return cert, base64.b64decode(Path(f"{ca}.pub").read_text().split()[1])
+
+
+@pytest.mark.parametrize("args, why", [
+    (("-n", "gw"), "its certificate is of type 1, not a host certificate"),          # a user certificate
+    (("-h", "-n", "gw", "-V", "+3650d:+3651d"), "its certificate is not valid before"),
+    (("-h", "-n", "gw"), None),
+    (("-h", "-n", "gw", "-O", "force-command=true"), "its certificate carries critical options"),   # OpenSSH refuses it
+])
+def test_host_certificate_checks_read_what_ssh_keygen_wrote(tmp_path, args, why):
+    from fdlenv.join import hostcert
+
+    cert, ca = certificate(tmp_path, *args)
+    got = hostcert.check(cert, "gw", [ca], [])
+    assert got is None if why is None else (got or "").startswith(why), got
+
+
+def test_a_host_certificate_altered_after_signing_or_cut_short_is_refused(tmp_path):
+    from fdlenv.join import hostcert
+
+    cert, ca = certificate(tmp_path, "-h", "-n", "gw,gx")
+    assert hostcert.check(cert, "gw", [ca], []) is None
+    assert hostcert.check(cert.replace(b"gx", b"gy"), "gy", [ca], []) == \
+        "the CA's signature on its certificate does not verify"
+    for cut in (10, len(cert) // 2, len(cert) - 1):
+        assert (hostcert.check(cert[:cut], "gw", [ca], []) or "").startswith("its certificate does not parse")
+    assert (hostcert.check(cert + b"\0", "gw", [ca], []) or "").startswith("its certificate does not parse")

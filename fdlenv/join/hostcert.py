@@ -15,7 +15,9 @@ when all of these hold, in this order (PROTOCOL.certkeys; sshconnect.c's check_h
 6. the name dialed (HostKeyAlias, else the HostName, without the port) is one of the
    principals; an empty list admits every name, as OpenSSH's does;
 7. no critical options (none are defined for host certificates: OpenSSH refuses any).
-`check` answers None where it holds, else why not, one phrase.
+`check` answers None where it holds, else why not, one phrase. A certificate that fails is
+refused whatever StrictHostKeyChecking says (`sshhop`): OpenSSH 9.2 under accept-new falls
+back to the plain key and appends it, which would let an impersonating host in on first use.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ resolvelib reports, in this order:
 1. groups the causes by the project they clash on (`X`), and keeps the parents that are roots
    (a root must be installed, in one of the versions its own requirements admit);
 2. for each such root `P` (once per `P`, `X`), reads the metadata of every candidate version of
-   `P` side by side (the same selection `provider.candidates` makes, Requires-Python checked)
+   `P` (at most `MOST` of them) side by side (the same selection `provider.candidates` makes, Requires-Python checked)
    and, where every one of them requires `X` on the target, learns the set of `X`'s versions
    some version of `P` admits (`X`'s versions from its page, yanked and pre-releases included:
    a superset, so what is proved from it holds);
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from .provider import Info
 
 SHOWN = 4   # versions named where the versions of a project admit different sets
+MOST = 2000   # candidate versions of one root whose metadata a fact may read (uv reads them too)
 
 
 class Learner(BaseReporter[Req, Cand, str]):
@@ -122,6 +123,8 @@ class Learner(BaseReporter[Req, Cand, str]):
         try:
             wheels = self.index.wheels(p, True) or []
             picked = candidates(wheels, reqs, set())
+            if len(picked) > MOST:
+                return None
             metas = [self.index.meta(f) for _, f in picked]   # all asked at once: fetched side by side
             admitted: set[Version] = set()
             stated: list[str] = []

@@ -103,17 +103,21 @@ def _wait_port(port: int, proc: subprocess.Popen, log: Path, budget: float = 10.
 
 
 @contextlib.contextmanager
-def start_sshd(workdir: Path | str, *, extra_config: str = "", authorize=()):
+def start_sshd(workdir: Path | str, *, extra_config: str = "", authorize=(), sign_host=None):
     """Start a private sshd under `workdir`; yield an `Sshd`; kill it by pid after.
 
     `authorize`: more public key files (`*.pub`) to accept besides its own client key
-    (a chain of servers sharing one key, as jump hops and their target do)."""
+    (a chain of servers sharing one key, as jump hops and their target do).
+    `sign_host`: called with the host key's `.pub` path once it exists, returns the
+    certificate it made of it (`ssh-keygen -s CA -h ...`), served as `HostCertificate`."""
     d = Path(workdir) / "sshd"
     d.mkdir(parents=True, exist_ok=True)
     os.makedirs("/run/sshd", exist_ok=True)
     host_key, client_key = d / "host_ed25519", d / "client_ed25519"
     _keygen(host_key)
     _keygen(client_key)
+    if sign_host is not None:
+        extra_config = f"HostCertificate {sign_host(Path(f'{host_key}.pub'))}\n{extra_config}"
     auth = d / "authorized_keys"
     auth.write_text("".join(Path(p).read_text() for p in (f"{client_key}.pub", *authorize)))
     auth.chmod(0o600)

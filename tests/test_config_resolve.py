@@ -15,8 +15,6 @@ from fdlenv.names.variants import Libtorch
 from fdlenv.app.joinsettings import check_given_bin, resolve, resolve_prepare
 from fdlenv.base.errors import Fail
 
-ACCEPT_NEW = "StrictHostKeyChecking=accept-new"
-
 
 def project(join: JoinBlock | None = None, fdl: FdlenvBlock | None = None) -> Project:
     return Project(path=Path("/p/fdl.yml"), root=Path("/p"), join=join,
@@ -48,7 +46,7 @@ def test_flags_win_over_the_config_block():
     # compact --ssh keeps only the block's options; --identity wins last
     assert (s.ssh.target, s.ssh.user, s.ssh.port) == ("cligw", "cliuser", 2222)
     assert s.ssh.identity_file == "/cli/key"
-    assert s.ssh.options == ("ServerAliveInterval=5", ACCEPT_NEW)
+    assert s.ssh.options == ("ServerAliveInterval=5",)   # no accept-new added: the tunnel's plan decides
     assert (s.token, s.bin, s.libtorch, s.host, s.devices) == \
         ("clitok", "/cli/bin", Libtorch("cu128"), "clihost", (0, 1))
     assert (s.data_path, s.data_source, s.gpu_ram_share) == ("/cli/data", "sshfs://x:/y", 0.25)
@@ -61,7 +59,7 @@ def test_block_fills_everything_the_flags_left_unset():
     assert (s.controller_host, s.controller_port) == ("blockctrl", 9000)
     assert s.ssh == SshConfig(target="blockgw", port=2200, user="blockuser",
                               identity_file="/block/key",
-                              options=("ServerAliveInterval=5", ACCEPT_NEW))
+                              options=("ServerAliveInterval=5",))
     assert (s.token, s.bin, s.libtorch, s.host, s.devices, s.persist) == \
         ("blocktoken", "/block/bin", Libtorch("cu126"), "blockhost", (2, 3), True)
     assert (s.data_path, s.data_source, s.gpu_ram_share, s.sig_probe, s.args) == \

@@ -33,12 +33,10 @@ from typing import TypeVar
 from collections.abc import Callable, Mapping
 
 from ..base.errors import Fail
-from ..config.grammar import check_distinct, check_share, has_strict_host_key_option, local_hostname, parse_controller, parse_devices, parse_ssh_spec
+from ..config.grammar import check_distinct, check_share, local_hostname, parse_controller, parse_devices, parse_ssh_spec
 from ..config.model import DEFAULT_CONTROLLER_HOST, DEFAULT_CONTROLLER_PORT, JoinBlock, JoinFlags, JoinSettings, Project, SourceSpec, SshConfig
 from ..names import variants
 from ..names.variants import Libtorch
-
-ACCEPT_NEW = "StrictHostKeyChecking=accept-new"
 
 T = TypeVar("T")
 
@@ -138,8 +136,10 @@ def _identity_guard(flags: JoinFlags, block: JoinBlock) -> None:
 
 def _ssh(flags: JoinFlags, block: JoinBlock) -> SshConfig | None:
     """Step 2: `--ssh` replaces the block's target/port/user but keeps its identity file
-    and options; host keys are accepted on first use unless the options say otherwise;
-    `--identity` wins last."""
+    and options; `--identity` wins last. No StrictHostKeyChecking is added here: the tunnel
+    accepts a new host key on first use only where neither these options nor ~/.ssh/config
+    set it for the host (`join.sshplan`; flodl's `-o accept-new` beats ssh_config, fdlenv's
+    does not: stricter)."""
     if flags.ssh is not None:
         spec = parse_ssh_spec(flags.ssh)
         inherit = block.ssh or SshConfig()
@@ -151,8 +151,6 @@ def _ssh(flags: JoinFlags, block: JoinBlock) -> SshConfig | None:
         ssh = block.ssh
     else:
         return None
-    if not has_strict_host_key_option(ssh.options):
-        ssh = ssh._replace(options=ssh.options + (ACCEPT_NEW,))
     if flags.identity is not None:
         ssh = ssh._replace(identity_file=flags.identity)
     return ssh

@@ -45,6 +45,7 @@ from collections.abc import Callable, Mapping
 from . import datasets
 from ..names import variants
 from ..base.errors import Fail, classify
+from ..config.grammar import has_strict_host_key_option
 from ..names.home import Home
 from ..store.env import Env
 
@@ -358,6 +359,8 @@ def prepare(req: PrepareRequest, home: Home, *, survey: Callable[[], Survey] | N
         root = None
         if not req.build_only:
             ssh_opts = list(req.ssh.options) if req.ssh else []
+            if req.ssh and not has_strict_host_key_option(ssh_opts):   # sshfs's ssh: first use accepted, as before
+                ssh_opts.append("StrictHostKeyChecking=accept-new")
             root = datasets.dataset_root(req.data_path, req.data_source, notes, ssh_options=ssh_opts,
                                      identity=req.ssh.identity_file if req.ssh else None,
                                      proc_mounts=proc_mounts, cwd=cwd)

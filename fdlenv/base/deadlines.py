@@ -8,8 +8,11 @@ are read here, the first time they are needed, from the environment:
   for a page or metadata file, body together (`netread`); a download's body is held
   to the stall rule instead (its time grows with its size);
 - FDLENV_LOCK_TIMEOUT (seconds, default 3600): one wait for a lock another process
-  holds (`flocks`); a realise of a large env or a build may hold one for long.
-A value that is not a positive number is one `error:` line naming the variable.
+  holds (`flocks`); a realise of a large env or a build may hold one for long;
+- FDLENV_RESOLVE_DEADLINE (seconds, default 300) and FDLENV_RESOLVE_ROUNDS (default 2000):
+  one lock's version walk, all of it (`index.conflicts`): a set of requirements that must
+  backtrack through many versions ends there, exit 2, naming the variable that widens it.
+A value that is not a positive number (a whole one for the rounds) is one `error:` line naming the variable.
 Neither costs an import: the re-dial path reads them only when it waits.
 
 And how the main thread waits: in slices (`join`, `until_exited`). A stop signal (SIGTERM
@@ -45,6 +48,8 @@ if TYPE_CHECKING:
 REQUEST_VAR, REQUEST_DEFAULT = "FDLENV_REQUEST_TIMEOUT", 120.0
 SLICE = 0.25   # seconds: the longest the main thread waits before a stop signal's handler may run
 LOCK_VAR, LOCK_DEFAULT = "FDLENV_LOCK_TIMEOUT", 3600.0
+RESOLVE_VAR, RESOLVE_DEFAULT = "FDLENV_RESOLVE_DEADLINE", 300.0
+ROUNDS_VAR, ROUNDS_DEFAULT, ROUNDS_MOST = "FDLENV_RESOLVE_ROUNDS", 2000, 10**7
 
 
 def _seconds(var: str, default: float) -> float:
@@ -68,6 +73,22 @@ def request_timeout() -> float:
 def lock_timeout() -> float:
     """Seconds one lock wait may take (FDLENV_LOCK_TIMEOUT)."""
     return _seconds(LOCK_VAR, LOCK_DEFAULT)
+
+
+def resolve_deadline() -> float:
+    """Seconds one lock's version walk may take (FDLENV_RESOLVE_DEADLINE)."""
+    return _seconds(RESOLVE_VAR, RESOLVE_DEFAULT)
+
+
+def resolve_rounds() -> int:
+    """Rounds (each pins one project or backtracks) one lock's version walk may take (FDLENV_RESOLVE_ROUNDS)."""
+    raw = os.environ.get(ROUNDS_VAR, "").strip()
+    if not raw:
+        return ROUNDS_DEFAULT
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 8 and 0 < int(raw) <= ROUNDS_MOST):
+        raise Fail.permanent(f"{ROUNDS_VAR}={raw[:40]!r}: accepted: a whole number of rounds from 1 to "
+                             f"{ROUNDS_MOST} (default {ROUNDS_DEFAULT})")
+    return int(raw)
 
 
 def join(thread: threading.Thread) -> None:

@@ -8,10 +8,13 @@ must not stop dialing over one odd line in a file it did not write.
 
 Order: each file (the user's, then the global ones) is read as bytes, line by
 line. Blank and `#` lines are passed over. A line that is not UTF-8, carries
-`@cert-authority` (host certificates are not supported) or an unknown marker,
-has too few fields, a key type paramiko does not know, or key data that does
-not parse is skipped; each file with skipped lines gets ONE note naming them.
-`@revoked` lines are kept: a host offering a revoked key is refused.
+an unknown marker, has too few fields, a key type paramiko does not know, or
+key data that does not parse is skipped; each file with skipped lines gets ONE
+note naming them. `@revoked` lines are kept: a host offering a revoked key is
+refused. `@cert-authority` lines are kept apart (`cas`): a host they cover is
+asked for its certificate first (`cas_for`), and `certificate` checks it
+(`hostcert`: principal, validity, the CA's signature, host type); a certified
+host is known without a line of its own, so nothing is appended for it.
 
 `check(name, key)` answers for the name a hop is looked up under (`host` on
 port 22, `[host]:port` otherwise, or its HostKeyAlias): "revoked", "known", "changed"
@@ -73,6 +76,21 @@ class KnownHosts:
     def __init__(self) -> None:
         self.entries: list[tuple[list[str], object]] = []    # (host patterns, paramiko PKey)
         self.revoked: list[tuple[list[str], bytes]] = []     # (host patterns, key blob)
+        self.cas: list[tuple[list[str], bytes]] = []         # @cert-authority: (host patterns, CA key blob)
+
+    def cas_for(self, name: str) -> list[bytes]:
+        """The CA keys `@cert-authority` lines name for `name`, in file order."""
+        return [blob for names, blob in self.cas if names_match(names, name)]
+
+    def certificate(self, name: str, principal: str, cert: bytes, key) -> str | None:
+        """None where `cert` (the blob the host presented, certifying `key`) is a valid host
+        certificate for `principal` from a CA on record for `name`; else why not."""
+        from . import hostcert
+
+        revoked = [b for n, b in self.revoked if names_match(n, name)]
+        if key.asbytes() in revoked or cert in revoked:
+            return "its certified key is marked @revoked"
+        return hostcert.check(cert, principal, self.cas_for(name), revoked)
 
     def keys_for(self, name: str) -> list:
         return [key for names, key in self.entries if names_match(names, name)]
@@ -122,9 +140,7 @@ def _parse_line(paramiko, raw: bytes, kh: KnownHosts) -> str | None:
     marker = None
     if fields[0].startswith("@"):
         marker, fields = fields[0], fields[1:]
-        if marker == "@cert-authority":
-            return "@cert-authority: host certificates are not supported"
-        if marker != "@revoked":
+        if marker not in ("@revoked", "@cert-authority"):
             return f"unknown marker {marker}"
     if len(fields) < 3:
         return "too few fields for host names, key type and key"
@@ -134,6 +150,14 @@ def _parse_line(paramiko, raw: bytes, kh: KnownHosts) -> str | None:
             kh.revoked.append((names, base64.b64decode(data, validate=True)))
         except (binascii.Error, ValueError):
             return "@revoked with key data that is not base64"
+        return None
+    if marker == "@cert-authority":
+        try:
+            blob = base64.b64decode(data, validate=True)
+            paramiko.PKey.from_type_string(ktype, blob)
+        except Exception:  # noqa: BLE001 - binascii.Error, SSHException, UnknownKeyType, ...
+            return f"@cert-authority with {ktype} key data that does not parse"
+        kh.cas.append((names, blob))
         return None
     try:
         entry = paramiko.hostkeys.HostKeyEntry.from_line(f"{fields[0]} {ktype} {data}")

@@ -8,8 +8,10 @@ Order within a hop: the stream (`open_stream`: a TCP connect, a spawned
 ProxyCommand, or a direct-tcpip channel through the previous hop) -> the ssh
 handshake, preferring the host key types known_hosts holds for the hop ->
 the host key check (`knownhosts.KnownHosts.check` under the hop's key name:
-HostKeyAlias, else `[host]:port`; revoked and changed keys are refused, a new
-one follows StrictHostKeyChecking: accept-new remembers it, yes refuses, no
+HostKeyAlias, else `[host]:port`; a certificate, where a `@cert-authority` line
+covers that name, is checked against it (`hostcert`) and accepted or refused
+for good, exit 2, nothing remembered; revoked and changed keys are refused, a
+new one follows StrictHostKeyChecking: accept-new remembers it, yes refuses, no
 accepts) -> public-key authentication (never a password or a passphrase) ->
 keepalive. paramiko loads no host keys of its own: every key goes through our
 check, so wildcard, hashed and multi-key lines all count.
@@ -22,7 +24,8 @@ Failures (`failure`): everything paramiko, the socket layer or the proxy can
 raise becomes a Fail. Transient, as flodl's ssh exiting 255 is: auth failure,
 unreachable or unresolvable host, timeouts, refused channels, handshake and
 protocol errors, unknown/changed/revoked host keys, a ProxyCommand that dies.
-Permanent: a ProxyCommand that cannot run at all (exit 126/127, no /bin/sh).
+Permanent: a ProxyCommand that cannot run at all (exit 126/127, no /bin/sh), and a
+host certificate a `@cert-authority` line refuses (a person re-signs it or fixes the line).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import subprocess
 import tempfile
 
 from ..base.errors import Fail
+from .hostcert import CERT_SUFFIX
 from .sshplan import HopPlan
 
 _SHELL = "/bin/sh"
@@ -149,14 +153,16 @@ def _why(e: BaseException) -> str:
     return str(e) or type(e).__name__
 
 
-def _preferring(paramiko, types: list[str]):
-    """A transport factory whose handshake asks for the key types on record first."""
+def _preferring(paramiko, types: list[str], certs: bool = False):
+    """A transport factory whose handshake asks for the key types on record first; `certs`
+    (a `@cert-authority` line covers the host): every certificate type before them, as
+    OpenSSH asks where it holds a CA for the host."""
     def make(sock, **kw):
         t = paramiko.Transport(sock, **kw)
-        if types:
+        if types or certs:
             opts = t.get_security_options()
             have = list(opts.key_types)
-            want = []
+            want = [f"{n}{CERT_SUFFIX}" for n in have if f"{n}{CERT_SUFFIX}" in t._key_info] if certs else []
             for ty in types:
                 for n in (("rsa-sha2-512", "rsa-sha2-256", "ssh-rsa") if ty == "ssh-rsa"
                           else (ty,)):
@@ -171,6 +177,16 @@ def _policy(paramiko, hop: HopPlan, known, say, what: str):
     class Check(paramiko.MissingHostKeyPolicy):
         def missing_host_key(self, client, hostname, key):
             name = hop.key_name
+            blob = getattr(key, "public_blob", None)
+            if blob is not None and blob.key_type.endswith(CERT_SUFFIX) and known.cas_for(name):
+                principal = hop.host_key_alias or hop.hostname.lower()
+                why = known.certificate(name, principal, blob.key_blob, key)
+                if why is None:
+                    return          # certified by a CA on record: nothing to remember
+                raise Fail.permanent(
+                    f"{what}: the host certificate of {name} is refused: {why}; a @cert-authority line in "
+                    f"known_hosts covers {name}, so only a valid certificate from it is accepted "
+                    f"(re-sign the host key: ssh-keygen -s CA_KEY -h -n {principal} HOST_KEY.pub)")
             verdict = known.check(name, key)
             if verdict == "known":
                 return
@@ -213,7 +229,7 @@ def connect_hop(paramiko, hop: HopPlan, stream, known, say, what: str):
             key_filename=hop.key_files or None, timeout=t, banner_timeout=t, auth_timeout=t,
             channel_timeout=t, allow_agent=hop.look_for_keys, look_for_keys=hop.look_for_keys,
             compress=hop.compress, passphrase=None,
-            transport_factory=_preferring(paramiko, known.key_types(hop.key_name)))
+            transport_factory=_preferring(paramiko, known.key_types(hop.key_name), bool(known.cas_for(hop.key_name))))
         client.get_transport().set_keepalive(hop.keepalive)
     except BaseException as e:
         # name it first: a ProxyCommand's exit status is read before close() ends it

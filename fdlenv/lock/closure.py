@@ -40,7 +40,7 @@ index that cannot be read is transient and names the ways out (`pipindex.ways_ou
 from __future__ import annotations
 
 from ..index import pipindex, simpleapi
-from ..base.deadlines import result as waited, threads
+from ..base.deadlines import ROUNDS_VAR, resolve_rounds, result as waited, threads
 from ..base.errors import Fail
 from ..base.progress import during
 from .file import Record
@@ -59,7 +59,6 @@ if TYPE_CHECKING:
 
 __all__ = ["FULL", "PYTHON", "Meta", "NoWheel", "is_native", "requirements_of", "resolve", "resolve_versions",
            "target_environment"]
-ROUNDS = 2000       # resolvelib rounds (each pins one project or backtracks) before giving up
 PARALLEL = 16       # page and metadata requests side by side
 
 
@@ -87,11 +86,16 @@ def resolve_versions(requirements: Sequence[str], base: str, platform: str, sour
     """name -> (IndexFile, Meta) of every project the requirements reach on `platform`;
     `sources`: project -> the base URL serving it, where it is not `base`. The walk is
     resolvelib's over `lock.provider` (its policy, in one place); a conflict is one permanent
-    error naming the requirements that clash, a root nothing on the index satisfies `NoWheel`."""
+    error naming the requirements that clash (every version of two roots clashing: found at
+    the first backtrack, `index.conflicts`), a root nothing on the index satisfies `NoWheel`;
+    the walk is bounded by rounds and a deadline (`base.deadlines`)."""
     from packaging.requirements import Requirement
-    from resolvelib import BaseReporter, ResolutionImpossible, ResolutionTooDeep, Resolver
+    from resolvelib import ResolutionImpossible, ResolutionTooDeep, Resolver
+
+    from ..index.conflicts import Learner
 
     marker_env = target_environment(platform)
+    most = resolve_rounds()
     roots = [r for r in map(Requirement, requirements) if r.marker is None or r.marker.evaluate(marker_env)]
     reqs = [Req(pipindex.normalize(r.name), frozenset(pipindex.normalize(e) for e in r.extras), r.specifier)
             for r in roots]
@@ -101,12 +105,13 @@ def resolve_versions(requirements: Sequence[str], base: str, platform: str, sour
         for r in reqs:
             provider.prefetch(r)
         try:
-            result = Resolver(provider, BaseReporter()).resolve(reqs, max_rounds=ROUNDS)
+            learner = Learner(index, marker_env, reqs, ", ".join(requirements))
+            result = Resolver(provider, learner).resolve(reqs, max_rounds=most)
         except ResolutionImpossible as e:
             raise _impossible(index, e.causes) from None
         except ResolutionTooDeep:
             raise Fail.permanent(f"wheel index {base}: no versions of {', '.join(requirements)} found together "
-                                 f"within {ROUNDS} resolution rounds") from None
+                                 f"within {most} resolution rounds ({ROUNDS_VAR} widens it)") from None
         picked = {n: c.file for n, c in result.mapping.items() if not c.extras and c.file is not None}
         return {n: (f, waited(index.meta(f))) for n, f in picked.items()}   # in slices: a stop is seen
 

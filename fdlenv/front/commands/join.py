@@ -77,8 +77,9 @@ def run(args: argparse.Namespace) -> int:
 
     settings = resolve(join_flags(args), load_project())
     if settings.controller_defaulted:
-        say(f"no controller named: dialing {settings.controller_host}:"
-            f"{settings.controller_port} (give CONTROLLER, --ssh, or join.controller)")
+        say(f"no controller named: dialing the default, {settings.controller_host}:"
+            f"{settings.controller_port} (this box); name one as `fdlenv join HOST[:PORT]`, "
+            "through a hop with --ssh, or in fdl.yml as `join: {controller: HOST:PORT}`")
     # The token file is read by the first attempt (a file not there yet: transient, re-dialed)
     return run_join(check_given_bin(settings), functools.partial(real_prepare, fork=owns_process(args)),
                     settle=read_chosen_file)

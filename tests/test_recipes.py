@@ -242,7 +242,8 @@ def test_a_token_file_becomes_a_credential_and_the_unit_holds_no_token(tmp_path)
     assert res.returncode == 0 and TOKEN not in res.stdout and TOKEN not in res.stderr
     d = directives(res.stdout)
     assert d["LoadCredential"] == [f"fdlenv-token:{tok}"]
-    assert "--token" not in d["ExecStart"][0] and "warning" not in res.stderr
+    assert "--token" not in d["ExecStart"][0]
+    assert "warning: --token" not in res.stderr and "join.token" not in res.stderr
 
 
 def test_a_token_given_to_the_unit_still_works_but_warns(tmp_path):
@@ -466,3 +467,33 @@ def test_cloud_init_with_a_token_file_and_a_token_in_the_tail_never_claims_to_ho
     assert f"--token {TOKEN}" in res.stdout and not any("No secret here" in ln for ln in head), head
     assert any(ln.startswith("# SECRET: the unit's ExecStart holds the session token") for ln in head), head
     assert sum("--token in ExecStart" in ln for ln in res.stderr.splitlines()) == 1
+
+
+# ------------------------------------------------------------------ first-day traps
+
+def test_without_user_the_unit_runs_as_the_invoking_user_with_a_note_never_root_silently(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "SUDO_USER"}
+    res = subprocess.run([sys.executable, "-m", "fdlenv", "recipe", "systemd", "--workdir", "/srv/flodl"],
+                         capture_output=True, text=True, env=env)
+    assert res.returncode == 0 and directives(res.stdout)["User"] == [me()]
+    assert f"note: User={me()}, the invoking user" in res.stderr and "--user U" in res.stderr
+    if me() == "root":
+        assert "root: a user of its own is safer" in res.stderr
+    res = recipe("systemd", "--workdir", "/srv/flodl", env={"SUDO_USER": "nobody"})   # `sudo fdlenv ...`
+    assert directives(res.stdout)["User"] == ["nobody"] and "note: User=nobody, the invoking user" in res.stderr
+    res = recipe("systemd", "--workdir", "/srv/flodl", "--user", "flodl")
+    assert directives(res.stdout)["User"] == ["flodl"] and "note: User=" not in res.stderr
+
+
+@pytest.mark.parametrize("args, directive, code", [
+    (("--workdir", "/tmp/flodl"), "WorkingDirectory=", "200/CHDIR"),
+    (("--workdir", "/srv/flodl", "--home", "/var/tmp/fh"), "ReadWritePaths=", "226/NAMESPACE"),
+    (("--workdir", "/srv/flodl", "--exec", "/tmp/venv/bin/fdlenv"), "ExecStart=", "203/EXEC"),
+])
+def test_a_path_under_tmp_that_private_tmp_hides_is_warned_naming_the_directive(args, directive, code):
+    res = recipe("systemd", "--user", "flodl", *args)
+    warns = [ln for ln in res.stderr.splitlines() if "PrivateTmp=yes" in ln]
+    assert res.returncode == 0 and directives(res.stdout)["PrivateTmp"] == ["yes"]
+    assert len(warns) == 1 and directive in warns[0] and code in warns[0], res.stderr
+    clean = recipe("systemd", "--user", "flodl", "--workdir", "/srv/flodl", "--home", "/srv/fh")
+    assert "PrivateTmp" not in clean.stderr

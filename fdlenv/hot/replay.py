@@ -112,7 +112,8 @@ def key_of(ask: Ask, environ: Mapping[str, str], base: Mapping[str, str]) -> str
     from .. import __version__
 
     fields = [FORMAT, __version__, ask.kind, ask.libtorch or "", home_root(ask.home, environ), *ask.keyed,
-              environ.get("FDLENV_FROZEN") or "", *(f"{v}={base.get(v) or ''}" for v in ROCM_VARS),
+              environ.get("FDLENV_FROZEN") or "", environ.get("FDLENV_CONDA_VARS") or "",
+              *(f"{v}={base.get(v) or ''}" for v in ROCM_VARS),
               os.uname().machine]
     return "\x1f".join(fields)
 

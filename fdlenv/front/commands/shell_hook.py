@@ -1,7 +1,8 @@
 """`fdlenv shell-hook`: the same activation map `run` uses, for shells and IDEs.
 
 `eval "$(fdlenv shell-hook --libtorch cu128)"` in bash, zsh or sh;
-`fdlenv shell-hook --shell fish --libtorch cu128 | source` in fish. What is
+`fdlenv shell-hook --libtorch cu128 | source` in fish (the shell is `--shell`, else
+$SHELL's name as pixi reads it, else sh). What is
 printed is the difference between the shell's exported environment and the
 activated one, so:
 - the prompt and every other shell-owned variable stay as they are;
@@ -86,5 +87,6 @@ def cmd_shell_hook(args) -> int:
         emit({"environment_variables": {k: v for k, v in changes.items() if v is not None},
                           "unset": sorted(k for k, v in changes.items() if v is None), **about})
     else:
-        print(render(args.shell, changes), end="")
+        from ..table import chosen_shell
+        print(render(chosen_shell(args.shell), changes), end="")
     return 0

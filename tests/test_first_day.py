@@ -7,6 +7,7 @@ and reads the one `error:` line or note it prints.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -68,3 +69,28 @@ def test_a_tab_in_fdl_yml_is_named_as_a_tab_with_its_line_and_column(tmp_path, t
 def test_a_tab_inside_quotes_is_a_value_not_a_mistake():
     from fdlenv.base import yamlfile
     assert yamlfile.loads("a: 'x\ty'\nb: \"\\t\"\n") == {"a": "x\ty", "b": "\t"}
+
+
+def test_verify_full_past_a_second_shows_one_line_with_files_bytes_and_ends_with_the_count(tmp_path, monkeypatch):
+    from helpers_store import make_world, realise_json
+
+    from fdlenv.base import progress
+    from fdlenv.store.maintain import verify
+
+    w = make_world(tmp_path, nfiles=300)
+    env = realise_json(w, "cpu")
+    seen: list[tuple[int, int, int, int]] = []
+    verify(Path(env["path"]), full=True, progress=lambda *a: seen.append(a))
+    of_files, of_bytes = seen[0][2], seen[0][3]
+    assert of_files >= 300 and len(seen) == of_files + 1            # the totals, then one call per file
+    assert sum(s[1] for s in seen) == of_bytes
+    monkeypatch.setattr(progress.Tally, "SHOW_AFTER", 0.0)           # every job here is shorter than a second
+    rc, out, err = run(["env", "verify", "--full", "--home", str(w.home.root)], tmp_path, {})
+    assert rc == 0 and out.startswith("ok "), err
+    name = Path(env["path"]).name
+    assert f"fdlenv: verifying {name} ..." in err.splitlines()
+    assert f"fdlenv: verifying {name}: {of_files} files, {of_bytes / 1e6:.1f} MB in " in err
+    assert len(err.splitlines()) == 2, err                           # not a line per file
+    monkeypatch.setattr(progress.Tally, "SHOW_AFTER", 3600.0)
+    rc, out, err = run(["env", "verify", "--full", "--home", str(w.home.root)], tmp_path, {})
+    assert rc == 0 and err == ""                                     # a short job says nothing

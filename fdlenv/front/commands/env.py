@@ -208,8 +208,15 @@ def cmd_verify(args) -> int:
     if want and not dirs:
         raise Fail.permanent(f"variant {want!r} is not realised in {home.root}")
     reports, bad = [], 0
+    from ...base.progress import Tally
+
     for d in dirs:
-        rep = verify(d, full=args.full)
+        tally = Tally(f"verifying {d.name}") if args.full else None
+        try:   # --full re-hashes every file: one progress line past a second (files, bytes, ETA)
+            rep = verify(d, full=args.full, progress=tally)
+        finally:
+            if tally is not None:
+                tally.close()
         repaired = False
         if rep.problems and args.repair:
             from ...app.settings import resolve

@@ -66,8 +66,8 @@ def export(home, lock_files: list[Path], variants: list[str] | None, platforms: 
         served = where_served([r for r, _ in todo if r in pip], mirrors)
         sources = [_source(home, r, served, mirrors) for r, _ in todo]
         from_home = sum(1 for _, _, ours in sources if ours)
-        ours = f", {from_home} from the home's archives" if from_home else ""
-        tally = Tally(f"exporting {len(todo)} file(s){ours}")
+        mine = f", {from_home} from the home's archives" if from_home else ""
+        tally = Tally(f"exporting {len(todo)} file(s){mine}")
         tally(0, 0, len(todo), sum(size or 0 for _, size, _ in sources))
         try:
             for (r, rel), (url, _, ours) in zip(todo, sources, strict=True):

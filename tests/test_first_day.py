@@ -7,6 +7,7 @@ and reads the one `error:` line or note it prints.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -94,3 +95,47 @@ def test_verify_full_past_a_second_shows_one_line_with_files_bytes_and_ends_with
     monkeypatch.setattr(progress.Tally, "SHOW_AFTER", 3600.0)
     rc, out, err = run(["env", "verify", "--full", "--home", str(w.home.root)], tmp_path, {})
     assert rc == 0 and err == ""                                     # a short job says nothing
+
+
+def test_no_shipped_config_has_an_empty_key():
+    import yaml
+
+    root = Path(__file__).resolve().parent.parent
+
+    def empties(node, where=""):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if v is None:
+                    yield f"{where}{k}"
+                yield from empties(v, f"{where}{k}.")
+    for f in [root / "examples" / "fdl.yml", *sorted((root / "examples").rglob("*.yml"))]:
+        assert list(empties(yaml.safe_load(f.read_text()))) == [], f
+
+
+@pytest.mark.slow
+def test_a_wheel_built_from_the_checkout_installs_with_uv_and_runs_from_a_fresh_home(tmp_path):
+    """README's `pip wheel --no-deps -w dist .` then an install of that wheel, as a new user
+    has it: uv (the test extra's) puts it into a venv with no pip, HOME empty; its `fdlenv`
+    answers --help and detect. The dependencies come from this run's venv (no network)."""
+    import shutil
+    import subprocess
+
+    from helpers_install import clean_environ, fdlenv_wheel, plain_venv
+
+    uv = str(Path(sys.executable).with_name("uv")) if Path(sys.executable).with_name("uv").exists() else shutil.which("uv")
+    if uv is None:
+        pytest.skip("uv (the test extra) is not installed")
+    wheel = fdlenv_wheel(tmp_path / "dist")
+    py = plain_venv(tmp_path / "venv")
+    home = tmp_path / "fresh-home"
+    home.mkdir()
+    env = clean_environ(HOME=str(home), UV_CACHE_DIR=str(tmp_path / "uv-cache"))
+    res = subprocess.run([uv, "pip", "install", "--offline", "--no-deps", "--python", str(py), str(wheel)],
+                         capture_output=True, text=True, env=env)
+    assert res.returncode == 0, res.stderr
+    exe = py.parent / "fdlenv"
+    assert "usage: fdlenv" in subprocess.run([exe, "--help"], capture_output=True, text=True, env=env,
+                                             cwd=home).stdout
+    det = subprocess.run([exe, "detect", "--json"], capture_output=True, text=True, env=env, cwd=home)
+    assert det.returncode in (0, 2) and '"schema": 1' in det.stdout, det.stderr
+    assert not (home / ".flodl" / "envs").exists()   # nothing realised by asking

@@ -362,7 +362,7 @@ def test_cloud_init_refuses_an_fdl_yml_join_would_refuse(tmp_path):
     for body, why in (("join: {token_file: /t}\n", "unknown key 'token_file'"),
                       ("join: [\n", "--fdl-yml")):
         (tmp_path / "w.yml").write_text(body)
-        res = recipe("cloud-init", "--fdl-yml", str(tmp_path / "w.yml"))
+        res = recipe("cloud-init", "--install", "fdlenv==0.1", "--fdl-yml", str(tmp_path / "w.yml"))
         assert res.returncode == 2 and res.stdout == "" and why in res.stderr, res.stderr
 
 
@@ -412,7 +412,7 @@ def test_a_token_file_others_can_read_is_used_with_a_warning(tmp_path, capsys):
      "fdlenv @ git+https://github.com/o/fdlenv@abc123"),
     ({"url": "https://files.example/fdlenv-0.1.0-py3-none-any.whl", "archive_info": {}},
      "fdlenv @ https://files.example/fdlenv-0.1.0-py3-none-any.whl"),
-    (None, "fdlenv==0.1.0"),
+    (None, None),   # from an index: fdlenv is on no public one yet (plan.ON_PUBLIC_INDEX)
     ({"url": "file:///home/me/fdlenv", "dir_info": {"editable": True}}, None),
 ])
 def test_cloud_init_installs_fdlenv_the_way_this_one_was_installed(monkeypatch, direct, spec):
@@ -434,7 +434,11 @@ def test_cloud_init_installs_fdlenv_the_way_this_one_was_installed(monkeypatch, 
     else:
         with pytest.raises(Fail) as e:
             plan.install_spec()
-        assert not e.value.transient and "--install" in e.value.message and "file:///home/me/fdlenv" in e.value.message
+        assert not e.value.transient and "--install" in e.value.message and "git+https://" in e.value.message
+        assert ("file:///home/me/fdlenv" if direct else "on no public index yet") in e.value.message
+        monkeypatch.setattr(plan, "ON_PUBLIC_INDEX", True)   # the name kept ready for when it is published
+        if direct is None:
+            assert plan.install_spec() == "fdlenv==0.1.0"
 
 
 def test_cloud_init_ships_the_lock_fdl_yml_names_and_refuses_one_that_is_not_there(tmp_path):

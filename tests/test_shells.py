@@ -311,10 +311,10 @@ def test_path_gains_only_directories_that_exist(tmp_path):
                                                                      "libtorch/build-version": "2.10.0\n"})])
     write_env(tmp_path / "envs", "cpu", ["flodl"], ["libtorch-cpu 2.10.0"])
     lock_envs(tmp_path / "envs", tmp_path / "conda-lock.yml", home=home)
-    env = {"PATH": "/usr/bin:/bin", "FLODL_HOME": str(home.root), "SHELL": "/bin/bash"}
+    env = {"PATH": "/usr/bin:/bin:/usr/bin", "FLODL_HOME": str(home.root), "SHELL": "/bin/bash"}
     path = fdlenv("run", "--libtorch", "cpu", "--lock", str(tmp_path / "conda-lock.yml"), "printenv", "PATH",
                   env=env, check=True).stdout.strip()
-    assert path == "/usr/bin:/bin"
+    assert path == "/usr/bin:/bin:/usr/bin"   # not even de-duplicated: nothing was added
     hook = fdlenv("shell-hook", "--libtorch", "cpu", "--lock", str(tmp_path / "conda-lock.yml"), env=env,
                   check=True).stdout
     assert not re.search(r"^export PATH=", hook, re.M), hook

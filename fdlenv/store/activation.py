@@ -249,5 +249,7 @@ def tidied(out: dict[str, str], base: Mapping[str, str]) -> dict[str, str]:
                 out.pop(var, None)
     had = set(base.get("PATH", "").split(":"))
     if "PATH" in out:
-        out["PATH"] = ":".join(p for p in out["PATH"].split(":") if p in had or os.path.isdir(p))
+        kept = [p for p in out["PATH"].split(":") if p in had or os.path.isdir(p)]
+        # nothing added: the caller's PATH as it was (not even de-duplicated)
+        out["PATH"] = ":".join(kept) if set(kept) - had or "PATH" not in base else base["PATH"]
     return out

@@ -56,8 +56,30 @@ def pytest_unconfigure(config):
         gc.callbacks[:] = [cb for cb in gc.callbacks if not getattr(cb, "__module__", "").startswith("hypothesis")]
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
+    """The run's temp trees go in a fresh dir of its own (`--basetemp` unless one is given; xdist
+    hands each worker a dir inside it), removed when the run passed, before the summary, kept
+    when it failed. pytest's own numbered dirs under /tmp/pytest-of-<user> are rotated by an
+    atexit rm of the older runs' dirs (this machine's other runs' too), after the summary:
+    seconds to minutes of silence once realised envs are in them."""
     config.addinivalue_line("markers", "optional: may skip even under CI=true (opt-in by design)")
+    if config.option.basetemp is None and not hasattr(config, "workerinput"):
+        import tempfile
+
+        config.option.basetemp = tempfile.mkdtemp(prefix="fdlenv-pytest-")
+        config.stash[_OWN_BASETEMP] = config.option.basetemp
+
+
+_OWN_BASETEMP = pytest.StashKey[str]()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    own = session.config.stash.get(_OWN_BASETEMP, None)
+    if own is not None and exitstatus == 0:
+        import shutil
+
+        shutil.rmtree(own, ignore_errors=True)
 
 
 # Modules that drive fdlenv end to end (real installs into a home, servers, killed processes,

@@ -490,14 +490,17 @@ def test_without_user_the_unit_runs_as_the_invoking_user_with_a_note_never_root_
 
 
 @pytest.mark.parametrize("args, directive, code", [
-    (("--workdir", "/tmp/flodl"), "WorkingDirectory=", "200/CHDIR"),
-    (("--workdir", "/srv/flodl", "--home", "/var/tmp/fh"), "ReadWritePaths=", "226/NAMESPACE"),
+    (("--workdir", "/tmp/flodl", "--exec", "/opt/fx/bin/fdlenv"), "WorkingDirectory=", "200/CHDIR"),
+    (("--workdir", "/srv/flodl", "--home", "/var/tmp/fh", "--exec", "/opt/fx/bin/fdlenv"), "ReadWritePaths=",
+     "226/NAMESPACE"),
     (("--workdir", "/srv/flodl", "--exec", "/tmp/venv/bin/fdlenv"), "ExecStart=", "203/EXEC"),
 ])
 def test_a_path_under_tmp_that_private_tmp_hides_is_warned_naming_the_directive(args, directive, code):
+    # --exec pins the fdlenv the unit starts: the one running this test may itself live under /tmp
     res = recipe("systemd", "--user", "flodl", *args)
     warns = [ln for ln in res.stderr.splitlines() if "PrivateTmp=yes" in ln]
     assert res.returncode == 0 and directives(res.stdout)["PrivateTmp"] == ["yes"]
     assert len(warns) == 1 and directive in warns[0] and code in warns[0], res.stderr
-    clean = recipe("systemd", "--user", "flodl", "--workdir", "/srv/flodl", "--home", "/srv/fh")
+    clean = recipe("systemd", "--user", "flodl", "--workdir", "/srv/flodl", "--home", "/srv/fh",
+                   "--exec", "/opt/fx/bin/fdlenv")
     assert "PrivateTmp" not in clean.stderr

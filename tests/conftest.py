@@ -26,7 +26,13 @@ _REAL_HOME = Path.home()
 
 
 @pytest.fixture(autouse=True)
-def _own_home(tmp_path_factory, monkeypatch):
+def _own_home(request, tmp_path_factory, monkeypatch):
+    """A HOME per test, removed when the test passed (as pyproject's tmp_path_retention_policy
+    "failed" removes its tmp_path): the homes hold realised envs, and left behind they made
+    pytest's exit-time rotation of old base temp dirs (an atexit rm, after the summary) take
+    minutes on a full run; removed here, that cost is spread over the run, on every worker."""
+    import shutil
+
     for var, default in (("RUSTUP_HOME", _REAL_HOME / ".rustup"), ("CARGO_HOME", _REAL_HOME / ".cargo")):
         if var not in os.environ and default.is_dir():
             monkeypatch.setenv(var, str(default))
@@ -34,11 +40,46 @@ def _own_home(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.delenv("FLODL_HOME", raising=False)
     monkeypatch.delenv("FDL_ENV", raising=False)
-    return home
+    yield home
+    if not getattr(request.node, "_fdlenv_failed", False):
+        shutil.rmtree(home, ignore_errors=True)
 
 
+def pytest_unconfigure(config):
+    """hypothesis (imported by the fuzz and codec tests) leaves a gc callback behind; a
+    KeyboardInterrupt that xdist's shutdown delivers while a collection runs at exit was
+    printed as a traceback from it on a green run. Nothing needs it once the tests are done."""
+    import gc
+    import sys
+
+    if "hypothesis" in sys.modules:
+        gc.callbacks[:] = [cb for cb in gc.callbacks if not getattr(cb, "__module__", "").startswith("hypothesis")]
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
+    """The run's temp trees go in a fresh dir of its own (`--basetemp` unless one is given; xdist
+    hands each worker a dir inside it), removed when the run passed, before the summary, kept
+    when it failed. pytest's own numbered dirs under /tmp/pytest-of-<user> are rotated by an
+    atexit rm of the older runs' dirs (this machine's other runs' too), after the summary:
+    seconds to minutes of silence once realised envs are in them."""
     config.addinivalue_line("markers", "optional: may skip even under CI=true (opt-in by design)")
+    if config.option.basetemp is None and not hasattr(config, "workerinput"):
+        import tempfile
+
+        config.option.basetemp = tempfile.mkdtemp(prefix="fdlenv-pytest-")
+        config.stash[_OWN_BASETEMP] = config.option.basetemp
+
+
+_OWN_BASETEMP = pytest.StashKey[str]()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    own = session.config.stash.get(_OWN_BASETEMP, None)
+    if own is not None and exitstatus == 0:
+        import shutil
+
+        shutil.rmtree(own, ignore_errors=True)
 
 
 # Modules that drive fdlenv end to end (real installs into a home, servers, killed processes,
@@ -65,6 +106,8 @@ def pytest_collection_modifyitems(config, items):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     rep = outcome.get_result()
+    if rep.failed:
+        item._fdlenv_failed = True   # its HOME is kept for a look (`_own_home`)
     if rep.skipped and os.environ.get("CI", "").lower() == "true" and item.get_closest_marker("optional") is None:
         reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
         rep.outcome = "failed"

@@ -70,7 +70,7 @@ def test_a_replayed_answer_is_the_slow_paths_answer(world, shape, lock):
     assert not was_hot and slow.returncode == 0 and hot.stderr == slow.stderr == ""
     if shape == ["run"]:
         assert environ_of(hot.stdout) == {k: v for k, v in environ_of(slow.stdout).items() if k not in SLOW}
-        assert environ_of(hot.stdout)["CONDA_PREFIX"].startswith(str(world.home.envs))
+        assert environ_of(hot.stdout)["FDLENV_PREFIX"].startswith(str(world.home.envs))
     elif "--json" in shape and shape[0] == "env":
         h, s = json.loads(hot.stdout), json.loads(slow.stdout)
         assert h.pop("seconds") >= 0 and s.pop("seconds") >= 0 and h == s
@@ -80,11 +80,11 @@ def test_a_replayed_answer_is_the_slow_paths_answer(world, shape, lock):
 
 def test_a_relocked_variant_is_run_in_its_new_env_not_the_memos(world):
     argv = ["run", *store_args(world), "env", "-0"]
-    old = environ_of(replayed(*argv).stdout)["CONDA_PREFIX"]
+    old = environ_of(replayed(*argv).stdout)["FDLENV_PREFIX"]
     bump_variant(world)
     res, hot = call(*argv)
     assert res.returncode == 0 and not hot, res.stderr
-    new = environ_of(res.stdout)["CONDA_PREFIX"]
+    new = environ_of(res.stdout)["FDLENV_PREFIX"]
     assert new != old and os.path.isdir(new)
 
 
@@ -116,9 +116,9 @@ def test_after_a_change_the_answer_is_the_slow_paths_again(world, change, lock):
     slow, _ = call(*argv, env=SLOW, cwd=world.root)
     assert not hot
     assert res.returncode == slow.returncode, res.stderr   # the first may realise again: its stderr says so
-    assert environ_of(res.stdout).get("CONDA_PREFIX") == environ_of(slow.stdout).get("CONDA_PREFIX")
+    assert environ_of(res.stdout).get("FDLENV_PREFIX") == environ_of(slow.stdout).get("FDLENV_PREFIX")
     if res.returncode == 0:
-        assert environ_of(res.stdout)["CONDA_PREFIX"].startswith(str(world.home.envs))
+        assert environ_of(res.stdout)["FDLENV_PREFIX"].startswith(str(world.home.envs))
 
 
 def test_no_memo_is_written_when_a_dependency_moved_while_the_slow_path_ran(world, monkeypatch):

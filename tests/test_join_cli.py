@@ -81,7 +81,7 @@ def test_the_join_block_and_overlay_are_read_from_the_cwd(captured, tmp_path, mo
 def test_a_defaulted_controller_gets_a_note(captured, capsys):
     args = parse(["join", "--bin", "/bin/true"])
     assert args.func(args) == 0
-    assert "no controller named: dialing 127.0.0.1:1337" in capsys.readouterr().err
+    assert "no controller named: dialing the default, 127.0.0.1:1337" in capsys.readouterr().err
 
 
 def test_authoring_errors_exit_2_before_anything_runs(captured, tmp_path, capsys):

@@ -421,3 +421,41 @@ def test_jitter_never_pushes_a_wait_past_the_cap():
     waits = [L.with_jitter(b, random.Random(seed)) for seed in range(200) for b in (40, 50, 60)]
     assert max(waits) <= L.BACKOFF_MAX and min(waits) >= L.BACKOFF_MIN
     assert len({round(w, 3) for w in waits if w > 50}) > 50        # still spread near the cap
+
+
+def test_join_json_reports_one_object_per_attempt_with_its_outcome_and_class(tmp_path):
+    reports, sleeps, calls = [], [], []
+    r = L.Runner(settings=settings(tmp_path, code=3, persist=True), prepare=None, sleep=sleeps.append,
+                 say=lambda m: None, rng=random.Random(1), report=reports.append)
+
+    def prepare(s):
+        if len(calls) >= 1:
+            calls.append(s)
+            if len(calls) == 2:
+                raise Fail.retry("index away for now")
+            raise Fail.permanent("stop here")
+        return fake_prepare(tmp_path, calls=calls)(s)
+    r.prepare = prepare
+    assert r.run() == 2
+    first, second, third = reports
+    assert [x["attempt"] for x in reports] == [1, 2, 3] and len(sleeps) == 2
+    assert (first["outcome"], first["exit"], first["agent_status"]) == ("agent exited", 3, 3)
+    assert (second["outcome"], second["exit"], second["transient"], second["phase"]) == ("failed", 1, True, "prepare")
+    assert second["error"].endswith("index away for now")
+    assert (third["outcome"], third["exit"], third["transient"]) == ("failed", 2, False)
+    assert all(x["controller"] == "ctrl.lan:1400" and x["persist"] is True and x["seconds"] >= 0 for x in reports)
+
+
+def test_join_json_on_the_command_line_keeps_stdout_for_the_objects_and_the_agents_output_on_stderr(tmp_path):
+    agent = tmp_path / "agent.sh"
+    agent.write_text('#!/bin/sh\necho "agent says hi"\nexit 3\n')
+    agent.chmod(0o755)
+    env = {**os.environ, "FLODL_TESTING_GPU_JSON": '[{"vendor": "nvidia", "arch": "8.6"}]'}
+    res = subprocess.run([sys.executable, "-m", "fdlenv", "join", "127.0.0.1:9", "--bin", str(agent),
+                          "--no-sig-probe", "--json"], capture_output=True, text=True, env=env, cwd=tmp_path,
+                         timeout=120)
+    assert res.returncode == 3, res.stderr
+    (line,) = res.stdout.splitlines()
+    obj = json.loads(line)
+    assert (obj["schema"], obj["attempt"], obj["outcome"], obj["exit"]) == (1, 1, "agent exited", 3)
+    assert "agent says hi" in res.stderr

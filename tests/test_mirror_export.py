@@ -401,3 +401,44 @@ def test_what_a_killed_export_left_in_dir_is_swept_by_the_next_and_a_live_export
         f.write_text("half\n")
     fdlenv(*export, check=True)
     assert [f for f in left if f.exists()] == [] and live.exists()
+
+
+def test_export_takes_the_homes_own_downloads_when_they_hash_to_the_lock_and_prints_no_line_per_file(tmp_path, static,
+                                                                                                   monkeypatch):
+    import shutil
+
+    from test_home_permission import run as run_cli
+
+    from fdlenv.base import progress
+
+    root, url = static
+    w = make_world(tmp_path / "world", variants=("cpu",))
+    shutil.copytree(w.home.channel, root / "ch")
+    box = tmp_path / "box"       # a home that downloaded the archives over http (kept in archives/)
+    fdlenv("env", "realize", "--libtorch", "cpu", "--lock", str(w.lock), "--home", str(box),
+           "--mirror", f"flodl={url}/ch", check=True)
+    kept = sorted((box / "archives").iterdir())
+    assert kept
+    good = kept[0].read_bytes()
+    kept[0].write_bytes(b"damaged")   # one that does not hash to the lock: fetched after all
+    dead = "http://127.0.0.1:9/nothing-here"
+    res = fdlenv("mirror", "export", "--lock", str(w.lock), "--home", str(box), "--mirror", f"flodl={url}/ch",
+                 "--json", str(tmp_path / "m1"), check=True)
+    out = json.loads(res.stdout)
+    assert out["copied"] == len(kept) and out["from_home"] == len(kept) - 1
+    res = fdlenv("mirror", "export", "--lock", str(w.lock), "--home", str(box), "--mirror", f"flodl={dead}",
+                 str(tmp_path / "m2"))
+    assert res.returncode == 1 and "127.0.0.1:9" in res.stderr     # the damaged one cannot be fetched
+    kept[0].write_bytes(good)
+    res = fdlenv("mirror", "export", "--lock", str(w.lock), "--home", str(box), "--mirror", f"flodl={dead}",
+                 str(tmp_path / "m3"))
+    assert res.returncode == 0, res.stderr
+    assert "exported" not in res.stderr.replace("fdlenv: exported ", "", 1)   # one summary, no line per file
+    assert (tmp_path / "m3/conda/flodl/linux-64/repodata.json").is_file()
+    monkeypatch.setattr(progress.Tally, "SHOW_AFTER", 0.0)   # as a long export shows it: one line, a summary
+    rc, _, err = run_cli(["mirror", "export", "--lock", str(w.lock), "--home", str(box), "--mirror", f"flodl={dead}",
+                          str(tmp_path / "m4")], tmp_path, {})
+    n = len(kept)
+    assert rc == 0 and err.splitlines()[0] == f"fdlenv: exporting {n} file(s), {n} from the home's archives ...", err
+    assert f"fdlenv: exporting {n} file(s), {n} from the home's archives: {n} files, " in err
+    assert len(err.splitlines()) == 3, err   # start, summary, the command's own result line

@@ -27,14 +27,14 @@ def test_a_home_path_a_shell_would_expand_activates_as_the_literal_path(tmp_path
     path = json.loads(res.stdout)["path"]
     assert path.startswith(str(home))
     res = fdlenv("run", "--libtorch", "cpu", "--home", str(home), "--",
-                 "sh", "-c", 'printf "%s\\n%s\\n%s" "$CONDA_PREFIX" "$HOOK_MARK" "$PATH"', env=env)
+                 "sh", "-c", 'printf "%s\\n%s\\n%s" "$FDLENV_PREFIX" "$HOOK_MARK" "$PATH"', env=env)
     assert res.returncode == 0, res.stderr
     prefix, hook, path_var = res.stdout.split("\n", 2)
     assert prefix == path and hook == f"hooked:{path}"
     assert path_var.split(":")[0] == f"{path}/bin"
     hook_out = fdlenv("shell-hook", "--libtorch", "cpu", "--home", str(Home(home).root), env=env)
     assert hook_out.returncode == 0, hook_out.stderr
-    shown = subprocess.run(["bash", "--noprofile", "--norc", "-c", hook_out.stdout + 'printf %s "$CONDA_PREFIX"'],
+    shown = subprocess.run(["bash", "--noprofile", "--norc", "-c", hook_out.stdout + 'printf %s "$FDLENV_PREFIX"'],
                            capture_output=True, text=True, env={**os.environ, **env})
     assert shown.stdout == path
     assert not mark.exists(), "a command in the home path was run"

@@ -242,7 +242,8 @@ def test_a_token_file_becomes_a_credential_and_the_unit_holds_no_token(tmp_path)
     assert res.returncode == 0 and TOKEN not in res.stdout and TOKEN not in res.stderr
     d = directives(res.stdout)
     assert d["LoadCredential"] == [f"fdlenv-token:{tok}"]
-    assert "--token" not in d["ExecStart"][0] and "warning" not in res.stderr
+    assert "--token" not in d["ExecStart"][0]
+    assert "warning: --token" not in res.stderr and "join.token" not in res.stderr
 
 
 TOKEN_SPELLINGS = (
@@ -379,7 +380,7 @@ def test_cloud_init_refuses_an_fdl_yml_join_would_refuse(tmp_path):
     for body, why in (("join: {token_file: /t}\n", "unknown key 'token_file'"),
                       ("join: [\n", "--fdl-yml")):
         (tmp_path / "w.yml").write_text(body)
-        res = recipe("cloud-init", "--fdl-yml", str(tmp_path / "w.yml"))
+        res = recipe("cloud-init", "--install", "fdlenv==0.1", "--fdl-yml", str(tmp_path / "w.yml"))
         assert res.returncode == 2 and res.stdout == "" and why in res.stderr, res.stderr
 
 
@@ -429,7 +430,7 @@ def test_a_token_file_others_can_read_is_used_with_a_warning(tmp_path, capsys):
      "fdlenv @ git+https://github.com/o/fdlenv@abc123"),
     ({"url": "https://files.example/fdlenv-0.1.0-py3-none-any.whl", "archive_info": {}},
      "fdlenv @ https://files.example/fdlenv-0.1.0-py3-none-any.whl"),
-    (None, "fdlenv==0.1.0"),
+    (None, None),   # from an index: fdlenv is on no public one yet (plan.ON_PUBLIC_INDEX)
     ({"url": "file:///home/me/fdlenv", "dir_info": {"editable": True}}, None),
 ])
 def test_cloud_init_installs_fdlenv_the_way_this_one_was_installed(monkeypatch, direct, spec):
@@ -451,7 +452,11 @@ def test_cloud_init_installs_fdlenv_the_way_this_one_was_installed(monkeypatch, 
     else:
         with pytest.raises(Fail) as e:
             plan.install_spec()
-        assert not e.value.transient and "--install" in e.value.message and "file:///home/me/fdlenv" in e.value.message
+        assert not e.value.transient and "--install" in e.value.message and "git+https://" in e.value.message
+        assert ("file:///home/me/fdlenv" if direct else "on no public index yet") in e.value.message
+        monkeypatch.setattr(plan, "ON_PUBLIC_INDEX", True)   # the name kept ready for when it is published
+        if direct is None:
+            assert plan.install_spec() == "fdlenv==0.1.0"
 
 
 def test_cloud_init_ships_the_lock_fdl_yml_names_and_refuses_one_that_is_not_there(tmp_path):
@@ -465,3 +470,36 @@ def test_cloud_init_ships_the_lock_fdl_yml_names_and_refuses_one_that_is_not_the
     shipped = {f["path"]: f for f in doc["write_files"]}
     lock = shipped["/home/ubuntu/training/locks/fleet.conda-lock.yml"]
     assert lock["content"] == "version: 1\npackage: []\n" and lock["owner"] == "ubuntu:ubuntu"
+
+
+# ------------------------------------------------------------------ first-day traps
+
+def test_without_user_the_unit_runs_as_the_invoking_user_with_a_note_never_root_silently(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "SUDO_USER"}
+    res = subprocess.run([sys.executable, "-m", "fdlenv", "recipe", "systemd", "--workdir", "/srv/flodl"],
+                         capture_output=True, text=True, env=env)
+    assert res.returncode == 0 and directives(res.stdout)["User"] == [me()]
+    assert f"note: User={me()}, the invoking user" in res.stderr and "--user U" in res.stderr
+    if me() == "root":
+        assert "root: a user of its own is safer" in res.stderr
+    res = recipe("systemd", "--workdir", "/srv/flodl", env={"SUDO_USER": "nobody"})   # `sudo fdlenv ...`
+    assert directives(res.stdout)["User"] == ["nobody"] and "note: User=nobody, the invoking user" in res.stderr
+    res = recipe("systemd", "--workdir", "/srv/flodl", "--user", "flodl")
+    assert directives(res.stdout)["User"] == ["flodl"] and "note: User=" not in res.stderr
+
+
+@pytest.mark.parametrize("args, directive, code", [
+    (("--workdir", "/tmp/flodl", "--exec", "/opt/fx/bin/fdlenv"), "WorkingDirectory=", "200/CHDIR"),
+    (("--workdir", "/srv/flodl", "--home", "/var/tmp/fh", "--exec", "/opt/fx/bin/fdlenv"), "ReadWritePaths=",
+     "226/NAMESPACE"),
+    (("--workdir", "/srv/flodl", "--exec", "/tmp/venv/bin/fdlenv"), "ExecStart=", "203/EXEC"),
+])
+def test_a_path_under_tmp_that_private_tmp_hides_is_warned_naming_the_directive(args, directive, code):
+    # --exec pins the fdlenv the unit starts: the one running this test may itself live under /tmp
+    res = recipe("systemd", "--user", "flodl", *args)
+    warns = [ln for ln in res.stderr.splitlines() if "PrivateTmp=yes" in ln]
+    assert res.returncode == 0 and directives(res.stdout)["PrivateTmp"] == ["yes"]
+    assert len(warns) == 1 and directive in warns[0] and code in warns[0], res.stderr
+    clean = recipe("systemd", "--user", "flodl", "--workdir", "/srv/flodl", "--home", "/srv/fh",
+                   "--exec", "/opt/fx/bin/fdlenv")
+    assert "PrivateTmp" not in clean.stderr

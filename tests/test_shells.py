@@ -105,7 +105,7 @@ def test_switching_cpu_to_cu126_leaves_only_cu126_and_deactivate_restores_the_sh
         assert cpu not in on_cu126[var], f"{var} still holds the cpu env: {on_cu126[var]}"
         assert cu126 in on_cu126[var].split(":")[0]
     assert on_cu126["LD_LIBRARY_PATH"].split(":") == [f"{envs['cu126']['libtorch_root']}/lib", "/opt/tool/lib"]
-    assert on_cu126["CONDA_PREFIX"] == cu126 and on_cu126["HOOK_MARK"] == f"hooked:{cu126}"
+    assert on_cu126["FDLENV_PREFIX"] == cu126 and on_cu126["HOOK_MARK"] == f"hooked:{cu126}"
     assert _comparable(after) == _comparable(before)
 
 
@@ -135,7 +135,7 @@ def test_shell_hook_json_carries_pixis_environment_variables_key(two):
     out = json.loads(fdlenv("shell-hook", "--libtorch", "cu126", "--lock", str(w.lock), "--json",
                             env=_base_env(w), check=True).stdout)
     ev = out["environment_variables"]
-    assert ev["CONDA_PREFIX"] == envs["cu126"]["path"] and ev["FDL_GPU_FEATURE"] == "cuda"
+    assert ev["FDLENV_PREFIX"] == envs["cu126"]["path"] and ev["FDL_GPU_FEATURE"] == "cuda"
     assert out["variant"] == "cu126" and out["label"] == "precompiled/cu126"
     assert all(isinstance(v, str) for v in ev.values())
 
@@ -151,13 +151,13 @@ def test_run_and_shell_hook_need_no_lock_for_a_realised_variant(two, tmp_path):
     fdlenv("env", "use", "cpu", "--home", str(w.home.root), check=True)
     env = _base_env(w)
     # no lock anywhere near the cwd, no --lock: the active env, then the pointed one
-    res = fdlenv("run", "sh", "-c", 'echo "$CONDA_PREFIX"', env=env, cwd=tmp_path)
+    res = fdlenv("run", "sh", "-c", 'echo "$FDLENV_PREFIX"', env=env, cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == envs["cpu"]["path"]
     res = fdlenv("run", "--libtorch", "cu126", "printenv", "LIBTORCH_PATH", env=env, cwd=tmp_path)
     assert res.returncode == 0 and res.stdout.strip() == envs["cu126"]["libtorch_root"], res.stderr
     hook = fdlenv("shell-hook", "--libtorch", "cu126", env=env, cwd=tmp_path, check=True).stdout
-    assert f"export CONDA_PREFIX={envs['cu126']['path']}" in hook
+    assert f"export FDLENV_PREFIX={envs['cu126']['path']}" in hook
 
 
 def test_run_takes_the_command_without_a_double_dash_and_keeps_a_later_one(two, tmp_path):
@@ -238,7 +238,7 @@ def test_a_moved_home_works_with_run_and_shell_hook_and_verify_reports_and_repai
     assert out["envs"][0]["moved_from"] == old["path"] and out["envs"][0]["ok"]
     assert [x["link"] for x in out["links"]] == [str(pointer)]
 
-    res = fdlenv("run", "sh", "-c", 'echo "$CONDA_PREFIX|$LIBTORCH_PATH|$LD_LIBRARY_PATH"; hello', env=env, cwd=tmp_path)
+    res = fdlenv("run", "sh", "-c", 'echo "$FDLENV_PREFIX|$LIBTORCH_PATH|$LD_LIBRARY_PATH"; hello', env=env, cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     prefix, libtorch, ld = res.stdout.splitlines()[0].split("|")
     assert prefix == new_path and libtorch == f"{new_path}/libtorch" and ld.split(":")[0] == f"{new_path}/libtorch/lib"
@@ -286,3 +286,51 @@ def test_every_value_is_read_back_byte_exact_by_each_real_shell(name, tmp_path):
     assert res.returncode == 0 and res.stdout == "went-on\n", res.stderr
     got = _dumps(tmp_path / "d")[0]
     assert {k: got.get(k) for k in values} == values
+# ------------------------------------------------------------------ a pixi or conda user's shell
+@pytest.mark.parametrize("login, form", [("/usr/bin/fish", "set -gx LIBTORCH_PATH "),
+                                         ("/bin/bash", "export LIBTORCH_PATH="),
+                                         ("/bin/tcsh", "export LIBTORCH_PATH=")])
+def test_without_shell_the_hook_speaks_the_login_shell_of_shell_as_pixi_does(two, login, form):
+    w, _ = two
+    for hot in ("1", "0"):   # the slow path, then the memo's replay (FDLENV_NO_HOTPATH unset)
+        env = _base_env(w, SHELL=login, **({"FDLENV_NO_HOTPATH": "1"} if hot == "1" else {}))
+        hook = fdlenv("shell-hook", "--libtorch", "cpu", "--lock", str(w.lock), env=env, check=True).stdout
+        assert form in hook, (login, hook)
+    fish = shutil.which("fish")
+    if fish:   # what fish reads: `fdlenv shell-hook | source`, no --shell
+        res = subprocess.run([fish, "--no-config", "-c", f"{HOOK} --libtorch cpu --lock {w.lock} | source; "
+                              "echo $LIBTORCH_PATH"], env=_base_env(w, SHELL=fish), capture_output=True, text=True)
+        assert res.returncode == 0 and res.stdout.strip().startswith(str(w.home.envs)), res.stderr
+def test_no_conda_variable_is_set_unless_asked_and_a_conda_users_own_stay(two, tmp_path):
+    from fdlenv.store.activation import CONDA_VARS
+    w, envs = two
+    cpu = envs["cpu"]["path"]
+    mine = {"CONDA_PREFIX": "/opt/conda/envs/mine", "CONDA_SHLVL": "2", "CONDA_DEFAULT_ENV": "mine"}
+    for extra in ({}, mine):
+        env = _base_env(w, **extra)
+        hook = fdlenv("shell-hook", "--shell", "bash", "--libtorch", "cpu", "--lock", str(w.lock), env=env,
+                      check=True).stdout
+        assert "CONDA_" not in hook and f"export FDLENV_PREFIX={cpu}" in hook, hook
+        ran = fdlenv("run", "--libtorch", "cpu", "--lock", str(w.lock), "env", env=env, check=True).stdout
+        seen = dict(ln.split("=", 1) for ln in ran.splitlines() if ln.split("=")[0] in CONDA_VARS)
+        assert seen == extra
+    asked = _base_env(w, FDLENV_CONDA_VARS="1")
+    hook = fdlenv("shell-hook", "--shell", "bash", "--libtorch", "cpu", "--lock", str(w.lock), env=asked,
+                  check=True).stdout
+    assert f"export CONDA_PREFIX={cpu}" in hook and "export CONDA_SHLVL=1" in hook
+def test_path_gains_only_directories_that_exist(tmp_path):
+    from helpers_conda import Pkg, make_channel, write_env
+    from fdlenv.lock import lock_envs
+    from fdlenv.names.home import Home
+    home = Home(tmp_path / "home")   # an env with no bin/ (as a wheel env): nothing to put on PATH
+    make_channel(home.channel, [Pkg("libtorch-cpu", "2.10.0", files={"libtorch/lib/libtorch.so": b"x",
+                                                                     "libtorch/build-version": "2.10.0\n"})])
+    write_env(tmp_path / "envs", "cpu", ["flodl"], ["libtorch-cpu 2.10.0"])
+    lock_envs(tmp_path / "envs", tmp_path / "conda-lock.yml", home=home)
+    env = {"PATH": "/usr/bin:/bin:/usr/bin", "FLODL_HOME": str(home.root), "SHELL": "/bin/bash"}
+    path = fdlenv("run", "--libtorch", "cpu", "--lock", str(tmp_path / "conda-lock.yml"), "printenv", "PATH",
+                  env=env, check=True).stdout.strip()
+    assert path == "/usr/bin:/bin:/usr/bin"   # not even de-duplicated: nothing was added
+    hook = fdlenv("shell-hook", "--libtorch", "cpu", "--lock", str(tmp_path / "conda-lock.yml"), env=env,
+                  check=True).stdout
+    assert not re.search(r"^export PATH=", hook, re.M), hook

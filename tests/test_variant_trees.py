@@ -165,8 +165,42 @@ def test_shell_hook_switches_the_tree_with_the_variant_and_deactivate_restores_t
               f'eval "$({hook} --deactivate)"; echo "${{CARGO_TARGET_DIR-unset}} ${{FDLENV_VARIANT-unset}} ${{FDLENV_BUILD_DIR-unset}}"; '
               f'export CARGO_TARGET_DIR=/srv/before; eval "$({hook} --libtorch cpu)"; echo "$CARGO_TARGET_DIR"; '
               f'eval "$({hook} --deactivate)"; echo "$CARGO_TARGET_DIR"')
-    res = subprocess.run(["sh", "-c", script], capture_output=True, text=True, cwd=crate / "src")
+    res = subprocess.run(["sh", "-c", script], capture_output=True, text=True, cwd=crate)
     assert res.returncode == 0, res.stderr
-    tree = crate / "target"
-    assert res.stdout.splitlines() == [f"{tree}/fdlenv-cu126 cu126", f"{tree}/fdlenv-cpu cpu",
-                                       f"{tree}/fdlenv-cu126 cu126", "unset unset unset", "/srv/before", "/srv/before"]
+    assert res.stdout.splitlines() == ["target/fdlenv-cu126 cu126", "target/fdlenv-cpu cpu",
+                                       "target/fdlenv-cu126 cu126", "unset unset unset", "/srv/before", "/srv/before"]
+
+
+@needs_cargo
+def test_a_hook_from_bashrc_in_home_builds_each_crate_in_its_own_tree_after_cd(world, tmp_path):
+    crates = []
+    for name in ("a", "b"):
+        (tmp_path / name / "src").mkdir(parents=True)
+        (tmp_path / name / "Cargo.toml").write_text(CARGO_TOML.replace("shim", name).replace('build = "build.rs"\n', ""))
+        (tmp_path / name / "src" / "main.rs").write_text('fn main() {}\n')
+        crates.append(tmp_path / name)
+    (tmp_path / "home").mkdir()
+    hook = f"{sys.executable} -m fdlenv shell-hook --shell sh --home {world['home']} --libtorch cpu"
+    script = (f'cd {tmp_path / "home"} && eval "$({hook})" && echo "$CARGO_TARGET_DIR $FDLENV_BUILD_DIR" && '
+              f'for c in {crates[0]} {crates[1]}; do cd "$c" && cargo build --offline -q || exit 9; done')
+    res = subprocess.run(["sh", "-c", script], capture_output=True, text=True,
+                         env={**os.environ, "PATH": world["path"]})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["target/fdlenv-cpu", "build/fdlenv-cpu"]
+    for c in crates:
+        assert (c / "target" / "fdlenv-cpu" / "debug" / c.name).is_file(), c
+    assert not (tmp_path / "home" / "target").exists() and not (tmp_path / "home" / "build").exists()
+
+
+@needs_cargo
+def test_run_of_a_path_built_into_the_variants_tree_runs_it_and_names_where_it_is(world, crate, tmp_path):
+    build_in(world, "cpu", tmp_path / "runs.txt", crate)
+    assert not (crate / "target" / "debug" / "shim").exists()
+    for _ in range(3):   # the slow path, then the memo's replay
+        res = fdlenv_cli(crate, "run", "--libtorch", "cpu", "--home", str(world["home"]), "./target/debug/shim")
+        assert res.returncode == 0 and res.stdout == "shim\n", res.stderr
+        (line,) = res.stderr.splitlines()
+        assert "./target/debug/shim is not there; running target/fdlenv-cpu/debug/shim" in line
+    res = fdlenv_cli(crate, "run", "--libtorch", "cu126", "--home", str(world["home"]), "./target/release/shim")
+    assert res.returncode == 127 and "searched the env's PATH" not in res.stderr
+    assert "no such file: './target/release/shim'" in res.stderr and "fdlenv-cu126" in res.stderr

@@ -17,12 +17,15 @@ Layout of DIR:
   (py-rattler's indexer);
 - `.fdlenv-export.json`: what is there, by path, with its sha256.
 Order, per file: already there with its recorded sha256 and size -> kept (an
-export of an unchanged lock copies nothing); else fetched from where the
-box's own settings say it is served, hashed while it streams, refused unless
+export of an unchanged lock copies nothing); else copied from the home's own
+download of it (a conda archive in `archives/`; a wheel lives there only
+extracted, so it is fetched again), else fetched from where the box's own
+settings say it is served, hashed while it streams, refused unless
 the sha256 is the lock's, renamed into place; then the pages are rewritten
 from the whole record (a grown lock adds to the mirror, never drops). First of
 all, what an export killed by SIGKILL left (its `.NAME.PID` and `.NAME.PID.part`
-temporary files, PID gone) is swept from DIR.
+temporary files, PID gone) is swept from DIR. One progress line past a second
+(`base.progress.Tally`: bytes of the total, rate, ETA, files).
 """
 
 from __future__ import annotations
@@ -36,7 +39,6 @@ from pathlib import Path
 from ..base import atomic, confine, hashing
 from ..index import pipindex
 from ..base.errors import Fail
-from ..base.progress import say
 
 RECORD = ".fdlenv-export.json"
 
@@ -92,28 +94,66 @@ def export(home, lock_files: list[Path], variants: list[str] | None, platforms: 
                                  "channel; a static mirror serves index and channel entries only")
     todo = [(r, rel) for r in pip if not _kept(out, done, rel := _pip_path(out, r), r.sha256)]
     todo += [(r, rel) for r in conda if not _kept(out, done, rel := _conda_path(out, r), r.sha256)]
-    copied = 0
+    copied, from_home = 0, 0
     if todo:
+        from ..base.progress import Tally
         from ..store.wheelfetch import where_served
 
         served = where_served([r for r, _ in todo if r in pip], mirrors)
-        for r, rel in todo:
-            url = served[r.sha256][0] if r.sha256 in served else _conda_url(r, mirrors)
-            copied += _copy(url, r, out / rel)
-            done[rel] = {"sha256": r.sha256, "size": (out / rel).stat().st_size}
-            if rel.endswith(".whl"):
-                meta = _metadata(out / rel)
-                atomic.write_text(out / (rel + ".metadata"), meta.decode("utf-8", "surrogateescape"))
-                done[rel]["metadata"] = hashing.of_bytes(meta)
-            atomic.write_text(out / RECORD, json.dumps(done, indent=1, sort_keys=True))
+        sources = [_source(home, r, served, mirrors) for r, _ in todo]
+        from_home = sum(1 for _, _, ours in sources if ours)
+        mine = f", {from_home} from the home's archives" if from_home else ""
+        tally = Tally(f"exporting {len(todo)} file(s){mine}")
+        tally(0, 0, len(todo), sum(size or 0 for _, size, _ in sources))
+        try:
+            for (r, rel), (url, _, ours) in zip(todo, sources, strict=True):
+                try:
+                    copied += _copy(url, r, out / rel, tally)
+                except Fail:
+                    if not ours:
+                        raise
+                    from_home -= 1   # the home's copy does not hash to the lock: fetched after all
+                    copied += _copy(_conda_url(r, mirrors), r, out / rel, tally)
+                tally(1, 0)
+                _publish(out, rel, r, done)
+        finally:
+            tally.close()
     _pages(out, done)
     channels = sorted({rel.split("/")[1] for rel in done if rel.startswith("conda/")})
     if channels:
         _index_channels(out, channels)
     names = sorted({rel.split("/")[0] for rel in done if not rel.startswith("conda/")})
     return {"dir": str(out), "copied": len(todo), "bytes": copied, "kept": len(pip) + len(conda) - len(todo),
+            "from_home": from_home,
             "mirrors": {**{n: (out / n).absolute().as_uri() for n in names},
                         **{c: (out / "conda" / c).absolute().as_uri() for c in channels}}}
+
+
+def _source(home, r, served: dict, mirrors: dict[str, str]) -> tuple[str, int | None, bool]:
+    """(where `r`'s bytes are read from, their size when known, whether from the home): a conda
+    archive the home already downloaded (`archives/<sha256><ext>`, hashed again as it is copied),
+    else where the box's settings serve it. A wheel is kept extracted in the package cache, not
+    as the wheel's bytes, so it is fetched again."""
+    from ..store.archives import _ext
+
+    if r.manager == "conda":
+        cached = home.archives / f"{r.sha256}{_ext(r.filename)}"
+        try:
+            return str(cached), cached.stat().st_size, True
+        except OSError:
+            return _conda_url(r, mirrors), r.size, False
+    url, size = served[r.sha256]
+    return url, size or r.size, False
+
+
+def _publish(out: Path, rel: str, r, done: dict) -> None:
+    """Record an exported file (and a wheel's PEP 658 metadata beside it)."""
+    done[rel] = {"sha256": r.sha256, "size": (out / rel).stat().st_size}
+    if rel.endswith(".whl"):
+        meta = _metadata(out / rel)
+        atomic.write_text(out / (rel + ".metadata"), meta.decode("utf-8", "surrogateescape"))
+        done[rel]["metadata"] = hashing.of_bytes(meta)
+    atomic.write_text(out / RECORD, json.dumps(done, indent=1, sort_keys=True))
 
 
 def _records(lock_files: list[Path], variants: list[str] | None, platforms: list[str] | None):
@@ -178,7 +218,7 @@ def _load(out: Path) -> dict:
         return {}
 
 
-def _copy(url: str, r, dest: Path) -> int:
+def _copy(url: str, r, dest: Path, tally=None) -> int:
     """Stream `url` to `dest`, published only when its sha256 is the lock's; returns its size."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(f".{dest.name}.{os.getpid()}.part")
@@ -188,6 +228,8 @@ def _copy(url: str, r, dest: Path) -> int:
             while chunk := src.read(hashing.CHUNK):
                 digest.update(chunk)
                 f.write(chunk)
+                if tally is not None:
+                    tally(0, len(chunk))
         if digest.sha256 != r.sha256:
             raise Fail.permanent(f"mirror export: {url} does not match the lock (sha256 {digest.sha256} != "
                                  f"{r.sha256}); nothing of it was exported")
@@ -197,7 +239,6 @@ def _copy(url: str, r, dest: Path) -> int:
         raise Fail.retry(f"mirror export: cannot copy {url}: {why(e)}") from None
     finally:
         part.unlink(missing_ok=True)
-    say(f"exported {dest.name} ({digest.size / 1e6:.1f} MB)")
     return digest.size
 
 

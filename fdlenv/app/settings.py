@@ -102,9 +102,7 @@ def resolve(home: str | None = None, mirrors: list[str] | None = None, lock: str
               f"fdl.yml's `fdlenv: home:` ({project.path if project is not None else ''})"))
     raw, field, origin = next((g for g in given if g[0]), (None, "the default home", "the default home (~/.flodl)"))
     root = Path(home_root(raw, env))
-    if root.exists() and not root.is_dir():
-        raise Fail.permanent(f"{field}: {root} is not a directory; accepted: a directory fdlenv may write "
-                             "(made when missing)")
+    check_home_root(root, field)
     record_home(str(root.absolute()), origin)
     return Settings(
         home=Home(root.absolute()),
@@ -113,6 +111,30 @@ def resolve(home: str | None = None, mirrors: list[str] | None = None, lock: str
         project=project,
         frozen=bool(frozen) or _env_true(env.get("FDLENV_FROZEN")) or bool(block and block.frozen),
     )
+
+
+def check_home_root(root: Path, field: str) -> None:
+    """A home that cannot be one is an error naming it, not an empty listing: a file, a path
+    under a file (`/etc/passwd/x`), or a directory this user may not read. A missing one is
+    fine (made when first written)."""
+    accepted = "accepted: a directory fdlenv may write (made when missing)"
+    try:
+        st = os.stat(root)
+    except NotADirectoryError:
+        up = next((p for p in root.parents if p.exists() and not p.is_dir()), root.parent)
+        raise Fail.permanent(f"{field}: {root} cannot be a home: {up} is a file, not a directory; "
+                             f"{accepted}") from None
+    except PermissionError:
+        raise Fail.permanent(f"{field}: {root} cannot be read (permission denied on a directory "
+                             f"above it); {accepted}") from None
+    except FileNotFoundError:
+        return
+    import stat
+    if not stat.S_ISDIR(st.st_mode):
+        raise Fail.permanent(f"{field}: {root} is not a directory; {accepted}")
+    if not os.access(root, os.R_OK | os.X_OK):
+        raise Fail.permanent(f"{field}: {root} cannot be read by this user (mode "
+                             f"{stat.S_IMODE(st.st_mode):o}); {accepted}")
 
 
 def _env_true(value: str | None) -> bool:

@@ -225,3 +225,48 @@ class during(Meter):
     def __init__(self, message: str, every: float = 5.0, poll: Callable[[], tuple[int, str]] | None = None,
                  total: int = 0):
         super().__init__(message, total, every, poll)
+
+
+class Tally:
+    """Progress for work counted in files and bytes whose totals are known once it starts
+    (`verify --full`'s hashing, `mirror export`'s fetches), told through `__call__(files,
+    nbytes, of_files, of_bytes)` from any thread: totals add to `of_*`, done work to the
+    counts. Nothing shows for work done within SHOW_AFTER seconds; past that, one `Meter`
+    line (bytes, rate, ETA; `n of N files`), whose clock started with the work, so the rate
+    and ETA count the time before it showed. `close()` ends it with one summary line."""
+
+    SHOW_AFTER = 1.0
+
+    def __init__(self, message: str, clock: Callable[[], float] = time.monotonic):
+        import threading
+
+        self.message, self.files, self.nbytes, self.of_files, self.of_bytes = message, 0, 0, 0, 0
+        self._clock, self._lock = clock, threading.Lock()
+        self._meter: Meter | None = None
+        self._shown = False
+        self._start = clock()
+
+    def __call__(self, files: int, nbytes: int, of_files: int = 0, of_bytes: int = 0) -> None:
+        with self._lock:
+            self.files += files
+            self.nbytes += nbytes
+            self.of_files += of_files
+            self.of_bytes += of_bytes
+            if self._meter is None:
+                self._meter = Meter(self.message, total=self.of_bytes, poll=self._poll, clock=self._clock)
+            self._meter.total = self.of_bytes
+            show = not self._shown and self._clock() - self._start >= self.SHOW_AFTER
+            self._shown = self._shown or show
+        if show:
+            self._meter.__enter__()
+
+    def _poll(self) -> tuple[int, str]:
+        return self.nbytes, f"{self.files} of {self.of_files} files"
+
+    def close(self) -> None:
+        """The meter's end and one line of what was done (only when it showed)."""
+        if self._meter is not None and self._shown:
+            self._meter.__exit__(None, None, None)
+            took = self._clock() - self._start
+            size = f"{self.nbytes / 1e9:.2f} GB" if self.nbytes >= 1e8 else f"{self.nbytes / 1e6:.1f} MB"
+            say(f"{self.message}: {self.files} files, {size} in {_clock_text(took)}")

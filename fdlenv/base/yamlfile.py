@@ -91,9 +91,32 @@ def loads(text: str, source: str | Path = "<text>") -> Any:
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
         what = " ".join(str(getattr(e, "problem", None) or e).split())
+        if mark is not None and (tab := tab_near(text, mark.line)) is not None:
+            raise YamlError(source, tab[0], f"a tab at column {tab[1]}: YAML indents with spaces only; "
+                            "replace the tab with spaces") from None
         raise YamlError(source, mark.line + 1 if mark is not None else None, what) from None
     finally:
         loader.dispose()
+
+
+def tab_near(text: str, line0: int) -> tuple[int, int] | None:
+    """(line, column), 1-based, of a tab outside quotes on the 0-based line `line0` a parse
+    error marks, or the line before it (a tab-indented value is often reported where the next
+    token starts). libyaml names a tab only as "a character that cannot start any token"."""
+    lines = text.split("\n")
+    for n in (line0, line0 - 1):
+        if 0 <= n < len(lines):
+            quote = ""
+            for col, ch in enumerate(lines[n]):
+                if quote:
+                    quote = "" if ch == quote else quote
+                elif ch in "'\"":
+                    quote = ch
+                elif ch == "#":
+                    break
+                elif ch == "\t":
+                    return n + 1, col + 1
+    return None
 
 
 MAX_DEPTH = 256   # deeper than any config; libyaml's recursive composer overflows the C stack far below 100,000

@@ -85,6 +85,11 @@ def parse_controller(s: str, where: str = "CONTROLLER") -> tuple[str, int]:
     """`host[:port]` as `fdl join`'s controller, default port 1337, plus IPv6 in brackets.
     `where` names the field in errors (CONTROLLER, join.controller)."""
     text = s.strip()
+    if "://" in text:   # `http://ctrl:1337`: the agent dials plain TCP, no scheme
+        scheme, _, rest = text.partition("://")
+        bare = rest.rpartition("@")[2].split("/", 1)[0].split("?", 1)[0]   # no userinfo, path or query
+        raise Fail.permanent(f"{where}: a controller is host[:port], not a URL: drop the {scheme}:// "
+                             f"(the agent dials plain TCP), e.g. {bare or 'HOST:1337'}")
     try:
         host, port = split_host_port(text)
         if "@" in host:   # `fdlenv join @farm`: fdl would dial a host named "@farm"

@@ -49,8 +49,8 @@ OPTIONS: dict[str, Opt] = {o.dest: o for o in (
         "map a channel or wheel index (pypi, pytorch) to a mirror (repeatable)", memo="value"),
     Opt(("--frozen",), "frozen", FLAG, help="never lock a variant on demand: only what a lock holds (also "
         "FDLENV_FROZEN=1, `fdlenv: frozen: true`)", default=False, memo="value"),
-    Opt(("--shell",), "shell", help="the shell that reads the output (bash, zsh and sh read the same; default sh)",
-        default="sh", choices=SHELLS, memo="value"),
+    Opt(("--shell",), "shell", help="the shell that reads the output (bash, zsh and sh read the same; default: "
+        "$SHELL's name when it is one of these, else sh)", choices=SHELLS, memo="value"),
     Opt(("--deactivate",), "deactivate", FLAG, help="print what undoes an earlier shell-hook in this shell",
         default=False),
     Opt(("--json",), "json", FLAG, help="print one JSON object on stdout", default=False),
@@ -120,6 +120,16 @@ def _keyed(opt: Opt, value: object) -> str:
     return "1" if value is True else str(value or "")
 
 
+def chosen_shell(given: object, environ: Mapping[str, str] | None = None) -> str:
+    """`--shell`, else the login shell's name from $SHELL as pixi reads it (`/usr/bin/fish` ->
+    fish), else sh: a fish user's `fdlenv shell-hook | source` needs no flag."""
+    if given:
+        return str(given)
+    import os
+    name = os.path.basename(((os.environ if environ is None else environ).get("SHELL") or "").strip())
+    return name if name in SHELLS else "sh"
+
+
 def ask_of(kind: str, values: Mapping[str, object], tail: list[str] | None) -> Ask | None:
     """The typed request the memo is keyed and replayed by (`hot.replay.Ask`), from the values the
     front read (the quick reader's, or argparse's Namespace as a dict); None when the token and the
@@ -131,5 +141,5 @@ def ask_of(kind: str, values: Mapping[str, object], tail: list[str] | None) -> A
     if alias is not None and token is not None and alias != token:
         return None
     return Ask(kind, token or alias, _str(get("home")), _str(get("lock")),
-               tuple(_keyed(o, get(o.dest)) for o in _MEMO_KEYED), bool(get("json")), str(get("shell") or "sh"),
+               tuple(_keyed(o, get(o.dest)) for o in _MEMO_KEYED), bool(get("json")), chosen_shell(get("shell")),
                bool(get("deactivate")), tuple(command_of(_words(get("command")), tail)) if kind == "run" else ())

@@ -41,7 +41,7 @@ import sys
 
 from ..base.confine import within
 from ..base.record import Record
-from ..names.buildtree import build_tree
+from ..names.buildtree import build_tree, shell_tree
 from ..names.leasefile import take_lease
 from ..names.roots import home_root, project_above
 from ..store.statecodec import ROCM_VARS, STATE, apply, restored, shell_state
@@ -80,9 +80,20 @@ def exec_in(argv: list[str], environ: Mapping[str, str]) -> int:
     executable (returned; on success this never returns)."""
     from ..base.output import fail
 
+    if "/" in argv[0] and not os.path.lexists(argv[0]):   # built into the variant's tree?
+        from ..names.buildtree import in_tree
+        if (found := in_tree(argv[0], environ, os.getcwd())) is not None:
+            shown = os.path.relpath(found)
+            print(f"fdlenv run: {argv[0]} is not there; running {found if shown.startswith('..') else shown}, "
+                  "built into this variant's tree (CARGO_TARGET_DIR)", file=sys.stderr, flush=True)
+            argv = [found, *argv[1:]]
     try:
         os.execvpe(argv[0], argv, environ)
     except FileNotFoundError:
+        if "/" in argv[0]:   # a path is never searched on PATH
+            return fail(f"run: no such file: {argv[0]!r} (a path with a `/` is run as it is; a build "
+                        f"under fdlenv lands in $CARGO_TARGET_DIR: {environ.get('CARGO_TARGET_DIR') or 'target/'})",
+                        NOT_FOUND)
         return fail(f"run: command not found: {argv[0]!r} (searched the env's PATH)", NOT_FOUND)
     except OSError as e:
         return fail(f"run: cannot execute {argv[0]!r}: {e.strerror or e}", NOT_EXECUTABLE)
@@ -112,7 +123,8 @@ def key_of(ask: Ask, environ: Mapping[str, str], base: Mapping[str, str]) -> str
     from .. import __version__
 
     fields = [FORMAT, __version__, ask.kind, ask.libtorch or "", home_root(ask.home, environ), *ask.keyed,
-              environ.get("FDLENV_FROZEN") or "", *(f"{v}={base.get(v) or ''}" for v in ROCM_VARS),
+              environ.get("FDLENV_FROZEN") or "", environ.get("FDLENV_CONDA_VARS") or "",
+              *(f"{v}={base.get(v) or ''}" for v in ROCM_VARS),
               os.uname().machine]
     return "\x1f".join(fields)
 
@@ -244,9 +256,10 @@ def _replay(ask: Ask) -> int | None:
         memo, unset, sets = read
         if ask.kind == "realize":
             return _print_realized(ask, memo)
-        target = build_tree(apply(unset, sets, base), base, memo["variant"], os.getcwd())
         if ask.kind == "shell-hook":
+            target = shell_tree(apply(unset, sets, base), base, memo["variant"])
             return _print_changes(ask, dict(environ), base, target, memo)
+        target = build_tree(apply(unset, sets, base), base, memo["variant"], os.getcwd())
         if not ask.argv or _lease(root, memo["path"]) is None:
             return None
         if memo["variant"].startswith("cu") and _cmake(ask.argv):

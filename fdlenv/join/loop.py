@@ -121,6 +121,8 @@ class Runner:
     settle: Callable[[JoinSettings], JoinSettings] | None = None
     attempts: int = 0
     phase: str = "prepare"                             # names the cause of an unclassified failure
+    # `join --json`: one object per attempt (what ended it, its exit class, how long it took)
+    report: Callable[[dict], None] | None = None
 
     def __post_init__(self) -> None:
         self.prober = self._prober = self.prober or Prober(enabled=self.settings.sig_probe, say=self.say)
@@ -201,6 +203,33 @@ class Runner:
                 tunnel.close()
             leases.release(lease)
 
+    def reported(self) -> int:
+        """`attempt`, and what ended it handed to `report` (when one is given) before the loop
+        reads it: the agent's exit, a failure with its class and phase, or a stop."""
+        if self.report is None:
+            return self.attempt()
+        started = self.clock()
+
+        def tell(outcome: str, code: int | None, **more: object) -> None:
+            assert self.report is not None
+            s = self.settings
+            self.report({"attempt": self.attempts, "outcome": outcome, "exit": code,
+                         "seconds": round(self.clock() - started, 3), "persist": s.persist,
+                         "controller": None if s.controller_host is None
+                         else f"{s.controller_host}:{s.controller_port}", **more})
+        try:
+            raw = self.attempt()
+        except Interrupted as i:
+            tell("stopped", 130, signal=_signame(i.signum))
+            raise
+        except Exception as e:   # reported as the loop will classify it, then raised again
+            f = classify(e, f"join ({self.phase})")
+            tell("failed", EXIT_TRANSIENT if f.transient else EXIT_PERMANENT, phase=self.phase,
+                 transient=f.transient, error=f.message)
+            raise
+        tell("agent exited", exit_code(raw), agent_status=raw)
+        return raw
+
     # --------------------------------------------------------------------- loop
     def run(self) -> int:
         with self.stopper:
@@ -233,7 +262,7 @@ class Runner:
         while True:
             started = self.clock()
             try:
-                raw = self.attempt()
+                raw = self.reported()
             except Interrupted:
                 raise
             except Exception as e:  # noqa: BLE001 - a Fail, or any other exception classified by its cause

@@ -7,6 +7,14 @@ CARGO_TARGET_DIR to `<root>/target/fdlenv-<variant>` there (the dir `fdlenv buil
 uses) unless the user chose one (`users_target_dir`: the environment, or
 `target-dir` in a cargo config file). It depends on the cwd, so it is never part of a
 memo: the slow path and `hot.replay` both call it (only `os` is imported).
+
+A shell outlives the directory its hook ran in, so `shell_tree` names the trees
+relative (`target/fdlenv-<variant>`, `build/fdlenv-<variant>`): cargo reads a relative
+CARGO_TARGET_DIR from the environment against the directory it runs in, and
+`cmake -B` its build dir likewise, so after `cd other-crate` the build lands in
+other-crate's tree, never in the one of the crate (or `~`) where `.bashrc` ran.
+`in_tree` is what `run` does with a path that is not there: `./target/release/train`
+after a build into the variant's tree is `target/fdlenv-<variant>/release/train`.
 """
 
 from __future__ import annotations
@@ -84,3 +92,35 @@ def build_tree(environ: dict[str, str], base: Mapping[str, str], variant: str | 
     if root is not None and not users_target_dir(base, cwd):
         environ[TARGET_DIR] = target
     return environ
+
+
+def shell_tree(environ: dict[str, str], base: Mapping[str, str], variant: str | None) -> dict[str, str]:
+    """`build_tree` for a shell: the same trees, named relative to wherever a build runs (cargo
+    reads a relative CARGO_TARGET_DIR against its cwd), unless the user chose them (the
+    environment, or `target-dir` in `$CARGO_HOME`'s config; a project's own `.cargo/config.toml`
+    is not seen here, since the shell moves on: set CARGO_TARGET_DIR yourself to keep it)."""
+    if not variant:
+        return environ
+    if BUILD_DIR not in base:
+        environ[BUILD_DIR] = os.path.join("build", f"fdlenv-{variant}")
+    if not users_target_dir(base, "/"):
+        environ[TARGET_DIR] = os.path.join("target", f"fdlenv-{variant}")
+    return environ
+
+
+def in_tree(path: str, environ: Mapping[str, str], cwd: str) -> str | None:
+    """Where `path` (`./target/release/train`, under the crate's default `target/`) is in the
+    cargo target dir `environ` names (the variant's tree), when it is not where asked but is
+    there as an executable file; None otherwise."""
+    tree = environ.get(TARGET_DIR)
+    if not tree or "/" not in path:
+        return None
+    root = cargo_root(cwd) or cwd
+    wanted = os.path.normpath(os.path.join(cwd, path))
+    default = os.path.join(root, "target")
+    if not wanted.startswith(default + os.sep):
+        return None
+    found = os.path.join(os.path.join(cwd, tree), os.path.relpath(wanted, default))
+    if os.path.normpath(found) != wanted and os.path.isfile(found) and os.access(found, os.X_OK):
+        return found
+    return None

@@ -125,6 +125,11 @@ def without_token(text: str) -> str | None:
     return yaml.safe_dump(want, sort_keys=False)
 
 
+# Flipped when fdlenv is published on the public index under its name (`pip install fdlenv`):
+# until then an install from an index is a private one, which a new box may not reach.
+ON_PUBLIC_INDEX = False
+
+
 def install_spec() -> str:
     """How a new box installs the fdlenv running here: the git commit, the wheel URL or the
     index version it was installed from (PEP 610 direct_url.json). A local path or an editable
@@ -137,8 +142,14 @@ def install_spec() -> str:
     except metadata.PackageNotFoundError:
         dist = None
     raw = dist.read_text("direct_url.json") if dist is not None else None
-    if dist is not None and not raw:
-        return f"fdlenv=={dist.version}"
+    if dist is not None and not raw:   # from an index: only a public one is sure to reach a new box
+        if ON_PUBLIC_INDEX:
+            return f"fdlenv=={dist.version}"
+        raise Fail.permanent(f"--install: this fdlenv ({dist.version}) was installed from a package index, and "
+                             "fdlenv is on no public index yet, so a new box's pip would not find it; give "
+                             "--install SPEC: `fdlenv @ git+https://HOST/REPO@COMMIT`, a wheel URL the box can "
+                             f"reach (`pip wheel --no-deps -w dist .` in a checkout), or `fdlenv=={dist.version}` "
+                             "when your boxes' index serves it")
     try:
         direct = json.loads(raw or "")
     except ValueError:
@@ -151,7 +162,7 @@ def install_spec() -> str:
         return f"fdlenv @ {url}"
     raise Fail.permanent("--install: this fdlenv was installed from "
                          + (f"{url} (a local path a new box cannot reach)" if url else "no record of where")
-                         + "; give --install SPEC: a wheel URL, `fdlenv @ git+https://...@COMMIT`, or "
+                         + "; give --install SPEC: a wheel URL, `fdlenv @ git+https://HOST/REPO@COMMIT`, or "
                          "a version on your index")
 
 

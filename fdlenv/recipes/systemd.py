@@ -8,7 +8,7 @@ TimeoutStopSec stays the backstop. `User=` is always written (root when none is 
 only then does systemd set HOME, which fdlenv's home and flodl's dataset cache hang on.
 
 Hardening, everything that costs a GPU worker nothing (`systemd-analyze security`
-scores the default unit 3.8, 4.2 with the sshfs relaxations): the OS read-only (ProtectSystem=strict), homes
+scores the default unit 3.5, 3.9 with the sshfs relaxations): the OS read-only (ProtectSystem=strict), homes
 read-only (ProtectHome=read-only) but for what join writes (ReadWritePaths=: the fdlenv
 home, ~/.flodl with flodl's dataset cache, the working directory; ~/.ssh for the hop's
 known_hosts; build and JIT caches when they exist), a private /tmp (the disk stage), no
@@ -131,6 +131,52 @@ def check_name(value: str, field: str) -> str:
         raise Fail.permanent(f"{field}: expected a user or group name (letters, digits, _ . -; "
                              f"at most 32), got {value!r}")
     return value
+
+
+def invoking_user(environ: dict[str, str] | None = None) -> str:
+    """Who asked for the unit: the user behind `sudo` ($SUDO_USER, when this box knows that
+    name), else this process's user. `--user` absent, the unit runs as them, with a note."""
+    import pwd
+    env = os.environ if environ is None else environ
+    sudo = (env.get("SUDO_USER") or "").strip()
+    if sudo and _NAME.fullmatch(sudo):
+        try:
+            return pwd.getpwnam(sudo).pw_name
+        except KeyError:
+            pass
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return "root" if os.getuid() == 0 else str(os.getuid())
+
+
+TMP_DIRS = ("/tmp", "/var/tmp")   # what PrivateTmp=yes replaces with empty private ones
+
+
+def under_tmp(path: str) -> bool:
+    p = os.path.normpath(path)
+    return any(p == t or p.startswith(t + "/") for t in TMP_DIRS)
+
+
+def tmp_traps(workdir: str, home: str | None, command: list[str]) -> list[str]:
+    """Warnings for paths the unit needs under /tmp or /var/tmp: PrivateTmp=yes gives the
+    service empty private ones, so each named directive fails at start (the code is systemd's)."""
+    why = "under /tmp, which this unit's PrivateTmp=yes replaces with an empty private one:"
+    out = []
+    if under_tmp(workdir):
+        out.append(f"warning: --workdir {workdir} is {why} WorkingDirectory= cannot be entered and "
+                   "the unit fails to start (200/CHDIR); choose a directory outside /tmp and /var/tmp "
+                   "(e.g. /srv/flodl)")
+    if home and under_tmp(home):
+        out.append(f"warning: the fdlenv home {home} is {why} ReadWritePaths= cannot mount it "
+                   "(226/NAMESPACE) and every start would begin empty; choose a home outside /tmp "
+                   "(--home DIR)")
+    exe = command[0] if command and command[0] != "/usr/bin/env" else None
+    if exe and os.path.isabs(exe) and under_tmp(exe):
+        out.append(f"warning: the fdlenv the unit starts ({exe}) is {why} ExecStart= finds nothing "
+                   "(203/EXEC); install fdlenv outside /tmp (uv tool install, pipx install) or pass "
+                   "--exec PATH")
+    return out
 
 
 def user_home(user: str | None) -> str:
@@ -258,7 +304,7 @@ def systemd_unit(*, user: str | None = None, workdir: str | None = None,
         "Type=simple",
     ]
     if user == "root":
-        lines.append("# root by default: a user of its own (--user flodl) is better.")
+        lines.append("# root: a user of its own (--user flodl) is safer.")
     lines += [
         f"User={user}",
         f"WorkingDirectory={workdir.replace('%', '%%')}",

@@ -67,6 +67,9 @@ SHELL_OWNED = {"SHLVL", "_", "PWD", "OLDPWD", "PS1", "PS2", "PS3", "PS4", "PROMP
                "BASH_EXECUTION_STRING", "BASHOPTS", "SHELLOPTS", "IFS", "OPTIND", "COLUMNS", "LINES"}
 _SPLIT = "__fdlenv_snapshot__"
 VARIANT = "FDLENV_VARIANT"   # the variant's name, for a CMake build dir per variant
+PREFIX = "FDLENV_PREFIX"     # the env's path (what CONDA_PREFIX said, without conda's meaning)
+CONDA_OPT_IN = "FDLENV_CONDA_VARS"   # =1: keep conda's variables in the activation
+CONDA_VARS = ("CONDA_PREFIX", "CONDA_SHLVL", "CONDA_DEFAULT_ENV", "CONDA_PROMPT_MODIFIER")
 
 
 def _environ_of(blob: bytes) -> dict[str, str]:
@@ -251,4 +254,26 @@ def environ_for(home: Home, active: Active, base: Mapping[str, str] | None = Non
         out = libtorch_environ(base, Path(active.dir), active.vendor, rocm_root)
     if active.variant:   # a build dir per variant for CMake: build/fdlenv-$FDLENV_VARIANT
         out[VARIANT] = active.variant
+    if active.env is not None:
+        out[PREFIX] = str(active.env.path)
+    return tidied(out, restored(os.environ if base is None else base))
+
+
+def tidied(out: dict[str, str], base: Mapping[str, str]) -> dict[str, str]:
+    """What an activation leaves, minus two traps: conda's own variables (CONDA_PREFIX,
+    CONDA_SHLVL=1, ...) unless FDLENV_CONDA_VARS=1 (a conda or micromamba user's prompt, hooks
+    and `conda deactivate` read them as a conda env they did not activate; FDLENV_PREFIX names
+    the env instead), and PATH entries the activation added that are not directories (a wheel
+    env has no `<env>/bin`)."""
+    if (base.get(CONDA_OPT_IN) or os.environ.get(CONDA_OPT_IN) or "").strip() != "1":
+        for var in CONDA_VARS:
+            if var in base:
+                out[var] = base[var]
+            else:
+                out.pop(var, None)
+    had = set(base.get("PATH", "").split(":"))
+    if "PATH" in out:
+        kept = [p for p in out["PATH"].split(":") if p in had or os.path.isdir(p)]
+        # nothing added: the caller's PATH as it was (not even de-duplicated)
+        out["PATH"] = ":".join(kept) if set(kept) - had or "PATH" not in base else base["PATH"]
     return out

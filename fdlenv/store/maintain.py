@@ -26,6 +26,7 @@ from .health import Damage, Problem
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 
@@ -112,12 +113,15 @@ class Report:
                 "problems": [p._asdict() for p in self.problems]}
 
 
-def verify(env_dir: Path, full: bool = False, home: Home | None = None) -> Report:
+def verify(env_dir: Path, full: bool = False, home: Home | None = None,
+           progress: Callable[[int, int, int, int], None] | None = None) -> Report:
     """By default a few reads per env and one lstat per file: the manifest, the record set
     (conda-meta's files and the wheels' dist-infos against the manifest's records), the
     libtorch root and every file's size and identity against the realise's table
     (`store.heal.check`). `full` walks every file: present, its size, its content re-hashed on
-    every core, and every symlink resolving inside the env."""
+    every core, and every symlink resolving inside the env. `progress(files, bytes, of_files,
+    of_bytes)`: called once with the totals queued for hashing, then after each file hashed
+    (from the hashing threads)."""
     rep = Report(env_dir)
     try:
         manifest = read_manifest(env_dir)
@@ -144,7 +148,7 @@ def verify(env_dir: Path, full: bool = False, home: Home | None = None) -> Repor
     if wheels:
         _verify_wheels(env_dir, wheels, full, rep, hashes)
     if full:
-        rep.problems += _hash_all(hashes)
+        rep.problems += _hash_all(hashes, progress)
         rep.problems += _links_outside(env_dir)
     else:
         from .health import check_files, owner
@@ -218,7 +222,7 @@ def _walk_conda(env_dir: Path, metas: list[Path], want_sha: dict[str, str], old:
                 hashes.append(Queued(path, p["_path"], expected, "hex", rec["name"], size))
 
 
-def _hash_all(hashes: list[Queued]) -> list[Problem]:
+def _hash_all(hashes: list[Queued], progress: Callable[[int, int, int, int], None] | None = None) -> list[Problem]:
     """Every queued file re-hashed on every core (hashlib lets go of the GIL while it hashes).
     The files are dealt once to one lane per core, largest first onto the lightest lane, so the
     lanes finish together; each lane is one thread looping over its files (a future per file and
@@ -236,6 +240,8 @@ def _hash_all(hashes: list[Queued]) -> list[Problem]:
         loads[lightest] += hashes[i].size + 4096     # a file costs its bytes and an open
     found: list[tuple[int, Problem]] = []
     failed: list[BaseException] = []
+    tell = progress or (lambda *_: None)
+    tell(0, 0, len(hashes), sum(q.size for q in hashes))
 
     def lane(items: list[int]) -> None:
         try:
@@ -246,6 +252,7 @@ def _hash_all(hashes: list[Queued]) -> list[Problem]:
                     got = base64.urlsafe_b64encode(bytes.fromhex(got)).rstrip(b"=").decode()
                 if got != expected:
                     found.append((i, Problem(shown, "content differs", package)))
+                tell(1, hashes[i].size, 0, 0)
         except BaseException as e:   # noqa: BLE001 - raised again in the caller's thread
             failed.append(e)
 

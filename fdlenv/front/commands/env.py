@@ -30,7 +30,8 @@ EXAMPLES = {
     "realize": ["fdlenv env realize cu128", "fdlenv env realize --libtorch auto --json",
                 "fdlenv env realize rocm7.1 --lock conda-lock.yml --mirror pytorch=https://mirror.example/whl"],
     "list": ["fdlenv env list", "fdlenv env list --json | jq '.envs[].size'"],
-    "path": ["fdlenv env path cu128", 'export LIBTORCH="$(fdlenv env path cpu)/libtorch"'],
+    "path": ["fdlenv env path cu128",
+             "fdlenv env path cpu --json | jq -r .libtorch_root   # libtorch's dir (shell-hook sets LIBTORCH_PATH)"],
     "use": ["fdlenv env use cpu", "fdlenv env use cu128 --lock conda-lock.yml"],
     "remove": ["fdlenv env remove cpu --dry-run", "fdlenv env remove cpu"],
     "verify": ["fdlenv env verify", "fdlenv env verify cu128 --full --repair"],
@@ -212,8 +213,15 @@ def cmd_verify(args) -> int:
     if want and not dirs:
         raise Fail.permanent(f"variant {want!r} is not realised in {home.root}")
     reports, bad = [], 0
+    from ...base.progress import Tally
+
     for d in dirs:
-        rep = verify(d, full=args.full, home=home)
+        tally = Tally(f"verifying {d.name}") if args.full else None
+        try:   # --full re-hashes every file: one progress line past a second (files, bytes, ETA)
+            rep = verify(d, full=args.full, home=home, progress=tally)
+        finally:
+            if tally is not None:
+                tally.close()
         repaired = False
         if rep.problems and args.repair:
             from ...app.settings import resolve

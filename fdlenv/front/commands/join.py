@@ -27,6 +27,9 @@ EPILOG = """examples:
   # the token from a file, never on argv
   fdlenv join ctrl.lan:1337 --token-file ~/.config/flodl/token --bin ./train
 
+  # one JSON object per attempt on stdout, for a supervisor that reads it
+  fdlenv join ctrl.lan:1337 --bin ./train --persist --json
+
 exit codes: the agent's own code (one-shot; killed by a signal -> 1),
             1 transient (retrying may help: a controller, mirror or token file not there yet),
             2 permanent (config, bad input, no GPU, an agent that cannot be executed),
@@ -53,6 +56,8 @@ def add_parser(sub) -> None:
                         "Without --token/--token-file: fdlenv.token_file in fdl.yml, then "
                         "$CREDENTIALS_DIRECTORY/fdlenv-token (systemd LoadCredential=), "
                         "then join.token")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object per attempt on stdout (the agent's own output goes to stderr)")
     add_join_flags(p)
     add_dial_flags(p)
     p.set_defaults(func=run)
@@ -79,8 +84,26 @@ def run(args: argparse.Namespace) -> int:
 
     settings = resolve(join_flags(args), load_project())
     if settings.controller_defaulted:
-        say(f"no controller named: dialing {settings.controller_host}:"
-            f"{settings.controller_port} (give CONTROLLER, --ssh, or join.controller)")
+        say(f"no controller named: dialing the default, {settings.controller_host}:"
+            f"{settings.controller_port} (this box); name one as `fdlenv join HOST[:PORT]`, "
+            "through a hop with --ssh, or in fdl.yml as `join: {controller: HOST:PORT}`")
     # The token file is read by the first attempt (a file not there yet: transient, re-dialed)
     return run_join(check_given_bin(settings), functools.partial(real_prepare, fork=owns_process(args)),
-                    settle=read_chosen_file)
+                    settle=read_chosen_file, **({"report": json_lines()} if args.json else {}))
+
+
+def json_lines():
+    """`--json`: stdout carries only the attempts' objects, one line each, as written; what
+    else would reach it (the agent's and its ranks' output, a build's) goes to stderr."""
+    import os
+    import sys
+
+    from ...base.output import SCHEMA, dumps
+
+    sys.stdout.flush()
+    out = os.dup(1)
+    os.dup2(2, 1)
+
+    def report(obj: dict) -> None:
+        os.write(out, (dumps({"schema": SCHEMA, **obj}) + "\n").encode())
+    return report

@@ -46,7 +46,8 @@ def add_parser(sub) -> None:
     rs.required = True
     s = rs.add_parser("systemd", help="a hardened unit that re-dials forever and stops on exit 2",
                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    s.add_argument("--user", metavar="U", help="run as this user (default: root)")
+    s.add_argument("--user", metavar="U", help="run as this user (default: the invoking user, "
+                   "$SUDO_USER under sudo, with a note)")
     _common(s, "the cwd", "$FLODL_HOME when set here")
     s.add_argument("--exec", metavar="PATH", dest="exec_path",
                    help="the fdlenv console script to start (default: fdlenv on the unit's PATH "
@@ -72,10 +73,14 @@ def add_parser(sub) -> None:
 def run_systemd(args: argparse.Namespace) -> int:
     from ...base.progress import say
     from ...recipes import plan
-    from ...recipes.systemd import check_name, check_path, start_command, systemd_unit, user_home
+    from ...recipes.systemd import (check_name, check_path, invoking_user, start_command,
+                                    systemd_unit, tmp_traps, user_home)
 
     tail = list(getattr(args, "tail", None) or [])
-    user = check_name(args.user, "--user") if args.user else None
+    user = check_name(args.user, "--user") if args.user else invoking_user()
+    if not args.user:   # never root, or anyone, silently
+        as_root = " (root: a user of its own is safer)" if user == "root" else ""
+        say(f"note: User={user}, the invoking user{as_root}; --user U runs the unit as another")
     workdir = check_path(os.path.abspath(args.workdir or os.getcwd()), "--workdir")
     raw_home = args.home or (os.environ.get("FLODL_HOME") or "").strip() or None
     home = check_path(os.path.abspath(os.path.expanduser(raw_home)), "--home") if raw_home else None
@@ -92,7 +97,7 @@ def run_systemd(args: argparse.Namespace) -> int:
                         mountpoint=facts.mountpoint, command_why=why)
     if why:
         say(f"note: {why}")
-    for w in plan.warnings(facts, token_file):
+    for w in [*plan.warnings(facts, token_file), *tmp_traps(workdir, facts.home or home, command)]:
         say(w)
     sys.stdout.write(text)
     return 0

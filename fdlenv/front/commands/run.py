@@ -20,8 +20,9 @@ from ...base.output import fail
 from ...base.errors import Fail
 
 EPILOG = """examples:
-  fdlenv run ./target/release/agent --epochs 3
   fdlenv run --libtorch cu128 --lock conda-lock.yml -- cargo build --release
+  fdlenv run --libtorch cu128 ./target/release/train --epochs 3   # built into target/fdlenv-cu128/: run from there
+  fdlenv run --libtorch cpu python3 -c 'import os; print(os.environ["LIBTORCH_PATH"])'
 """
 
 INTERRUPTED = 130   # Ctrl-C before CMD started (127 and 126: hot.replay.exec_in)

@@ -1,17 +1,19 @@
 """`fdlenv shell-hook`: the same activation map `run` uses, for shells and IDEs.
 
 `eval "$(fdlenv shell-hook --libtorch cu128)"` in bash, zsh or sh;
-`fdlenv shell-hook --shell fish --libtorch cu128 | source` in fish. What is
+`fdlenv shell-hook --libtorch cu128 | source` in fish (the shell is `--shell`, else
+$SHELL's name as pixi reads it, else sh). What is
 printed is the difference between the shell's exported environment and the
 activated one, so:
 - the prompt and every other shell-owned variable stay as they are;
 - activating another variant over one first undoes the first (its PATH and
   loader entries and its variables: `activation.restored`);
 - `--deactivate` prints what restores the shell as it was before;
-- builds get a tree per variant (`buildtree`): CARGO_TARGET_DIR is
-  `<crate root>/target/fdlenv-<variant>` for the crate the hook ran in (none
-  outside a crate, and a target dir of the user's own is left), and
-  FDLENV_VARIANT names the variant for a CMake build dir.
+- builds get a tree per variant (`buildtree.shell_tree`): CARGO_TARGET_DIR is
+  `target/fdlenv-<variant>`, relative, so cargo puts it under the directory each
+  build runs in, never the one where the hook ran (a target dir of the user's own
+  is left); FDLENV_BUILD_DIR (`build/fdlenv-<variant>`) and FDLENV_VARIANT do the
+  same for CMake.
 A cu126/cu128 env says once, on stderr, when CMake's Torch config would find no
 host nvcc of its CUDA major (`source.nvcc.note_once`).
 `--json` prints pixi's shape, `{"environment_variables": {...}}`, plus what
@@ -62,7 +64,7 @@ def cmd_shell_hook(args) -> int:
         from ..options import hot_ask, owns_process, store_ask
         from ...app.libtorch import settle
         from ...app.settings import settings_for
-        from ...names.buildtree import build_tree
+        from ...names.buildtree import shell_tree
         from ...source.nvcc import note_once
 
         ask = store_ask(args)
@@ -73,7 +75,7 @@ def cmd_shell_hook(args) -> int:
             say(f"shell-hook: {act.variant} was not realised on this home, so it was realised now; "
                 f"`fdlenv env realize --libtorch {act.variant}` does this ahead of a shell")
         original = restored(base)
-        target = build_tree(environ_for(st.home, act, original), original, act.variant, os.getcwd())
+        target = shell_tree(environ_for(st.home, act, original), original, act.variant)
         if act.env is not None and (note := note_once(st.home, act.env, original)):   # before the memo
             progress.note("shell-hook", note)
         target[STATE] = shell_state(original, target)
@@ -86,5 +88,6 @@ def cmd_shell_hook(args) -> int:
         emit({"environment_variables": {k: v for k, v in changes.items() if v is not None},
                           "unset": sorted(k for k, v in changes.items() if v is None), **about})
     else:
-        print(render(args.shell, changes), end="")
+        from ..table import chosen_shell
+        print(render(chosen_shell(args.shell), changes), end="")
     return 0

@@ -287,6 +287,7 @@ def test_every_value_is_read_back_byte_exact_by_each_real_shell(name, tmp_path):
     got = _dumps(tmp_path / "d")[0]
     assert {k: got.get(k) for k in values} == values
 # ------------------------------------------------------------------ a pixi or conda user's shell
+
 @pytest.mark.parametrize("login, form", [("/usr/bin/fish", "set -gx LIBTORCH_PATH "),
                                          ("/bin/bash", "export LIBTORCH_PATH="),
                                          ("/bin/tcsh", "export LIBTORCH_PATH=")])
@@ -301,8 +302,11 @@ def test_without_shell_the_hook_speaks_the_login_shell_of_shell_as_pixi_does(two
         res = subprocess.run([fish, "--no-config", "-c", f"{HOOK} --libtorch cpu --lock {w.lock} | source; "
                               "echo $LIBTORCH_PATH"], env=_base_env(w, SHELL=fish), capture_output=True, text=True)
         assert res.returncode == 0 and res.stdout.strip().startswith(str(w.home.envs)), res.stderr
+
+
 def test_no_conda_variable_is_set_unless_asked_and_a_conda_users_own_stay(two, tmp_path):
     from fdlenv.store.activation import CONDA_VARS
+
     w, envs = two
     cpu = envs["cpu"]["path"]
     mine = {"CONDA_PREFIX": "/opt/conda/envs/mine", "CONDA_SHLVL": "2", "CONDA_DEFAULT_ENV": "mine"}
@@ -318,10 +322,14 @@ def test_no_conda_variable_is_set_unless_asked_and_a_conda_users_own_stay(two, t
     hook = fdlenv("shell-hook", "--shell", "bash", "--libtorch", "cpu", "--lock", str(w.lock), env=asked,
                   check=True).stdout
     assert f"export CONDA_PREFIX={cpu}" in hook and "export CONDA_SHLVL=1" in hook
+
+
 def test_path_gains_only_directories_that_exist(tmp_path):
     from helpers_conda import Pkg, make_channel, write_env
+
     from fdlenv.lock import lock_envs
     from fdlenv.names.home import Home
+
     home = Home(tmp_path / "home")   # an env with no bin/ (as a wheel env): nothing to put on PATH
     make_channel(home.channel, [Pkg("libtorch-cpu", "2.10.0", files={"libtorch/lib/libtorch.so": b"x",
                                                                      "libtorch/build-version": "2.10.0\n"})])

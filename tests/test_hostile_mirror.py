@@ -267,16 +267,16 @@ def test_an_index_naming_local_files_is_never_read_from(tmp_path):
     """JSON `url`s and HTML hrefs of file:// from a remote index are dropped before anything opens them."""
     from fdlenv.index import simpleapi
 
-    secret = tmp_path / "secret-1.0-py3-none-any.whl"
-    secret.write_bytes(b"local")
     root = tmp_path / "idx"
-    (root / "html").mkdir(parents=True)
-    (root / "html" / "index.html").write_text(f'<a href="{secret.as_uri()}">{secret.name}</a>\n'
-                                             '<a href="ok-1.0-py3-none-any.whl">ok-1.0-py3-none-any.whl</a>\n')
-    (root / "json").mkdir()
-    (root / "json" / "index.html").write_text(json.dumps({"files": [
-        {"filename": secret.name, "url": secret.as_uri(), "hashes": {}},
-        {"filename": "ok-1.0-py3-none-any.whl", "url": "ok-1.0-py3-none-any.whl", "hashes": {}}]}))
+    for project in ("html", "json"):   # each file a wheel of its page's project (any other is refused)
+        secret = tmp_path / f"{project}-0.9-py3-none-any.whl"
+        secret.write_bytes(b"local")
+        ok = f"{project}-1.0-py3-none-any.whl"
+        (root / project).mkdir(parents=True)
+        (root / project / "index.html").write_text(
+            f'<a href="{secret.as_uri()}">{secret.name}</a>\n<a href="{ok}">{ok}</a>\n' if project == "html" else
+            json.dumps({"files": [{"filename": secret.name, "url": secret.as_uri(), "hashes": {}},
+                                  {"filename": ok, "url": ok, "hashes": {}}]}))
 
     class Typed(http.server.SimpleHTTPRequestHandler):
         def log_message(self, *a):
@@ -291,7 +291,7 @@ def test_an_index_naming_local_files_is_never_read_from(tmp_path):
         base = f"http://127.0.0.1:{srv.server_address[1]}"
         for project in ("html", "json"):
             files = simpleapi.project_files(base, project)
-            assert [f.filename for f in files] == ["ok-1.0-py3-none-any.whl"]
+            assert [f.filename for f in files] == [f"{project}-1.0-py3-none-any.whl"]
             assert all(f.url.startswith(base) for f in files)
     finally:
         srv.shutdown()

@@ -28,7 +28,7 @@ CANDIDATES = [
     ((amd("gfx942"),), None, "7.2.0", ("rocm7.0", "rocm7.1")),
     ((amd("gfx942"),), None, "7.0.2", ("rocm7.0",)),             # a 7.0 host loads ahead of a 7.1 bundle
     ((amd("gfx942"),), None, "6.4.1", ("rocm7.0",)),             # off major 7: only routing's (advised) pick
-    ((amd("gfx803"),), None, None, ("cpu", "cu128", "cu126")),   # uncovered: cpu, or a CUDA build on the CPU
+    ((amd("gfx803"),), None, None, ("cpu", "cu128", "cu130", "cu126")),   # uncovered: cpu, or a CUDA build on the CPU
     ((nv("8.6"),), "12.8", None, ("cu128", "cu126")),
     ((nv("8.6"),), None, None, ("cu128", "cu130", "cu126")),     # an unknown driver gates nothing
     ((nv("12.0"),), "12.8", None, ("cu128",)),                   # cu126 ships no sm_120 kernel
@@ -37,7 +37,7 @@ CANDIDATES = [
     ((nv("6.1"), nv("12.0", 1)), "12.8", None, ("cu126",)),      # cu128 would lose the 6.1 card
     ((nv("12.0"),), "12.6", None, ()),                           # nothing runs until the driver moves
     ((nv("8.6"), amd("gfx942")), "12.8", None, ("cu128", "cu126")),   # NVIDIA wins: its variants only
-    ((), None, None, ("cpu", "cu128", "cu126", "rocm7.1", "rocm7.0")),   # every build runs on the CPU
+    ((), None, None, ("cpu", "cu128", "cu130", "cu126", "rocm7.1", "rocm7.0")),   # every build runs on the CPU
     ((), "12.4", "7.0.2", ("cpu", "cu126", "rocm7.0")),          # within the same gates
     ((nv("3.7"),), None, None, ("cpu", "rocm7.1", "rocm7.0")),   # a CUDA build would try the Kepler card
 ]

@@ -262,6 +262,8 @@ def open_url(url: str, headers: dict[str, str] | None = None, method: str | None
         try:
             return _open_once(url, headers, method, within)
         except (OSError, http.client.HTTPException) as e:
+            if _STOPPING:   # cut by the stop: not a fault of the index, never tried again
+                raise
             refusal = netconf.refused(url, e, _SETTINGS["ca"], _SETTINGS["proxy"])
             if refusal is not None:
                 raise refusal from None

@@ -81,8 +81,35 @@ def one_line(message: str) -> str:
     return scrub(" ".join(message.split()))
 
 
+def stderr_line(text: str) -> None:
+    """`text` and its newline on stderr in one write(2) where stderr is the process's own (a line
+    under the pipe's atomic size never runs into a line another thread writes at the same
+    moment: a download thread's retry beside the main thread's stop)."""
+    err = sys.stderr
+    if err is sys.__stderr__ and err is not None:
+        try:
+            err.flush()
+            fd = err.fileno()
+        except (AttributeError, OSError, ValueError):
+            fd = -1
+        if fd >= 0:
+            import os
+
+            data = (text + "\n").encode("utf-8", "replace")
+            while data:
+                try:
+                    data = data[os.write(fd, data):]
+                except InterruptedError:
+                    continue
+                except OSError:
+                    return
+            return
+    err.write(text + "\n")
+    err.flush()
+
+
 def error_line(message: str) -> None:
-    print(f"error: {one_line(message)}", file=sys.stderr, flush=True)
+    stderr_line(f"error: {one_line(message)}")
 
 
 def fail(message: str, code: int) -> int:

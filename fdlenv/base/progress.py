@@ -19,7 +19,7 @@ import os
 import sys
 import time
 
-from .output import scrub
+from .output import scrub, stderr_line
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -46,9 +46,11 @@ def live() -> bool:
 
 
 def say(message: str) -> None:
+    """One line on stderr, written whole (one write: a line said by a download thread never
+    runs into the main thread's error line)."""
     if _QUIET:
         return
-    print(scrub(f"{PREFIX}: {message}"), file=sys.stderr, flush=True)
+    stderr_line(scrub(f"{PREFIX}: {message}"))
 
 
 def note(command: str, message: str) -> None:

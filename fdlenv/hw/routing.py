@@ -30,7 +30,8 @@ flodl's own routing rules as the floor, in this order:
    uncovered gfx target would be tried, and fail) and within the same gates:
    a realised cu128 serves a GPU-less box whose cpu env is not realised, and
    cpu is locked or fetched only when no build is. Among several, the fixed
-   order NVIDIA's then AMD's, newest first (`_FAMILIES`): one answer for one
+   order NVIDIA's then AMD's, flodl's own cu128 first, then newest first
+   (`_FAMILIES`: cu128, cu130, cu126, rocm7.1, rocm7.0): one answer for one
    set of envs, whatever was used last, and no env's size read on a re-dial.
 7. A realised variant that is no candidate is named in the reason with why it
    was passed over (`passed`: the driver, the host ROCm, the arch, the vendor).
@@ -192,7 +193,7 @@ def _routed(s: Survey) -> Route:
 # Each vendor's variants, newest first: the order in which alternatives follow the first choice.
 # cu130 is never routing's first choice (flodl's is cu128): a candidate where it runs and serves
 # every card cu128 does (sm_75 and newer), chosen when realised or asked for by name.
-_FAMILIES = {NVIDIA: ("cu130", "cu128", "cu126"), AMD: ("rocm7.1", "rocm7.0")}
+_FAMILIES = {NVIDIA: ("cu128", "cu130", "cu126"), AMD: ("rocm7.1", "rocm7.0")}
 _FLOOR = {"cu130": CU130_DRIVER, "cu128": CU128_DRIVER, "cu126": (12, 0)}   # the driver gate, per CUDA variant
 
 

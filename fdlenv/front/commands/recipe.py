@@ -77,6 +77,7 @@ def run_systemd(args: argparse.Namespace) -> int:
                                     systemd_unit, tmp_traps, user_home)
 
     tail = list(getattr(args, "tail", None) or [])
+    plan.refuse_token(tail)   # a token is refused before anything is said
     user = check_name(args.user, "--user") if args.user else invoking_user()
     if not args.user:   # never root, or anyone, silently
         as_root = " (root: a user of its own is safer)" if user == "root" else ""

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 SCHEMA = 1
 _JSON = False
+_ENDED = False   # set by `fail`: the command's last word is said; a thread's line after it is dropped
 
 
 def set_json(on: bool) -> None:
@@ -42,6 +43,8 @@ def scrub(text: str) -> str:
     password seen). netauth is imported only where a URL could carry one or it holds secrets,
     so a hot command's answer pays nothing for it."""
     held = sys.modules.get("fdlenv.base.netauth")
+    if held is not None and not hasattr(held, "has_secrets"):   # another thread is importing it:
+        from . import netauth as held                            # wait for it to be whole
     if ("://" in text and ("@" in text or "?" in text)) or (held is not None and held.has_secrets()):
         from .netauth import scrub as scrubbed
         return scrubbed(text)
@@ -85,6 +88,8 @@ def stderr_line(text: str) -> None:
     """`text` and its newline on stderr in one write(2) where stderr is the process's own (a line
     under the pipe's atomic size never runs into a line another thread writes at the same
     moment: a download thread's retry beside the main thread's stop)."""
+    if _ENDED:
+        return
     err = sys.stderr
     if err is sys.__stderr__ and err is not None:
         try:
@@ -113,8 +118,12 @@ def error_line(message: str) -> None:
 
 
 def fail(message: str, code: int) -> int:
+    """The command's failure, its last word: a download or page thread still unwinding says
+    nothing after it (`stderr_line` drops what comes later)."""
+    global _ENDED
     message = one_line(message)
     error_line(message)
+    _ENDED = True
     if _JSON:
         emit({"error": message, "exit": code})
     return code

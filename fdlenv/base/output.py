@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 SCHEMA = 1
 _JSON = False
 _ENDED = False   # set by `fail`: the command's last word is said; a thread's line after it is dropped
+_OWNED = False   # fdlenv is the program (cli.main), not a library a host calls: only then is a fail the end
 
 
 def set_json(on: bool) -> None:
@@ -123,7 +124,7 @@ def fail(message: str, code: int) -> int:
     global _ENDED
     message = one_line(message)
     error_line(message)
-    _ENDED = True
+    _ENDED = _OWNED
     if _JSON:
         emit({"error": message, "exit": code})
     return code

@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     global OWNS_PROCESS
     OWNS_PROCESS = argv is None  # run as the program, not called by a host process
     from ..base import output
-    output._ENDED = False   # a host's earlier command (in-process) said its last word, not this one
+    output._ENDED, output._OWNED = False, OWNS_PROCESS   # a fail ends what the program says
     if OWNS_PROCESS:
         # The stop handler first, before anything slow (argparse and a command's imports take
         # 0.1-0.15 s): a SIGTERM at any moment after this is 130, never the default's -15/143.

@@ -419,6 +419,14 @@ def chunks(f: io.BufferedIOBase, url: str, limit: int, stated: int | None = None
         yield chunk
 
 
+def pieces(url: str, limit: int) -> Iterator[bytes | memoryview]:
+    """The body of `url` (http(s), with pip's credentials, CAs and proxies, or file://) piece by
+    piece under `chunks`' rules, in one attempt: a caller that can start over (its hash anew)
+    wraps its whole reading in `retrying`. OSError or HTTPException as `open_url` raises them."""
+    with open_url(url) as resp:
+        yield from chunks(resp, shown(url), limit)
+
+
 def retrying(fetch: Callable[[], T], what: str, stop: Callable[[], bool] | None = None) -> T:
     """`fetch()`, tried again after a transient `Fail` (TRIES in all); `stop()` true: give up now
     (another download of the same realise failed for good)."""

@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import re
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..base import hashing, yamlfile
+from ..base import hashing, netauth, netread, yamlfile
 from ..base.errors import Fail
 from ..index import pipindex
 from ..names.home import Home
@@ -37,6 +36,8 @@ if TYPE_CHECKING:
 
 ENV_FILE_FORMS = ("name: STR; channels: [alias or URL, ...]; platforms: [linux-64, ...]; pip-index: NAME or {PLATFORM: NAME}; pip-sources: {PROJECT: NAME}; "
                   "dependencies: [match spec, ..., {pip: [requirement or wheel path or URL, ...]}]")
+# A wheel file named by an env file is hashed as it is read: at most this many bytes.
+WHEEL_LIMIT = 16 << 30
 WHEEL_NAME = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)(-\d[^-]*)?-[^-]+-[^-]+-[^-]+\.whl$")
 
 
@@ -220,8 +221,8 @@ def _str_list(doc: dict[str, Any], key: str, path: Path) -> list[str]:   # Any: 
 
 
 def _wheel(entry: str, env_file: Path) -> Wheel:
-    if "://" in entry:
-        url = entry
+    if "://" in entry:   # a user:password in it is used for this origin, and never written to the lock
+        url = netauth.split(entry, "the env file's URL")
     else:
         local = (env_file.parent / entry).resolve()
         if not local.is_file():
@@ -232,12 +233,16 @@ def _wheel(entry: str, env_file: Path) -> Wheel:
     if not m:
         raise Fail.permanent(f"{env_file}: pip: {entry!r} is not a wheel file name; accepted: a path or "
                              "URL of a .whl, or a requirement (torch ==2.10.0)")
-    d = hashing.Digest(md5=True)
+    import http.client
+
+    def digest() -> hashing.Digest:
+        d = hashing.Digest(md5=True)
+        for piece in netread.pieces(url, WHEEL_LIMIT):
+            d.update(piece)
+        return d
     try:
-        with urllib.request.urlopen(url) as f:
-            while chunk := f.read(hashing.CHUNK):
-                d.update(chunk)
-    except OSError as e:
-        raise Fail.retry(f"{env_file}: pip: cannot read {url}: {e}") from None
+        d = netread.retrying(digest, url)
+    except (OSError, http.client.HTTPException) as e:
+        raise Fail.retry(f"{env_file}: pip: cannot read {url}: {netread.why(e)}") from None
     name = re.sub(r"[-_.]+", "-", m["name"]).lower()
     return Wheel(name=name, version=m["version"], url=url, sha256=d.sha256, md5=d.md5)

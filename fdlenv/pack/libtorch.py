@@ -30,12 +30,11 @@ import stat
 import tempfile
 import time
 import urllib.parse
-import urllib.request
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..base import hashing
+from ..base import hashing, netauth, netread
 from ..base.errors import Fail
 from ..names.platforms import GLIBC_BASELINE
 from ..base.progress import Meter, during, say
@@ -56,6 +55,7 @@ ARCHS: dict[str, list[str]] = {
 }
 WHEEL_PARTS = ("lib", "include", "share")     # torch/<part> -> libtorch/<part>
 PACK_META = ".fdlenv-pack.json"
+DOWNLOAD_LIMIT = 16 << 30                     # bytes: libtorch zips are 2-4 GB
 
 
 @dataclass(frozen=True)
@@ -136,15 +136,21 @@ def _local(source: str, tmp: Path) -> Path:
         if not path.is_file():
             raise Fail.permanent(f"--from: no such file {source}")
         return path
+    import http.client
+
+    source = netauth.split(source, "--from's URL")   # its user:password, for its origin only
     target = tmp / urllib.parse.unquote(source.rstrip("/").rpartition("/")[2] or "download")
-    try:
-        with urllib.request.urlopen(source) as r, open(target, "wb") as out, \
+
+    def download() -> None:
+        with open(target, "wb") as out, netread.open_url(source) as r, \
                 Meter(f"downloading {target.name}", int(r.headers.get("Content-Length") or 0)) as meter:
-            while chunk := r.read(1 << 20):
-                out.write(chunk)
-                meter.add(len(chunk))
-    except OSError as e:
-        raise Fail.retry(f"--from: cannot download {source}: {e}") from None
+            for piece in netread.chunks(r, source, DOWNLOAD_LIMIT):
+                out.write(piece)
+                meter.add(len(piece))
+    try:
+        netread.retrying(download, source)
+    except (OSError, http.client.HTTPException) as e:
+        raise Fail.retry(f"--from: cannot download {source}: {netread.why(e)}") from None
     return target
 
 

@@ -15,8 +15,8 @@ through this module, so every index shape is handled once:
   658/714 `.metadata` (`data-core-metadata`, `data-dist-info-metadata`,
   JSON `core-metadata`), checked against its stated sha256; an index without
   it is read with HTTP range requests into the wheel's zip directory, as
-  pip's lazy wheel does, never by downloading a multi-GB wheel; the METADATA
-  member it inflates is capped (`INFLATE_LIMIT`: refused, transient, before more than that is held).
+  pip's lazy wheel does (`index/lazywheel.py`), never by downloading a multi-GB wheel; the METADATA
+  member it inflates is capped (`lazywheel.INFLATE_LIMIT`: refused, transient, before more than that is held).
 
 Failures, by what can fix them (exit 1 transient: `--persist` re-dials and the
 box heals when the index or its mirror catches up; exit 2 permanent: no sync fixes it):
@@ -36,29 +36,20 @@ box heals when the index or its mirror catches up; exit 2 permanent: no sync fix
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import urllib.parse
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from ..base.errors import Fail
-from ..base.netread import fetch, open_url, read_all, retrying, why
-from ..base.netauth import shown
+from ..base.netread import fetch, open_url, read_all, why
 from . import checked
-
-if TYPE_CHECKING:
-    import zipfile
-    from _typeshed import WriteableBuffer
 
 JSON_TYPE = "application/vnd.pypi.simple.v1+json"
 # An index answers pages and metadata of kilobytes (PyTorch's torch page: ~1 MB); a body past
 # these is a broken or hostile index, refused before it fills memory.
 PAGE_LIMIT = 64 << 20
 META_LIMIT = 16 << 20
-# What a range read inflates of a wheel's METADATA (real ones: kilobytes; torch's: ~10 kB): a member
-# stated or found larger is refused, transient, before more than this is held in memory.
-INFLATE_LIMIT = 4 << 20
 
 
 class Missing(Fail):
@@ -290,7 +281,9 @@ def core_metadata(f: IndexFile, listing: list[str] | None = None) -> bytes:
             if hashlib.sha256(body).hexdigest() != f.metadata:
                 raise Fail.permanent(f"wheel index: {url} does not match the sha256 its page states")
         return body
-    return _metadata_from_zip(f, listing)
+    from .lazywheel import metadata_from_zip
+
+    return metadata_from_zip(f.url, f.filename, listing)
 
 
 def _fetch(url: str) -> bytes:
@@ -305,98 +298,3 @@ def _fetch(url: str) -> bytes:
             raise Fail.retry(f"wheel index: {url} is missing though its page says it exists (a mirror "
                              "syncing it?); tried again on the next attempt") from None
         raise Unreachable.at(url, f"wheel index: cannot read {url}: {why(e)}") from None
-
-
-def _metadata_from_zip(f: IndexFile, listing: list[str] | None = None) -> bytes:
-    import zipfile
-
-    parsed = urllib.parse.urlparse(f.url)
-    handle: io.IOBase
-    try:
-        if parsed.scheme == "file":
-            handle = open(urllib.parse.unquote(parsed.path), "rb")
-        else:
-            handle = _RangeFile(f.url.partition("#")[0])
-        with handle, zipfile.ZipFile(handle) as z:
-            if listing is not None:
-                listing.extend(z.namelist())
-            names = [n for n in z.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
-            if len(names) != 1:
-                raise Fail.permanent(f"wheel index: {f.filename} has {len(names)} .dist-info/METADATA files")
-            return _inflate(z, names[0], f.filename)
-    except zipfile.BadZipFile as e:
-        raise Fail.permanent(f"wheel index: {f.filename} is not a readable wheel ({e})") from None
-    except OSError as e:
-        raise Fail.retry(f"wheel index: cannot read {f.url}: {why(e)}") from None
-
-
-def _inflate(z: zipfile.ZipFile, name: str, filename: str) -> bytes:
-    """Member `name` of `z`, refused (transient) when it states or inflates past INFLATE_LIMIT:
-    read in steps, so no more than the limit is ever held, whatever its header says."""
-    def refuse(size: str) -> Fail:
-        return Fail.retry(f"wheel index: the METADATA of {filename} is {size}, over fdlenv's "
-                          f"{INFLATE_LIMIT >> 20} MiB limit for core metadata; a broken or hostile index? "
-                          "(tried again on the next attempt)")
-    info = z.getinfo(name)
-    if info.file_size > INFLATE_LIMIT:
-        raise refuse(f"stated as {info.file_size} bytes")
-    with z.open(info) as member:
-        body = member.read(INFLATE_LIMIT + 1)
-    if len(body) > INFLATE_LIMIT:
-        raise refuse("larger than stated")
-    return body
-
-
-class _RangeFile(io.RawIOBase):
-    """A wheel on an HTTP server, seekable through `Range:` requests (zipfile reads its end,
-    then the one member it wants). A server that ignores ranges is refused rather than read whole."""
-
-    TAIL = 1 << 16
-
-    def __init__(self, url: str):
-        super().__init__()
-        self.url, self.pos, self.cache = url, 0, dict[int, bytes]()   # cache: offset -> the bytes read there
-        body, total = self._get(f"bytes=-{self.TAIL}")
-        self.size = total
-        self.cache[total - len(body)] = body
-
-    def _get(self, rng: str) -> tuple[bytes, int]:
-        return retrying(lambda: self._get_once(rng), shown(self.url))
-
-    def _get_once(self, rng: str) -> tuple[bytes, int]:
-        with open_url(self.url, {"Range": rng, "Accept-Encoding": "identity"}) as resp:
-            if resp.status != 206:
-                raise Fail.permanent(f"wheel index: {self.url}: the index states no core metadata and the "
-                                     "server ignores range requests; fdlenv does not download a whole wheel "
-                                     "to lock it (use an index with PEP 658 metadata)")
-            total = int(resp.headers.get("Content-Range", "*/0").rpartition("/")[2] or 0)
-            return read_all(resp, META_LIMIT, self.url), total
-
-    def readable(self) -> bool:
-        return True
-
-    seekable = readable
-
-    def tell(self) -> int:
-        return self.pos
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        self.pos = {0: offset, 1: self.pos + offset, 2: self.size + offset}[whence]
-        return self.pos
-
-    def readinto(self, buffer: WriteableBuffer) -> int:
-        n = min(len(b := memoryview(buffer)), max(0, self.size - self.pos))
-        if n == 0:
-            return 0
-        for start, data in self.cache.items():
-            if start <= self.pos and self.pos + n <= start + len(data):
-                b[:n] = data[self.pos - start:self.pos - start + n]
-                self.pos += n
-                return n
-        want = max(n, self.TAIL)
-        data, _ = self._get(f"bytes={self.pos}-{min(self.size, self.pos + want) - 1}")
-        self.cache[self.pos] = data
-        n = min(n, len(data))
-        b[:n] = data[:n]
-        self.pos += n
-        return n

@@ -7,7 +7,7 @@ a lock that names the wrong version or misses a requirement, and the sha256
 still matches. So once a wheel is extracted (`store.wheels` and `store.wheelfile`
 call `Against` beside `wheelfile.check_record`), in this order:
 1. its `*.dist-info/METADATA` (a small member, refused over
-   `simpleapi.INFLATE_LIMIT`) is read as headers (`lock.provider.Meta`);
+   `lazywheel.INFLATE_LIMIT`) is read as headers (`lock.provider.Meta`);
 2. Name and Version must be the lock entry's;
 3. every Requires-Dist that applies to the target (the lock's own marker
    environment for the entry's platform and its rules for extras:
@@ -47,7 +47,7 @@ class Against:
         """`root`: the extracted entry (wheel members under `site/`); `sizes`: member -> bytes."""
         from ..index.provider import Meta
         from . import wheelfile
-        from ..index.simpleapi import INFLATE_LIMIT
+        from ..index.lazywheel import INFLATE_LIMIT
 
         member = next((n for n in sizes if n.count("/") == 1 and n.endswith(".dist-info/METADATA")), None)
         if member is None:

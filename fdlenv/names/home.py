@@ -8,8 +8,9 @@ rename. `Home` is a plain value; which root a command uses is settled by
 Every path under the home is a member of `Home` (the parts the os-only replay reads too are
 spelled in `names.roots`, the lease file in `names.leasefile`, and `Home` builds its members
 from those), so no other module spells one. In order, what keeps it so:
-1. `LAYOUT`: each member's claim, the glob of what it names relative to the root, and either
-   `kept` (why `env gc` never takes it) or nothing (a sweep collects what is stale);
+1. `layout()`: each member's claim, the glob of what it names relative to the root (made by
+   the member itself), and either `kept` (why `env gc` never takes it) or nothing (a sweep
+   collects what is stale);
 2. `Home.claims(path)`: the member that owns a path, or None: the home test walks a home after
    every command has run and fails on a path no member claims;
 3. `Living` and `Sweep`: what `env gc` found alive, handed to each owner's sweep (`store.gc`
@@ -48,7 +49,7 @@ class Home(Record):
         rename). Here, not in the store's fetch modules: the link-only realise reads none."""
         return self.pkgs / f"whl-{sha256}"
 
-    def wheel_temp(self, sha256: str, pid: int, thread: int) -> Path:
+    def wheel_temp(self, sha256: str, pid: int | str, thread: int | str) -> Path:
         """Where one thread extracts a wheel before publishing it as its `wheel_entry`."""
         return self.pkgs / f".whl-{sha256}.{pid}.{thread}"
 
@@ -235,9 +236,9 @@ class Home(Record):
 
     def claims(self, path: Path | str) -> str | None:
         """The `Home` member that owns `path` (a path under the root), or None when no member
-        claims it: the first claim of `LAYOUT` whose glob matches, or one of its parents'."""
+        claims it: the first claim of `layout()` whose glob matches it or one of its parents."""
         rel = Path(path).relative_to(self.root).as_posix()
-        return next((c.owner for c in LAYOUT if c.matches(rel)), None)
+        return next((c.owner for c in layout() if c.matches(rel)), None)
 
 
 class Claim(Record):
@@ -259,51 +260,67 @@ class Claim(Record):
 
 
 _DIR = "a directory of the layout"
-# Most specific first: the first match wins. A directory claimed for itself is kept (gc sweeps
-# what is in it); the trees fdlenv never collects are kept whole.
-LAYOUT = (
-    Claim("pkgs/whl-*/**", "wheel_entry"),
-    Claim("pkgs/.whl-*.*.*/**", "wheel_temp", "a killed extraction's: the next install clears it"),
-    Claim("pkgs/**", "pkgs"),                 # rattler's entries, cudahome templates, their locks
-    Claim("archives/.*.part", "partial"),
-    Claim("archives/*", "archive"),
-    Claim("envs/*/**", "env_dir"),
-    Claim("staging/*/**", "stage"),
-    Claim("locks/store.lock*", "store_lock", "held by every realise: taken again at once"),
-    Claim("locks/pkgs.lock*", "pkgs_lock", "held by every install: taken again at once"),
-    Claim("locks/use-*.lock", "lease"),
-    Claim("locks/whl-*.lock*", "wheel_lock", "one per wheel fetched: a few bytes"),
-    Claim("locks/build-*.lock*", "build_lock", "one per build key: a few bytes"),
-    Claim("locks/source-*.lock*", "source_lock", "one per source: a few bytes"),
-    Claim("locks/ondemand-*.lock*", "ondemand_lock", "one per variant: a few bytes"),
-    Claim("locks/*.lock", "key_lock"),
-    Claim("locks/*.lock.holder", "key_lock"),
-    Claim("roots/*", "roots"),
-    Claim("libtorch/.active", "active_pointer", "flodl's pointer"),
-    Claim("libtorch/precompiled/*", "precompiled", "flodl's downloads and fdlenv's pointers"),
-    Claim("libtorch/**", "libtorch", "flodl's own"),
-    Claim("cache/fast/*", "fast"),
-    Claim("cache/hot/*", "hot"),
-    Claim("cache/activation/*", "activations"),
-    Claim("cache/verified/*", "verified"),
-    Claim("cache/sizes/*", "sizes"),
-    Claim("cache/notes/*", "notes", "a note said once per env: a few bytes"),
-    Claim("cache/repodata/**", "repodata", "the channels' repodata, refreshed by each solve"),
-    Claim("cache/toolchain.json", "toolchain", "one file, the toolchain's hashes"),
-    Claim("lockfiles/**", "lockfiles", "the variants locked on demand: a re-dial reads them"),
-    Claim("channels/**", "channels", "what `fdlenv pack` made: the source of an air-gapped realise"),
-    Claim("source/*.state.json", "source_state"),
-    Claim("source/*/**", "source_tree"),
-    Claim("builds/.staging-*/**", "build_stage"),
-    Claim("builds/*/**", "build"),
-    Claim("walkthrough/**", "walkthrough"),
-    Claim("data/**", "data", "datasets"),
-    *(Claim(top, owner, _DIR) for top, owner in (
-        ("archives", "archives"), ("envs", "envs"), ("staging", "staging"), ("locks", "locks"),
-        ("cache", "cache"), ("cache/activation", "activations"), ("cache/verified", "verified"),
-        ("cache/sizes", "sizes"), ("cache/notes", "notes"), ("cache/fast", "fast"), ("cache/hot", "hot"),
-        ("source", "source"), ("builds", "builds"))),
-)
+_LAYOUT: list[tuple[Claim, ...]] = []
+
+
+def layout() -> tuple[Claim, ...]:
+    """Every member's claim, most specific first (the first match wins), each made from the
+    member itself at a relative root with `*` for its arguments, so its glob is spelled only by
+    the member. A directory claimed for itself is kept (gc sweeps what is in it); the trees
+    fdlenv never collects are kept whole. Made on first use: the re-dial never asks."""
+    if _LAYOUT:
+        return _LAYOUT[0]
+    h = Home(Path())
+
+    def c(path: Path, owner: str, kept: str = "", tail: str = "") -> Claim:
+        return Claim(path.as_posix() + tail, owner, kept)
+
+    few = "a few bytes, one per {}"
+    made = (
+        c(h.wheel_entry("*"), "wheel_entry", tail="/**"),
+        c(h.wheel_temp("*", "*", "*"), "wheel_temp", "a killed extraction's: the next install clears it", "/**"),
+        c(h.pkgs, "pkgs", tail="/**"),              # rattler's entries, cudahome templates, their locks
+        c(h.partial("*"), "partial"),
+        c(h.archive("*", ""), "archive"),
+        c(h.env_dir("*"), "env_dir", tail="/**"),
+        c(h.stage("*"), "stage", tail="/**"),
+        c(h.store_lock, "store_lock", "held by every realise: taken again at once", "*"),
+        c(h.pkgs_lock, "pkgs_lock", "held by every install: taken again at once", "*"),
+        c(h.lease("*"), "lease"),
+        c(h.wheel_lock("*"), "wheel_lock", few.format("wheel fetched"), "*"),
+        c(h.build_lock("*"), "build_lock", few.format("build key"), "*"),
+        c(h.source_lock("*"), "source_lock", few.format("source"), "*"),
+        c(h.ondemand_lock("*"), "ondemand_lock", few.format("variant"), "*"),
+        c(h.key_lock("*"), "key_lock", tail="*"),   # and the holder file a killed holder left
+        c(h.roots / "*", "roots"),
+        c(h.active_pointer, "active_pointer", "flodl's pointer"),
+        c(h.precompiled, "precompiled", "flodl's downloads and fdlenv's pointers", "/**"),
+        c(h.libtorch, "libtorch", "flodl's own", "/**"),
+        c(h.fast / "*", "fast"),
+        c(h.hot / "*", "hot"),
+        c(h.activations("*"), "activations"),
+        c(h.verified("*"), "verified"),
+        c(h.sizes("*"), "sizes"),
+        c(h.notes("*"), "notes", few.format("env and note")),
+        c(h.repodata, "repodata", "the channels' repodata, refreshed by each solve", "/**"),
+        c(h.toolchain, "toolchain", "one file, the toolchain's hashes"),
+        c(h.lockfiles, "lockfiles", "the variants locked on demand: a re-dial reads them", "/**"),
+        c(h.channel, "channel", "what `fdlenv pack` made: the source of an air-gapped realise", "/**"),
+        c(h.channels, "channels", "the local channels (`channel`)", "/**"),
+        c(h.source_state("*"), "source_state"),
+        c(h.source_tree("*"), "source_tree", tail="/**"),
+        c(h.build_stage("*", "*"), "build_stage", tail="/**"),
+        c(h.build("*"), "build", tail="/**"),
+        c(h.walkthrough, "walkthrough", tail="/**"),
+        c(h.data, "data", "datasets", "/**"),
+        *(c(d, owner, _DIR) for d, owner in (
+            (h.archives, "archives"), (h.envs, "envs"), (h.roots, "roots"), (h.staging, "staging"),
+            (h.locks, "locks"), (h.cache, "cache"), (h.activations(), "activations"), (h.verified(), "verified"),
+            (h.sizes(), "sizes"), (h.notes(), "notes"), (h.fast, "fast"), (h.hot, "hot"),
+            (h.source, "source"), (h.builds, "builds"))),
+    )
+    _LAYOUT.append(made)
+    return made
 
 
 class Living(Record):

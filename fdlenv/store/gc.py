@@ -18,7 +18,7 @@ collects, in this order:
    which the command hands in (`collect(..., sweeps=)`: the store imports none of them): the
    hot memos (`hot.memo`), builds (`source.build`), fetched trees with `--sources`
    (`source.fetch`) and walk-through builds but the newest (`app.walkthrough`).
-   `names.home.LAYOUT` claims every name under the home: each is collected by the plan
+   `names.home.layout()` claims every name under the home: each is collected by the plan
    (`COLLECTED`), swept by one sweep, or kept with its reason (tests/test_home_layout.py).
 An env whose manifest is damaged (`env.Damaged`) is one entry like the others: collected
 when nothing uses it (its bytes walked), kept with its key's locks and its variant's answers

@@ -137,7 +137,7 @@ def _source(home, r, served: dict, mirrors: dict[str, str]) -> tuple[str, int | 
     from ..store.archives import _ext
 
     if r.manager == "conda":
-        cached = home.archives / f"{r.sha256}{_ext(r.filename)}"
+        cached = home.archive(r.sha256, _ext(r.filename))
         try:
             return str(cached), cached.stat().st_size, True
         except OSError:

@@ -25,12 +25,13 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 
 from .. import PACKAGE_DIR
 from ..base import hashing
 from ..base.errors import Fail
-from ..names.home import Home
+from ..names.home import Home, Living, Sweeper, listing
 from ..base.progress import during, say
 
 EXAMPLE_PARTS = ("main.cpp", "build.sh")
@@ -89,7 +90,6 @@ class _Steps:
 
 def run_walkthrough(home: Home, variant: str = "cu128", lock: Path | None = None,
                     mirrors: dict[str, str] | None = None, fork: bool = False) -> Walkthrough:
-    work = home.root / "walkthrough"
     result = Walkthrough(home=home.root, variant=variant)
     steps = _Steps(result, 4)
 
@@ -116,7 +116,7 @@ def run_walkthrough(home: Home, variant: str = "cu128", lock: Path | None = None
 
         assert result.env is not None   # the realise step ran first
         environ = child_environ(home, from_dir(result.env))
-        result.binary, reused = build_example(environ, work / "build", result.env_key)
+        result.binary, reused = build_example(environ, builds_dir(home), result.env_key)
         return f"{result.binary}" + (" (reused: sources and env unchanged)" if reused else "")
 
     def run() -> str:
@@ -200,3 +200,19 @@ def build_example(environ: dict[str, str], builds: Path, env_key: str) -> tuple[
         raise Fail.permanent(f"walkthrough: building examples/agent failed:\n{proc.stderr[-4000:]}")
     os.replace(partial, binary)
     return binary, False
+
+
+def builds_dir(home: Home) -> Path:
+    """The walk-through's builds, one per (env key, example sources)."""
+    return home.walkthrough / "build"
+
+
+def sweep(home: Home, living: Living) -> Iterator[tuple[Path, str]]:
+    """`env gc`'s sweep of the walk-through's builds, handed in by the command: all but the
+    newest."""
+    builds = sorted((p for p in listing(builds_dir(home)) if p.is_dir()), key=lambda p: p.stat().st_mtime)
+    for p in builds[:-1]:
+        yield p, "an older walk-through build"
+
+
+SWEEPER = Sweeper(("walkthrough",), sweep)

@@ -46,10 +46,15 @@ if TYPE_CHECKING:
     from typing import TextIO
 
 
+def holder_file(path: Path) -> Path:
+    """Where an exclusive holder of `path` writes who it is (a killed one leaves it)."""
+    return path.with_name(path.name + ".holder")
+
+
 def holder(path: Path) -> str:
     """Who holds `path` exclusively, as a waiter names it."""
     try:
-        h = json.loads(path.with_name(path.name + ".holder").read_text())
+        h = json.loads(holder_file(path).read_text())
         since = time.strftime("%H:%M:%S", time.localtime(h.get("since", 0)))
         return f"pid {h.get('pid')} on host {h.get('host')} (since {since})"
     except (OSError, ValueError, AttributeError):
@@ -98,7 +103,7 @@ def exclusive(path: Path, what: str, every: float = 3.0, poll: float = 0.1) -> I
     """Hold `path` alone for the block; `what` names the work in the waiting lines."""
     with _open(path) as f:
         _wait(f, fcntl.LOCK_EX, path, what, every, poll)
-        note = path.with_name(path.name + ".holder")
+        note = holder_file(path)
         try:
             note.write_text(json.dumps({"pid": os.getpid(), "host": os.uname().nodename, "since": time.time()}))
             yield f.fileno()   # a child given this descriptor keeps the lock held until it exits

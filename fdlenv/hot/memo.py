@@ -30,6 +30,7 @@ from pathlib import Path
 from .. import PACKAGE_DIR
 from ..base import atomic
 from ..base.record import Record
+from ..names.home import Home, Living, Sweeper, listing
 from ..lock.paths import home_lock, shipped_candidates, split_path
 from ..names.roots import absolute, home_root
 from ..store import pointers, statecodec
@@ -38,9 +39,9 @@ from . import replay
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from typing import Protocol
 
-    from ..names.home import Home
     from ..store.active import Active
     from ..store.env import Env
 
@@ -76,8 +77,8 @@ def start(ask: replay.Ask | None, variant: str | None, st: Settled) -> Plan | No
     key = replay.key_of(ask, os.environ, base)
     root = home_root(ask.home, os.environ)
     v = variants.VARIANTS[variant]
-    pre = os.path.join(str(st.home.libtorch), "precompiled", v.flodl_name)
-    paths = [pre, pre + pointers.OWN_SUFFIX, os.path.join(str(st.home.libtorch), ".active"),
+    pre = str(st.home.precompiled / v.flodl_name)
+    paths = [pre, pre + pointers.OWN_SUFFIX, str(st.home.active_pointer),
              PACKAGE_DIR]
     locks = [Path(absolute(ask.lock))] if ask.lock else []
     if ask.kind == "realize":   # past the given lock (or without one) a realise reads the far locks
@@ -140,3 +141,16 @@ def _write_if_settled(path: str, text: str, deps: dict[str, str]) -> None:
 
     # 0644 whatever the umask: a memo others may write is never replayed (`replay.trusted`)
     atomic.write_text(Path(path), text, durable=False, publish_if=settled, mode=0o644)
+
+
+def sweep(home: Home, living: Living) -> Iterator[tuple[Path, str]]:
+    """`env gc`'s sweep of the memos, handed in by the command (the store imports no cache): a
+    memo naming an env that goes or is gone (`replay.memo_env`)."""
+    for p in listing(home.hot):
+        env = None if p.name.startswith(".") else replay.memo_env(str(p))
+        name = os.path.basename(env) if env is not None else None
+        if name is not None and (name in living.gone or not (home.env_dir(name) / MANIFEST).is_file()):
+            yield p, "memo of an env that is gone"
+
+
+SWEEPER = Sweeper(("hot",), sweep)

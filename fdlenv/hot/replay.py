@@ -43,7 +43,7 @@ from ..base.confine import within
 from ..base.record import Record
 from ..names.buildtree import build_tree, shell_tree
 from ..names.leasefile import take_lease
-from ..names.roots import home_root, project_above
+from ..names.roots import ENVS, HOT, STORE_LOCK, home_root, project_above
 from ..store.statecodec import ROCM_VARS, STATE, apply, restored, shell_state
 
 TYPE_CHECKING = False   # `typing` stays off the replay's path
@@ -133,7 +133,7 @@ def memo_path(root: str, kind: str, key: str) -> str:
     h = 0xcbf29ce484222325   # FNV-1a, 64 bits: a file name, not a secret (the key is checked)
     for b in key.encode("utf-8", "surrogateescape"):
         h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
-    return os.path.join(root, "cache", "hot", f"{kind}-{h:016x}")
+    return os.path.join(root, HOT, f"{kind}-{h:016x}")
 
 
 def memo_text(key: str, deps: dict[str, str], answer: dict[str, str], unset: list[str],
@@ -246,12 +246,12 @@ def _replay(ask: Ask) -> int | None:
     base = restored(environ)
     key = key_of(ask, environ, base)
     root = home_root(ask.home, environ)
-    fd = _locked_shared(os.path.join(root, "locks", "store.lock"))
+    fd = _locked_shared(os.path.join(root, STORE_LOCK))
     if fd is None:
         return None
     try:
         read = read_memo(memo_path(root, ask.kind, key), key)
-        if read is None or not within(read[0]["path"], os.path.join(root, "envs")):
+        if read is None or not within(read[0]["path"], os.path.join(root, ENVS)):
             return None     # no memo, or one naming an env outside this home's envs/ (planted)
         memo, unset, sets = read
         if ask.kind == "realize":

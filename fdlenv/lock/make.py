@@ -54,7 +54,7 @@ def lock_envs(envs_dir: Path, out: Path, *, variants: list[str] | None = None,
         for platform in plats:
             t0 = time.monotonic()
             say(f"solving {env.path} for {platform} ...")
-            entries[platform] = solve(env, platform, cmap, home.cache / "repodata")
+            entries[platform] = solve(env, platform, cmap, home.repodata)
             say(f"solved {env.variant} on {platform}: {len(entries[platform])} packages "
                 f"in {time.monotonic() - t0:.2f} s")
         solved.append(Solved(env=env, channel_urls=tuple(channel_urls(env, cmap)),

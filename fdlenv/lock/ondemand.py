@@ -66,7 +66,7 @@ def lock_variant(home: Home, variant: str, platform: str, mirrors: dict[str, str
     out = split_path(home_lock(home), variant)
     env = _env_file(variant, platform)
     home.ensure(home.locks)
-    with exclusive(home.locks / f"ondemand-{variant}.lock", f"locking {variant}"):
+    with exclusive(home.ondemand_lock(variant), f"locking {variant}"):
         if out.is_file() and holds(out, variant, platform):
             return out
         write(home, env, platform, mirrors, out)

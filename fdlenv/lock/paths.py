@@ -39,7 +39,7 @@ def shipped_lock() -> Path | None:
 
 def home_lock(home: Home) -> Path:
     """The base name of the locks written on demand in `home` (only split files exist)."""
-    lock: Path = home.root / "lockfiles" / LOCK_NAME
+    lock: Path = home.lockfiles / LOCK_NAME
     return lock
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 
+from .roots import LOCKS
+
 
 def lease_paths(root: str, name: str) -> tuple[str, str | None]:
     """Where env `name`'s lease lives: `<home>/locks/use-<name>.lock`, or, where the home cannot
@@ -22,7 +24,12 @@ def lease_paths(root: str, name: str) -> tuple[str, str | None]:
     key = os.path.realpath(root).replace("%", "%25").replace("/", "%2F")
     base = os.path.join(os.environ.get("TMPDIR") or "/tmp", f"fdlenv-leases-{os.geteuid()}")
     spare = os.path.join(base, key, f"use-{name}.lock") if len(key) < 200 else None
-    return os.path.join(root, "locks", f"use-{name}.lock"), spare
+    return os.path.join(root, LOCKS, f"use-{name}.lock"), spare
+
+
+def leased_env(filename: str) -> str | None:
+    """The env a lease file's name (`lease_paths`) is for; None for any other name."""
+    return filename[4:-5] if filename.startswith("use-") and filename.endswith(".lock") else None
 
 
 def _own_dir(path: str) -> bool:

@@ -1,4 +1,5 @@
-"""Where things start, in os only: the home's root and the names of a project's config file.
+"""Where things start, in os only: the home's root, the parts of it the replay finds, and the names of
+a project's config file.
 
 Why its own module: the memo replay (`hot.replay`, which imports only os and sys) and the
 slow path (`app.settings`, `config.fdlfile`) must find the same home and the same fdl.yml,
@@ -14,6 +15,14 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
 CONFIG_NAMES = ("fdl.yaml", "fdl.yml", "fdl.json")   # a project's config file, as flodl names it
+# The home's parts its os-only readers find (the replay, `has_pointers`, the lease file), relative
+# to the root: `names.home.Home` builds the same members from these, so each is spelled once.
+ENVS = "envs"
+LOCKS = "locks"
+STORE_LOCK = os.path.join(LOCKS, "store.lock")
+HOT = os.path.join("cache", "hot")
+LIBTORCH = "libtorch"
+PRECOMPILED = os.path.join(LIBTORCH, "precompiled")
 
 
 def absolute(path: str) -> str:
@@ -47,7 +56,7 @@ def has_pointers(root: str) -> bool:
     """Whether the home at `root` holds any symlink among flodl's `libtorch/precompiled/<dir>`
     (what `store.pointers` writes for every realised env): `detect` on a GPU-less box with an
     empty home asks no further, so it imports no pathlib for a home that has nothing."""
-    pre = os.path.join(root, "libtorch", "precompiled")
+    pre = os.path.join(root, PRECOMPILED)
     try:
         names = os.listdir(pre)
     except OSError:

@@ -29,12 +29,15 @@ import json
 import os
 import shutil
 import time
+from fnmatch import fnmatchcase
+from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
 from ..base import hashing
+from ..base.flocks import held
 from ..base.errors import Fail
-from ..names.home import Home
+from ..names.home import Home, Living, Sweeper, listing
 from ..base.progress import say
 from . import nvcc, toolkit
 from .manifest import RunManifest
@@ -230,14 +233,14 @@ def _artifact(project: Path, recipe: Recipe, target: Path | None) -> Path:
 
 
 def _publish(home: Home, key: str, artifact: Path, meta: dict) -> None:
-    stage = home.builds / f".staging-{key}-{os.getpid()}"
+    stage = home.build_stage(key, os.getpid())
     stage.mkdir()
     shutil.copy2(artifact, stage / artifact.name)
     (stage / META).write_text(json.dumps(meta, indent=1, sort_keys=True))
     for f in (stage / artifact.name, stage / META):
         with open(f, "rb") as fh:
             os.fsync(fh.fileno())
-    os.rename(stage, home.builds / key)
+    os.rename(stage, home.build(key))
 
 
 def build(home: Home, tree: Path, tree_content: str, env, environ: dict, recipe: Recipe,
@@ -248,22 +251,22 @@ def build(home: Home, tree: Path, tree_content: str, env, environ: dict, recipe:
 
     project = project_dir(tree, recipe)
     check_bin(tree, project, recipe)
-    tools = identity(environ, home.cache / "toolchain.json")
+    tools = identity(environ, home.toolchain)
     key = build_key(tree_content, env.key, recipe, tools)
     name = Path(recipe.bin).name
-    published = home.builds / key / name
+    published = home.build(key) / name
     if published.is_file():
         return Built(published, project, key, False)
     from ..base.flocks import exclusive
 
     home.ensure(home.builds)
-    with exclusive(home.locks / f"build-{key}.lock", f"building {key[:16]}"):
+    with exclusive(home.build_lock(key), f"building {key[:16]}"):
         if published.is_file():
             say(f"source: reusing the build another process just published ({key[:16]})")
             return Built(published, project, key, False)
         # A killed run's staging, or a key dir someone emptied by hand, would
         # block the publishing rename; both are safe to drop under the lock.
-        for debris in [*home.builds.glob(f".staging-{key}-*"), home.builds / key]:
+        for debris in [*home.builds.glob(home.build_stage(key, "*").name), home.build(key)]:
             shutil.rmtree(debris, ignore_errors=True)
         environ, target = variant_trees(project, env, environ)
         _run_recipe(recipe, project, env, environ, keep_fds)
@@ -277,3 +280,23 @@ def build(home: Home, tree: Path, tree_content: str, env, environ: dict, recipe:
                                        "recipe": recipe.build, "cwd": recipe.cwd, "bin": recipe.bin,
                                        "created": time.time()})
     return Built(published, project, key, True)
+
+
+def sweep(home: Home, living: Living) -> Iterator[tuple[Path, str]]:
+    """`env gc`'s sweep of `builds/`, handed in by the command: a killed build's staging (its
+    key's lock free) and artifacts built against an env that is gone (flodl's own libtorch,
+    `flodl-*`, is never gone)."""
+    for p in listing(home.builds):
+        if fnmatchcase(p.name, home.build_stage("*", "*").name):   # `.staging-<key>-<pid>`
+            if not held(home.build_lock(p.name.split("-")[1])):
+                yield p, "a killed build's staging"
+        elif not p.name.startswith("."):
+            try:
+                env = json.loads((p / META).read_text()).get("env")
+            except (OSError, ValueError, AttributeError):
+                env = None
+            if isinstance(env, str) and not env.startswith("flodl-") and env not in living.keys:
+                yield p, "built against an env that is gone"
+
+
+SWEEPER = Sweeper(("build", "build_stage"), sweep)

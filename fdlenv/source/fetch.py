@@ -23,14 +23,15 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
+from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
 from ..base import hashing
 from ..config.model import SshConfig
 from ..base.errors import Fail
-from ..base.flocks import exclusive
-from ..names.home import Home
+from ..base.flocks import exclusive, held
+from ..names.home import Home, Living, Sweeper, listing
 from ..base.progress import say
 from . import digest
 from .spec import GitSpec, LocalSpec, RsyncSpec, Spec, spec_hash
@@ -55,7 +56,7 @@ class Fetched(NamedTuple):
 
 
 def source_dir(home: Home, spec: Spec) -> Path:
-    return home.source / spec_hash(spec)
+    return home.source_tree(spec_hash(spec))
 
 
 @contextmanager
@@ -63,7 +64,7 @@ def claimed(home: Home, spec: Spec):
     """Exclusive use of the spec's tree; a waiter is told which process holds it. Yields the
     lock's descriptor: the recipe inherits it, so a recipe outliving a killed fdlenv (until
     its group guard ends it) still keeps every other process out of the tree."""
-    with exclusive(home.locks / f"source-{spec_hash(spec)}.lock", f"source {spec.origin}") as fd:
+    with exclusive(home.source_lock(spec_hash(spec)), f"source {spec.origin}") as fd:
         yield fd
 
 
@@ -257,7 +258,7 @@ def fetch(home: Home, spec: Spec, ssh: SshConfig | None = None) -> Fetched:
         dest.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise Fail.permanent(f"cannot create the source directory {dest}: {e}") from None
-    state = State.load(dest.with_name(dest.name + ".state.json"))
+    state = State.load(home.source_state(dest.name))
     if isinstance(spec, LocalSpec) and os.path.isdir(spec.path) and \
             state.get("synced") == [_snapshot(spec.path), _snapshot(str(dest))]:
         s = digest.scan(dest, state)
@@ -286,3 +287,18 @@ def fetch(home: Home, spec: Spec, ssh: SshConfig | None = None) -> Fetched:
     state.put("git", {"ref": spec.ref, "commit": commit, "digest": d.content})
     state.save()
     return Fetched(spec, dest, s, d, state, f"source: checked out {spec.url} at {spec.ref} ({commit[:12]}) in {dest}")
+
+
+def sweep(home: Home, living: Living) -> Iterator[tuple[Path, str]]:
+    """`env gc --sources`'s sweep of `source/`, handed in by the command: a fetched tree no join
+    holds (its claim free), and the digest cache beside a tree that goes or is gone."""
+    if not living.sources:
+        return
+    for p in listing(home.source):
+        if p.is_dir() and not held(home.source_lock(p.name)):
+            yield p, "a fetched source tree no join holds (--sources)"
+        elif p.is_file() and home.source_state(h := p.name.split(".", 1)[0]) == p and not held(home.source_lock(h)):
+            yield p, "the digest cache of a fetched source tree no join holds (--sources)"
+
+
+SWEEPER = Sweeper(("source_tree", "source_state"), sweep)

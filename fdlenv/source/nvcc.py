@@ -150,7 +150,7 @@ def note_once(home, env, environ: dict, always: bool = False) -> str | None:
     from ..base import hashing
 
     tag = hashing.of_text(os.path.abspath(env.path))[:12]
-    marker = os.path.join(home.cache, "notes", f"cmake-toolkit-{env.key}-{tag}")
+    marker = str(home.notes(f"cmake-toolkit-{env.key}-{tag}"))
     if os.path.exists(marker) and not always:
         return None
     note = cmake_toolkit_note(cuda, environ)

@@ -46,12 +46,13 @@ from ..names import variants
 from .statecodec import PATH_LISTS, ROCM_VARS, SENTINEL, STATE, apply, join, restored, shell_state
 from ..base.shells import quote, valid_name
 from ..base.errors import Fail
-from ..names.home import Home
+from ..names.home import Home, Living, Sweeper, listing
 from .cudahome import DIRNAME as CUDA_HOME   # an NVIDIA env's own CUDA_HOME, `<env>/cuda`
 from .env import Env
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from typing import TypedDict
 
     from .active import Active
@@ -147,8 +148,7 @@ def _apply(diff: Diff, base: Mapping[str, str]) -> dict[str, str]:
 def cache_file(home: Home, env: Env) -> Path:
     """Where the env's captured activation is kept: by env key and path."""
     tag = hashing.of_text(str(Path(env.path).absolute()))[:12]
-    cached: Path = home.cache / "activation" / f"{env.key}-{tag}.json"   # Home's parts are Any to mypy
-    return cached
+    return home.activations(f"{env.key}-{tag}.json")
 
 
 def activation_diff(home: Home, env: Env) -> Diff:
@@ -277,3 +277,14 @@ def tidied(out: dict[str, str], base: Mapping[str, str]) -> dict[str, str]:
         # nothing added: the caller's PATH as it was (not even de-duplicated)
         out["PATH"] = ":".join(kept) if set(kept) - had or "PATH" not in base else base["PATH"]
     return out
+
+
+def sweep(home: Home, living: Living) -> Iterator[tuple[Path, str]]:
+    """`env gc`'s sweep of the captured activations (`cache_file`): one of an env key no kept
+    env has."""
+    for p in listing(home.activations()):
+        if p.name.split("-", 1)[0] not in living.keys:
+            yield p, "activation of an env that is gone"
+
+
+SWEEPER = Sweeper(("activations",), sweep)

@@ -29,10 +29,14 @@ from pathlib import Path
 
 from ..base.errors import Fail
 from ..base.record import Record as TypedRecord   # `Record` here is the lock entry
-from ..names.home import Home
+from ..names.home import Home, Living, Sweeper, listing
 from ..base import atomic, confine, hashing
 from ..index import mirrors as _mirrors
 from ..lock.file import Record, mismatch
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 CHUNK = 1 << 20
 
@@ -60,7 +64,7 @@ def verify(home: Home, a: Archive) -> None:
     """Raise Fail unless `a.path` holds exactly the locked bytes."""
     if a.fetched:
         return  # hashed while downloading, published by rename only on a match
-    memo = home.cache / "verified" / a.record.sha256
+    memo = home.verified(a.record.sha256)
     try:
         st = a.path.stat()
     except FileNotFoundError:
@@ -81,7 +85,7 @@ def verify(home: Home, a: Archive) -> None:
 def locate(home: Home, r: Record, mirrors: dict[str, str]) -> Archive:
     """Where record `r`'s bytes are, downloading them if they are remote and not yet here."""
     url = _mirrors.rewrite(r.url, mirrors)
-    cached = home.archives / f"{r.sha256}{_ext(r.filename)}"
+    cached = home.archive(r.sha256, _ext(r.filename))
     if cached.is_file():
         return Archive(r, cached, True)
     parsed = urllib.parse.urlparse(url)
@@ -145,3 +149,14 @@ def evict_cache_entry(home: Home, r: Record) -> None:
     entry = confine.inside(home.pkgs, stem, f"the lock entry {r.name} ({r.url})")
     atomic.discard(entry)   # renamed out of its name first: never half an entry
     entry.with_name(f"{entry.name}.lock").unlink(missing_ok=True)
+
+
+def sweep(home: Home, living: Living) -> Iterator[tuple[Path, str]]:
+    """`env gc`'s sweep of `cache/verified` (`verify`'s memo, and install's `<sha256>.paths`):
+    one of an archive no kept env names."""
+    for p in listing(home.verified()):
+        if p.name.split(".", 1)[0] not in living.archives:
+            yield p, "hash memo of an archive no kept env names"
+
+
+SWEEPER = Sweeper(("verified",), sweep)

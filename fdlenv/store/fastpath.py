@@ -14,8 +14,12 @@ import os
 from pathlib import Path
 
 from ..base import atomic, hashing
-from ..names.home import Home
+from ..names.home import Home, Living, Sweeper, listing
 from .env import MANIFEST, Env, rebase
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 
 # (path, inode, size, mtime) -> digest: the view and realise ask about one file
@@ -31,8 +35,7 @@ def lock_digest(lock: Path) -> str:
 
 
 def _fast(home: Home) -> Path:
-    fast: Path = home.cache / "fast"   # Home's parts are Any to mypy
-    return fast
+    return home.fast
 
 
 def _entry(home: Home, digest: str, variant: str, platform: str) -> Path:
@@ -47,7 +50,7 @@ def lookup(home: Home, digest: str, variant: str, platform: str) -> Env | None:
             return None
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    path = home.envs / name
+    path = home.env_dir(name)
     if not (path / MANIFEST).is_file():
         return None
     return Env(variant, key, path, rebase(path, root))   # the home may have moved
@@ -87,3 +90,31 @@ def remember_holds(home: Home, digest: str, variant: str, platform: str, value: 
         atomic.write_text(_holds_entry(home, digest, variant, platform), "1" if value else "0")
     except OSError:
         pass   # a read-only home still answers, by parsing each time
+
+
+def asked_of(home: Home, variant: str) -> set[str]:
+    """`<variant>-<platform>` of every `.holds` answer recorded for `variant` (a kept env whose
+    manifest is damaged names no platform: its variant's answers stay)."""
+    return {q for f in _fast(home).glob(f"*-{variant}-*{HOLDS}") if (q := holds_asked(f))}
+
+
+def _alive(home: Home, entry: Path, gone: frozenset[str]) -> bool:
+    try:
+        name = json.loads(entry.read_text())["dir"]
+        return name not in gone and (home.env_dir(name) / MANIFEST).is_file()
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def sweep(home: Home, living: Living) -> Iterator[tuple[Path, str]]:
+    """`env gc`'s sweep of `cache/fast`: a re-dial answer naming an env that is gone, and a
+    `.holds` answer no kept env's re-dial asks (one a kept env's re-dial asks stays)."""
+    for p in listing(_fast(home)):
+        if (variant_platform := holds_asked(p)) is not None:
+            if variant_platform not in living.asked:
+                yield p, "whether a lock holds a variant no kept env has"
+        elif not _alive(home, p, living.gone):
+            yield p, "re-dial answer naming an env that is gone"
+
+
+SWEEPER = Sweeper(("fast",), sweep)

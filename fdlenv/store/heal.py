@@ -85,7 +85,6 @@ def heal(home: Home, env_dir: Path, found: Found, mirrors: dict[str, str], *, lo
     from ..base.flocks import exclusive, shared
     from .archives import evict_cache_entry
     from .install import build
-    from .leases import store_lock
     from ..lock.file import Record as Locked
 
     variant = found.manifest["variant"] if found.manifest else env_dir.name.rpartition("-")[0]
@@ -119,8 +118,8 @@ def heal(home: Home, env_dir: Path, found: Found, mirrors: dict[str, str], *, lo
         + (f"fetching {', '.join(f'{r.name} {r.version}' for r in fetch)} again and relinking it"
            if fetch else "relinking it from the package cache"))
     try:
-        with shared(store_lock(home.locks), f"healing {variant}"), \
-                exclusive(home.locks / f"{key}.lock", f"healing {variant}"):
+        with shared(home.store_lock, f"healing {variant}"), \
+                exclusive(home.key_lock(key), f"healing {variant}"):
             for r in fetch:
                 evict_cache_entry(home, r)   # renamed out of its name: a new entry replaces it
             build(home, variant, key, records, env_dir, lock_path, lock_sha, platform or "", mirrors, replace=True)
@@ -172,9 +171,9 @@ def remove_damaged(home: Home, env_dir: Path) -> None:
     from ..base import atomic
     from ..base.flocks import exclusive
     from . import pointers
-    from .leases import in_use, store_lock
+    from .leases import in_use
 
-    with exclusive(store_lock(home.locks), f"removing {env_dir.name}"):
+    with exclusive(home.store_lock, f"removing {env_dir.name}"):
         if in_use(env_dir):
             raise Fail.retry(f"{env_dir.name} is damaged but a running process still uses it; "
                              "`fdlenv env verify --repair` again once it ends")
@@ -185,5 +184,5 @@ def remove_damaged(home: Home, env_dir: Path) -> None:
             if target == real or real in target.parents:
                 link.unlink(missing_ok=True)
                 if active is not None and home.libtorch / active == link:
-                    atomic.write_text(home.libtorch / ".active", "")   # emptied as flodl does, never half
+                    atomic.write_text(home.active_pointer, "")   # emptied as flodl does, never half
         atomic.discard(env_dir, home.staging)

@@ -59,7 +59,7 @@ def _cache_in_use(home: Home) -> contextlib.AbstractContextManager[None]:
             if p.name.startswith(".") and p.is_dir():
                 _rmtree(p)
 
-    return flocks.shared(home.locks / "pkgs.lock", "installing", first=clear_debris)
+    return flocks.shared(home.pkgs_lock, "installing", first=clear_debris)
 
 
 def _clear_debris(home: Home, key: str) -> None:
@@ -87,7 +87,7 @@ def build(home: Home, variant: str, key: str, records: list[Record], final: Path
     if worker is None and any(r.manager == "conda" for r in records):
         from .install_worker import WorkerProcess
         worker = WorkerProcess()
-    stage = home.staging / f"{key}-{os.getpid()}"
+    stage = home.stage(f"{key}-{os.getpid()}")
     try:
         archives = _located(home, [r for r in records if r.manager == "conda"], mirrors)
         wheel_records = [r for r in records if r.manager == "pip"]
@@ -169,7 +169,7 @@ def _publish(home: Home, stage: Path, final: Path, replace: bool) -> None:
     elif atomic.exchange(stage, final):
         atomic.discard(stage)
     else:   # no renameat2 here: two renames, the old env kept aside until the new one is in
-        aside = home.staging / f"{atomic.TRASH}{final.name}.{os.getpid()}"
+        aside = home.stage(f"{atomic.TRASH}{final.name}.{os.getpid()}")
         os.rename(final, aside)
         os.rename(stage, final)
         atomic.discard(aside)
@@ -232,7 +232,7 @@ def _install(home: Home, worker: WorkerProcess | None, archives: list[Archive], 
                 line.strip() for line in e["message"].strip().splitlines()[-3:]))
         # The bytes are verified now: their path check holds for that sha256 from here on.
         for sha, layout in json.loads(marker.read_text())["paths_checked"].items():
-            atomic.write_text(home.cache / "verified" / f"{sha}.paths", json.dumps(layout))
+            atomic.write_text(home.verified(f"{sha}.paths"), json.dumps(layout))
         if wheel_records:
             pyver = _site_python(archives, wheel_records)
             linked, nthreads = 0, linktree.threads()
@@ -270,7 +270,7 @@ def _run_beside(fetcher: threading.Thread, wheel_records: list[Record], archives
                               filename=r.filename, channel=r.url.rsplit("/", 2)[0], archive=str(a.path),
                               sha256=r.sha256, md5=r.md5, dependencies=dict(r.dependencies))
                     for a in archives for r in (a.record,)),
-        staging=str(stage), final=str(final), cache=str(home.pkgs), memo=str(home.cache / "verified"),
+        staging=str(stage), final=str(final), cache=str(home.pkgs), memo=str(home.verified()),
         marker=str(marker), error=str(err))
 
     def hash_all() -> None:   # local archives, hashed while the worker extracts them

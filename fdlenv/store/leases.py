@@ -28,14 +28,18 @@ import os
 from pathlib import Path
 
 from ..base.errors import Fail
-from ..base.flocks import held, shared
-from ..names.leasefile import lease_paths, take_lease
+from ..base.flocks import held, holder_file, shared
+from ..names.home import Home, Living, Sweeper
+from ..names.leasefile import lease_paths, leased_env, take_lease
 
-STORE_LOCK = "store.lock"
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 
 def store_lock(locks_dir: Path) -> Path:
-    return locks_dir / STORE_LOCK
+    """The store lock of the home whose `locks/` is `locks_dir` (`Home.store_lock`)."""
+    return Home(Path(locks_dir).parent).store_lock
 
 
 def take(env_dir: Path) -> int | None:
@@ -43,7 +47,7 @@ def take(env_dir: Path) -> int | None:
     descriptor is inheritable (None, said once, where no place can hold a lease). Raises a
     transient Fail when gc removed it meanwhile."""
     env_dir = Path(env_dir)
-    with shared(store_lock(env_dir.parent.parent / "locks"), f"using {env_dir.name}"):
+    with shared(Home(env_dir.parent.parent).store_lock, f"using {env_dir.name}"):
         if not (env_dir / ".fdlenv" / "manifest.json").is_file():
             raise Fail.retry(f"the env {env_dir} was removed (env gc?) before it could be used; retry")
         fd = take_lease(str(env_dir.parent.parent), env_dir.name)
@@ -66,3 +70,18 @@ def in_use(env_dir: Path) -> bool:
     """Whether a live process holds a lease on the env."""
     env_dir = Path(env_dir)
     return any(p is not None and held(Path(p)) for p in lease_paths(str(env_dir.parent.parent), env_dir.name))
+
+
+def sweep(home: Home, living: Living) -> Iterator[tuple[Path, str]]:
+    """`env gc`'s sweep of `locks/`: a key lock (and the holder file a killed holder left) of
+    an env key no kept env has, and a lease of an env that is gone; never one that is held."""
+    for p in sorted(home.locks.glob(home.key_lock("*").name)) if home.locks.is_dir() else ():
+        if len(p.stem) == 64 and p.stem not in living.keys and not held(p):
+            yield p, "lock of an env that is gone"
+            if holder_file(p).exists():
+                yield holder_file(p), "lock of an env that is gone"
+        elif (env := leased_env(p.name)) is not None and not home.env_dir(env).exists() and not held(p):
+            yield p, "lease of an env that is gone"
+
+
+SWEEPER = Sweeper(("key_lock", "lease"), sweep)

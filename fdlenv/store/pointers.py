@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ..base import atomic, hashing
 from ..names import variants
-from ..names.home import Home
+from ..names.home import Home, Living, Sweeper, listing
 from .env import MANIFEST, Env, from_dir
 
 TYPE_CHECKING = False   # `typing` stays off the re-dial path
@@ -66,21 +66,21 @@ def link_variant(home: Home, env: Env) -> str:
     """Point flodl's `precompiled/<dir>` (or, beside flodl's own download, `<dir>-fdlenv`) at the
     env's libtorch root; returns the pointer's label (`precompiled/<name>`)."""
     d = env.spec.flodl_name
-    pre = home.libtorch / "precompiled"
+    pre = home.precompiled
     name = d + OWN_SUFFIX if _is_flodls(pre / d) else d
     _symlink(pre / name, Path(env.libtorch_root))
     return f"precompiled/{name}"
 
 
 def set_active(home: Home, env: Env) -> None:
-    _write_line(home.libtorch / ".active", link_variant(home, env) + "\n")
+    _write_line(home.active_pointer, link_variant(home, env) + "\n")
 
 
 def active_label(home: Home) -> str | None:
     """What `.active` names; None for nothing, and for a pointer that is no one line of text
     (not UTF-8, a directory): a broken record never stops a command."""
     try:
-        label = (home.libtorch / ".active").read_text(errors="strict").strip()
+        label = (home.active_pointer).read_text(errors="strict").strip()
     except (OSError, ValueError):
         return None
     return label if label and "\n" not in label and "\0" not in label else None
@@ -113,7 +113,7 @@ def env_of(path: Path) -> Env | None:
 def pointed_env(home: Home, variant: str) -> Env | None:
     """The env fdlenv's pointer names for `variant` (`precompiled/<dir>`, else `<dir>-fdlenv`);
     None when neither is an fdlenv env (flodl's own download, or nothing)."""
-    pre = home.libtorch / "precompiled"
+    pre = home.precompiled
     d = variants.get(variant).flodl_name
     for link in (pre / d, pre / (d + OWN_SUFFIX)):
         if link.is_symlink():
@@ -130,8 +130,8 @@ def _rooted(home: Home, variant: str, relink: bool = True) -> Env | None:
     roots with the pointers, so this is damage, a deleted link): that env, newest first, and
     its pointer made again where the home can be written."""
     found = []
-    for link in sorted(home.roots.glob(f"{variant}-*")) if home.roots.is_dir() else ():
-        env = env_of(link) if link.is_symlink() else None
+    for link in variant_roots(home, variant):
+        env = env_of(link)
         if env is not None and env.variant == variant:
             found.append((os.lstat(env.path).st_mtime_ns, env))
     if not found:
@@ -150,7 +150,7 @@ def missing(home: Home) -> list[tuple[str, Env]]:
     reports it, `--repair` makes it again with `link_variant`)."""
     out = []
     names = {p.name.rsplit("-", 1)[0] for p in home.roots.iterdir()} if home.roots.is_dir() else set()
-    pre = home.libtorch / "precompiled"
+    pre = home.precompiled
     for v in sorted(n for n in names if n in variants.VARIANTS):
         d = variants.get(v).flodl_name
         if (pre / d).is_symlink() or (pre / (d + OWN_SUFFIX)).is_symlink():
@@ -179,8 +179,12 @@ def follow(home: Home, link: Path) -> Path | None:
 
 def root_link(home: Home, lock: Path, variant: str) -> Path:
     """roots/<variant>-<hash of the lock's path>: one per (lock path, variant)."""
-    link: Path = home.roots / f"{variant}-{hashing.of_text(str(lock.absolute()))[:12]}"   # Home's parts: Any
-    return link
+    return home.roots / f"{variant}-{hashing.of_text(str(lock.absolute()))[:12]}"
+
+
+def variant_roots(home: Home, variant: str) -> list[Path]:
+    """Every root `root_link` made for `variant`, whatever its lock."""
+    return [p for p in sorted(home.roots.glob(f"{variant}-*")) if p.is_symlink()] if home.roots.is_dir() else []
 
 
 def root(home: Home, lock: Path, env: Env) -> None:
@@ -194,7 +198,7 @@ def links(home: Home) -> Iterator[Path]:
 
 
 def _links(home: Home) -> Iterator[Path]:
-    for d in (home.roots, home.libtorch / "precompiled"):
+    for d in (home.roots, home.precompiled):
         if d.is_dir():
             yield from (p for p in d.iterdir() if p.is_symlink())
 
@@ -245,3 +249,13 @@ def relink(home: Home) -> list[Path]:
             _symlink(link, cand)
             fixed.append(link)
     return fixed
+
+
+def sweep(home: Home, living: Living) -> Iterator[tuple[Path, str]]:
+    """`env gc`'s sweep of the roots: a root whose env is gone."""
+    for p in listing(home.roots):
+        if p.is_symlink() and not p.exists():
+            yield p, "a root whose env is gone (deleted by hand?)"
+
+
+SWEEPER = Sweeper(("roots",), sweep)

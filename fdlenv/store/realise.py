@@ -25,7 +25,6 @@ from ..base.errors import Fail
 from ..names.home import Home
 from ..base.flocks import shared
 from . import fastpath, health, pointers
-from .leases import store_lock
 from .env import MANIFEST, Env, libtorch_root
 from ..names.platforms import this_platform
 
@@ -62,7 +61,7 @@ def realise(home: Home, variant: str, lock: Path, mirrors: dict[str, str] | None
     digest = fastpath.lock_digest(lock)
     # Held shared from the lookup through the root and pointers: gc (exclusive) cannot
     # delete the env between our finding or building it and its root (store/leases.py).
-    with shared(store_lock(home.locks), f"realising {variant}"):
+    with shared(home.store_lock, f"realising {variant}"):
         env = fastpath.lookup(home, digest, variant, platform)
         if env is None:
             worker: WorkerProcess | None = None
@@ -97,9 +96,9 @@ def _slow_path(home: Home, variant: str, lock: Path, digest: str, platform: str,
 
     records = read_variant(lock, variant, platform)
     key = env_key(records, platform)
-    final = home.envs / env_dirname(variant, key)
+    final = home.env_dir(env_dirname(variant, key))
     if not (final / MANIFEST).is_file():
-        with exclusive(home.locks / f"{key}.lock", f"realising {variant}"):
+        with exclusive(home.key_lock(key), f"realising {variant}"):
             if not (final / MANIFEST).is_file():
                 # Whatever stands at the name without a manifest (a damaged env) is swapped out.
                 build(home, variant, key, records, final, lock, digest, platform, mirrors, worker,

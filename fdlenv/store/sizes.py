@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 
 from ..base import atomic
-from ..names.home import Home
+from ..names.home import Home, Living, Sweeper, listing
 from ..lock.file import Record
 
 TYPE_CHECKING = False
@@ -73,7 +73,7 @@ def of_tree(root: Path) -> int:
 
 def entry_size(home: Home, name: str) -> int:
     """Bytes of cache entry `name` (walked once, then read from cache/sizes/)."""
-    memo = home.cache / "sizes" / name
+    memo = home.sizes(name)
     try:
         return int(memo.read_text())
     except (OSError, ValueError):
@@ -110,3 +110,13 @@ def total(home: Home, envs: list[tuple[int, list[str]]]) -> int:
     """Bytes a set of envs holds: each one's own bytes, and each cache entry once."""
     entries = {name for _, names in envs for name in names}
     return sum(own for own, _ in envs) + sum(entry_size(home, n) for n in entries)
+
+
+def sweep(home: Home, living: Living) -> Iterator[tuple[Path, str]]:
+    """`env gc`'s sweep of the sizes kept: one whose cache entry goes or is gone."""
+    for p in listing(home.sizes()):
+        if p.name in living.gone_entries or not (home.pkgs / p.name).is_dir():
+            yield p, "size of a cache entry that is gone"
+
+
+SWEEPER = Sweeper(("sizes",), sweep)

@@ -160,7 +160,7 @@ def _fetch_and_extract(home: Home, r: Record, source: str, stated: int | None, p
                        pool: ThreadPoolExecutor, check: wheelmeta.Against) -> None:
     """One wheel, under its own lock: two realises that need it fetch and extract it once.
     `stated`: its size as the index gives it (a cap on what is read), or None."""
-    with flocks.exclusive(home.locks / f"whl-{r.sha256}.lock", f"fetching {r.filename}"):
+    with flocks.exclusive(home.wheel_lock(r.sha256), f"fetching {r.filename}"):
         if home.wheel_entry(r.sha256).is_dir():   # another process finished it while we waited
             progress.add(finished=1, extracted=1)
             return
@@ -172,7 +172,7 @@ def _fetch_and_extract_held(home: Home, r: Record, source: str, stated: int | No
                             pool: ThreadPoolExecutor, check: wheelmeta.Against) -> None:
     parsed = urllib.parse.urlparse(source)
     if parsed.scheme in ("http", "https"):
-        resumable = (home.archives / f"{r.sha256}.whl").is_file() or (home.archives / f".{r.sha256}.part").is_file()
+        resumable = home.archive(r.sha256, ".whl").is_file() or home.partial(r.sha256).is_file()
         if not resumable:
             try:
                 with _open_whole(source) as resp:
@@ -242,7 +242,7 @@ def _stream(home: Home, r: Record, chunks: Iterable[bytes | memoryview], where: 
     says they are `whole` (a declared or stated length; a local file is whole), are a cut
     (transient, restarted next time); bytes that are no well-formed wheel, or whole bytes with
     another sha256, are permanent; nothing is published either way."""
-    tmp = home.pkgs / f".whl-{r.sha256}.{os.getpid()}.{threading.get_ident()}"
+    tmp = home.wheel_temp(r.sha256, os.getpid(), threading.get_ident())
     shutil.rmtree(tmp, ignore_errors=True)
     sha = hashing.Digest()
     # `tmp` is made with the first member: a stream stopped before any byte came leaves nothing.

@@ -85,8 +85,8 @@ def download(home: Home, r: Record, url: str, progress: Progress, stated: int | 
 
     from ..base import netread
 
-    done: Path = home.archives / f"{r.sha256}.whl"
-    part = home.archives / f".{r.sha256}.part"
+    done: Path = home.archive(r.sha256, ".whl")
+    part = home.partial(r.sha256)
     if done.is_file():   # verified (renamed only on a match) by a run killed before extracting it
         return done
     with open(part, "ab+") as out:
@@ -204,7 +204,7 @@ def extract(home: Home, r: Record, path: Path, pool: ThreadPoolExecutor,
     final = home.wheel_entry(r.sha256)
     if final.is_dir():
         return
-    tmp = home.pkgs / f".whl-{r.sha256}.{os.getpid()}.{threading.get_ident()}"
+    tmp = home.wheel_temp(r.sha256, os.getpid(), threading.get_ident())
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         with zipfile.ZipFile(path) as zf:

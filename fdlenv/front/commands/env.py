@@ -15,6 +15,10 @@ import time
 
 from ...base.errors import Fail
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ...names.home import Sweeper
+
 EPILOG = """examples:
   fdlenv env realize --libtorch cu128 --json
   fdlenv env realize --libtorch rocm7.1 --lock conda-lock.yml --mirror conda-forge=https://mirror.example/conda-forge
@@ -285,19 +289,26 @@ def _verify_pointers(home, args) -> list[dict]:
     return out
 
 
+def sweepers() -> tuple[Sweeper, ...]:
+    """The sweeps of the layers above the store that `env gc` and `env remove` hand in, each
+    beside the names it cleans (the store's own are `store.gc.SWEEPERS`)."""
+    from ...app import walkthrough
+    from ...hot import memo
+    from ...source import build, fetch
+
+    return memo.SWEEPER, build.SWEEPER, walkthrough.SWEEPER, fetch.SWEEPER
+
+
 def cmd_gc(args) -> int:
     from ...store.gc import collect
 
-    from ...hot.replay import memo_env
-
-    plan, _ = collect(_home(args), dry_run=args.dry_run, sources=args.sources, memo_env=memo_env)
+    plan, _ = collect(_home(args), dry_run=args.dry_run, sources=args.sources, sweeps=sweepers())
     _report_plan(args, plan)
     return 0
 
 
 def cmd_remove(args) -> int:
     from ...names import variants
-    from ...hot.replay import memo_env
     from ...store.gc import collect
     from ...store.maintain import env_dirs, variant_of
 
@@ -306,7 +317,7 @@ def cmd_remove(args) -> int:
     mine = [d for d in env_dirs(home) if variant_of(d) == name]
     if not mine:
         raise Fail.permanent(f"--libtorch: variant {name!r} is not realised in {home.root}")
-    plan, links = collect(home, dry_run=args.dry_run, remove=name, memo_env=memo_env)
+    plan, links = collect(home, dry_run=args.dry_run, remove=name, sweeps=sweepers())
     stay = [str(d) for d in mine if d not in plan.envs]
     _report_plan(args, plan, dropped=[str(p) for p in links], still_in_use=stay)
     return 0

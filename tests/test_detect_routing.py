@@ -4,7 +4,7 @@ import pytest
 
 from fdlenv.base.errors import Fail
 from fdlenv.hw.coverage import ARCHS, covers, parse_cc, parse_gfx, variant_covers
-from fdlenv.hw.model import AMD, NVIDIA, VENDOR_MISMATCH, Device, Finding, Survey
+from fdlenv.hw.model import AMD, NVIDIA, Device, Finding, Survey
 from fdlenv.hw.routing import choose, route
 
 
@@ -132,12 +132,6 @@ def test_no_devices_quotes_the_findings():
     f = Finding("hardware_unusable", "/dev/kfd is missing")
     r = route(box(findings=[f]))
     assert r.variant == "cpu" and "/dev/kfd is missing" in r.reason
-
-
-def test_for_vendor_drops_the_other_vendor_with_a_finding():
-    s = box(nv("8.6"), amd("gfx90a")).for_vendor(NVIDIA)
-    assert [d.vendor for d in s.devices] == [NVIDIA]
-    assert [f.kind for f in s.findings] == [VENDOR_MISMATCH]
 
 
 # --- coverage ---

@@ -4,8 +4,8 @@ import pytest
 
 from fdlenv.base.errors import Fail
 from fdlenv.hw.coverage import ARCHS, covers, parse_cc, parse_gfx, variant_covers
-from fdlenv.hw.model import AMD, NVIDIA, VENDOR_MISMATCH, Device, Finding, Survey
-from fdlenv.hw.routing import choose, route
+from fdlenv.hw.model import AMD, NVIDIA, Device, Finding, Survey
+from fdlenv.hw.routing import variant_or_fail, route
 
 
 def nv(arch, i=0):
@@ -108,14 +108,14 @@ def test_the_driver_gate_says_what_to_update():
     assert r.variant is None
     assert "12.6" in r.reason and "update the NVIDIA driver" in r.reason
     with pytest.raises(Fail) as e:
-        choose(box(nv("12.0"), cuda="12.6"))
+        variant_or_fail(box(nv("12.0"), cuda="12.6"))
     assert not e.value.transient and "update the NVIDIA driver" in e.value.message
 
 
 def test_the_driver_gate_falls_back_to_cu126_and_says_so():
     r = route(box(nv("9.0"), cuda="12.4"))
     assert (r.variant, "12.4" in r.reason) == ("cu126", True)
-    assert choose(box(nv("9.0"), cuda="12.4")) == "cu126"
+    assert variant_or_fail(box(nv("9.0"), cuda="12.4")) == "cu126"
 
 
 def test_an_unknown_driver_is_not_gated_but_said():
@@ -132,12 +132,6 @@ def test_no_devices_quotes_the_findings():
     f = Finding("hardware_unusable", "/dev/kfd is missing")
     r = route(box(findings=[f]))
     assert r.variant == "cpu" and "/dev/kfd is missing" in r.reason
-
-
-def test_for_vendor_drops_the_other_vendor_with_a_finding():
-    s = box(nv("8.6"), amd("gfx90a")).for_vendor(NVIDIA)
-    assert [d.vendor for d in s.devices] == [NVIDIA]
-    assert [f.kind for f in s.findings] == [VENDOR_MISMATCH]
 
 
 # --- coverage ---

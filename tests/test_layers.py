@@ -3,11 +3,15 @@
 The table is the one statement of who may import whom: one row per unit (a
 top-level module or a package), its layer and what it may import; this test
 reads it from the doc, so the two cannot drift. The graph is read from the
-source with `ast`: imports inside functions count (a lazy import is still a
-dependency), and so do `importlib.import_module(...)` and `__import__(...)` (under any alias, with
-relative names against `package=` or `level=`, and `__import__`'s `fromlist`)
-naming an fdlenv module; a dynamic import whose target the walk cannot read
-is a finding of its own, and so is a row allowing what nothing in its unit imports.
+source with `ast` (tests/helpers_layers.py): imports inside functions count (a lazy import is
+still a dependency), and so do the calls of an import function naming an fdlenv module; a
+dynamic import whose target the walk cannot read is a finding of its own, and so is a row
+allowing what nothing in its unit imports.
+
+Dynamic import machinery (`importlib`, `__import__`, `exec`/`eval`/`compile`, `runpy`, `pkgutil`,
+`builtins`, `sys.modules`) is allowed only in the modules the doc's machinery table names, each
+with its reason: every other use is a finding, whatever the walk makes of it, so a form the walk
+cannot follow still cannot hide an import in a low module.
 
 The checker is a function of a tree and a table (`findings`), so each way of
 breaking the contract has a test below that breaks a copy of the tree.
@@ -16,15 +20,13 @@ breaking the contract has a test below that breaks a copy of the tree.
 from __future__ import annotations
 
 import ast
-import functools
 import re
 import shutil
 from pathlib import Path
 
 import pytest
+from helpers_layers import PKG, ROOT, graph, modules
 
-ROOT = Path(__file__).resolve().parent.parent
-PKG = ROOT / "fdlenv"
 DOC = ROOT / "docs" / "ARCHITECTURE.md"
 EVERYTHING_BELOW = "every unit below layer"
 ONLY = "only "   # a row that names all it may import, layer-0 units included (the memo's replay)
@@ -52,159 +54,46 @@ def read_table(doc: Path = DOC, only: set[str] | None = None) -> dict[str, tuple
     return table
 
 
-# ------------------------------------------------------------------ the graph
+MACHINERY_START = "<!-- import machinery: read by tests/test_layers.py -->"
 
-def modules(pkg: Path = PKG) -> dict[str, Path]:
-    """fdlenv's modules by dotted name relative to the package (`store.gc`; "" is fdlenv)."""
-    out = {}
-    for p in sorted(pkg.rglob("*.py")):
-        parts = p.relative_to(pkg).with_suffix("").parts
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        out[".".join(parts)] = p
+
+def read_machinery(doc: Path = DOC) -> dict[str, tuple[str, ...]]:
+    """{module path under fdlenv/: the kinds of import machinery it may use} from the rows between
+    the machinery table's markers; a row without a reason is refused."""
+    text = doc.read_text()
+    assert MACHINERY_START in text, f"{doc}: no machinery table"
+    body = text.split(MACHINERY_START, 1)[1].split("<!-- end of machinery -->", 1)[0]
+    rows = {}
+    for line in body.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 3 or not cells[0].startswith("`"):
+            continue
+        assert cells[2], f"{doc}: the machinery row of {cells[0]} gives no reason"
+        rows[cells[0].strip("`")] = tuple(re.findall(r"`([^`]+)`", cells[1]))
+    return rows
+
+
+def machinery_findings(uses: dict[str, list[tuple[str, int]]], mods: dict[str, Path], pkg: Path,
+                       doc: Path) -> list[str]:
+    """Each use of import machinery its module's row does not allow, and each row that allows
+    what its module does not use or names a module that is not there."""
+    allowed = read_machinery(doc)
+    out = []
+    for mod, found in sorted(uses.items()):
+        rel = mods[mod].relative_to(pkg).as_posix()
+        may = allowed.get(rel, ())
+        out += [f"fdlenv.{mod}:{line} uses `{kind}` (dynamic import machinery): only a module "
+                f"{doc.name}'s machinery table names may, with why; import fdlenv modules by name"
+                for kind, line in sorted(set(found), key=lambda u: (u[1], u[0])) if kind not in may]
+    rels = {p.relative_to(pkg).as_posix(): m for m, p in mods.items()}
+    for rel, kinds in sorted(allowed.items()):
+        if rel not in rels:
+            out.append(f"{doc.name}: the machinery table names `{rel}`, which is not in the tree")
+            continue
+        used = {k for k, _ in uses[rels[rel]]}
+        out += [f"{doc.name}: `{rel}` may use `{k}`, which it does not: drop it from the machinery table"
+                for k in kinds if k not in used]
     return out
-
-
-def _absolute(name: str) -> str | None:
-    """`fdlenv.store.gc` -> `store.gc`, `fdlenv` -> ``; anything else None."""
-    if name == "fdlenv":
-        return ""
-    return name[len("fdlenv."):] if name.startswith("fdlenv.") else None
-
-
-def _str(node: ast.AST | None) -> str | None:
-    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
-
-
-def _arg(call: ast.Call, i: int, name: str) -> ast.AST | None:
-    """The call's argument by position `i` or keyword `name`, else None."""
-    if len(call.args) > i:
-        return call.args[i]
-    return next((k.value for k in call.keywords if k.arg == name), None)
-
-
-def _importers(nodes: tuple[ast.AST, ...]) -> tuple[set[str], set[str]]:
-    """(names bound to `importlib.import_module`, names bound to `__import__`) in one module:
-    the builtin's own names and every alias (`from importlib import import_module as im`,
-    `im = importlib.import_module`, `imp = __import__`), followed through chains of aliases."""
-    by_module, by_dunder = {"import_module"}, {"__import__"}
-    for node in nodes:
-        if isinstance(node, ast.ImportFrom) and node.module == "importlib":
-            by_module |= {a.asname or a.name for a in node.names if a.name == "import_module"}
-    assigns = [n for n in nodes if isinstance(n, ast.Assign)]
-    grew = True
-    while grew:
-        before = len(by_module) + len(by_dunder)
-        for a in assigns:
-            v = a.value
-            names = {t.id for t in a.targets if isinstance(t, ast.Name)}
-            if (isinstance(v, ast.Attribute) and v.attr == "import_module") or (
-                    isinstance(v, ast.Name) and v.id in by_module):
-                by_module |= names
-            elif isinstance(v, ast.Name) and v.id in by_dunder:
-                by_dunder |= names
-        grew = len(by_module) + len(by_dunder) != before
-    return by_module, by_dunder
-
-
-def _relative(name: str, level: int, pkg: list[str]) -> str:
-    """`name` at `level` dots below package `pkg` -> `fdlenv.`-rooted absolute name."""
-    base = pkg[:len(pkg) - (level - 1)] if level > 1 else pkg
-    return ".".join(["fdlenv", *base, *([name] if name else [])])
-
-
-def _dynamic_targets(call: ast.Call, importers: tuple[set[str], set[str]], pkg: list[str]
-                     ) -> tuple[list[str], bool]:
-    """(absolute targets, readable) of an `import_module(...)`/`__import__(...)` call (any alias),
-    relative names resolved against `package=` (a constant or `__package__`) or `level=`, and
-    `__import__`'s `fromlist` counted as imports of those submodules; not such a call: ([], True)."""
-    f = call.func
-    by_module, by_dunder = importers
-    name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
-    dunder = isinstance(f, ast.Name) and name in by_dunder
-    if not (dunder or name in by_module or (isinstance(f, ast.Attribute) and name == "import_module")) \
-            or not call.args:
-        return [], True
-    arg = call.args[0]
-    if isinstance(arg, ast.JoinedStr) and arg.values and _str(arg.values[0]) is not None:
-        prefix = str(_str(arg.values[0]))        # f"fdlenv.front.commands.{name}" -> fdlenv.front.commands
-        if prefix.startswith("fdlenv.") and prefix.endswith("."):
-            return [prefix[:-1]], True
-        return [], False
-    target = _str(arg)
-    if target is None:
-        return [], False
-    if dunder:
-        level_node = _arg(call, 4, "level")
-        level = level_node.value if isinstance(level_node, ast.Constant) else 0
-        if not isinstance(level, int):
-            return [], False
-        base = _relative(target, level, pkg) if level else target
-        fromlist = _arg(call, 3, "fromlist")
-        if fromlist is None:
-            return [base], True
-        if not isinstance(fromlist, (ast.List, ast.Tuple)) or any(_str(e) is None for e in fromlist.elts):
-            return [], False
-        return [base, *(f"{base}.{_str(e)}" for e in fromlist.elts)], True
-    if not target.startswith("."):
-        return [target], True
-    package = _arg(call, 1, "package")
-    if isinstance(package, ast.Name) and package.id == "__package__":
-        anchor = pkg
-    elif _str(package) is not None and (_absolute(str(_str(package))) is not None):
-        anchor = [p for p in str(_absolute(str(_str(package)))).split(".") if p]
-    else:
-        return [], False
-    dots = len(target) - len(target.lstrip("."))
-    return [_relative(target[dots:], dots, anchor)], True
-
-
-@functools.cache
-def _nodes(source: str) -> tuple[ast.AST, ...]:
-    """Each source parsed once per run (the break tests walk a copy of the same tree)."""
-    return tuple(ast.walk(ast.parse(source)))
-
-
-def imports(mod: str, path: Path, known: set[str]) -> tuple[set[str], list[str]]:
-    """(fdlenv modules `mod` imports, findings): relative names resolved (`from . import x`
-    -> x's module), dynamic imports followed, an unreadable one reported."""
-    pkg = mod.split(".") if path.name == "__init__.py" else mod.split(".")[:-1]
-    pkg = [p for p in pkg if p]
-    found: set[str] = set()
-    unreadable = []
-    nodes = _nodes(path.read_text())
-    importers = _importers(nodes)
-    for node in nodes:
-        if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = pkg[:len(pkg) - (node.level - 1)] if node.level > 1 else pkg
-                target = ".".join(base + (node.module.split(".") if node.module else []))
-            else:
-                target = _absolute(node.module or "")
-                if target is None:
-                    continue
-            for alias in node.names:
-                sub = f"{target}.{alias.name}" if target else alias.name
-                found.add(sub if sub in known else target)
-        elif isinstance(node, ast.Import):
-            found |= {t for t in (_absolute(a.name) for a in node.names) if t is not None}
-        elif isinstance(node, ast.Call):
-            targets, readable = _dynamic_targets(node, importers, pkg)
-            if not readable:
-                unreadable.append(f"fdlenv.{mod}:{node.lineno} imports a module named at run time; "
-                                  "name it with a constant (or an f-string with a constant fdlenv. prefix)")
-            found |= {t for t in (_absolute(n) for n in targets) if t is not None}
-    found.discard(mod)
-    return {f for f in found if f in known}, unreadable
-
-
-def graph(pkg: Path = PKG) -> tuple[dict[str, set[str]], list[str]]:
-    mods = modules(pkg)
-    g, problems = {}, []
-    for m, p in mods.items():
-        g[m], bad = imports(m, p, set(mods))
-        problems += bad
-    return g, problems
 
 
 # ------------------------------------------------------------------ the contract
@@ -252,7 +141,8 @@ def findings(pkg: Path = PKG, doc: Path = DOC) -> list[str]:
     """Every way the tree at `pkg` breaks the table in `doc`, one line each."""
     only: set[str] = set()
     table = read_table(doc, only)
-    g, out = graph(pkg)
+    g, out, uses = graph(pkg)
+    out += machinery_findings(uses, modules(pkg), pkg, doc)
     units = {unit_of(m) for m in g}
     out += [f"fdlenv.{m} is in no unit: give `{unit_of(m)}` a row in {doc.name}'s Layers table"
             for m in sorted(g) if unit_of(m) not in table]
@@ -414,13 +304,87 @@ def test_a_command_importing_another_command_is_a_finding(tmp_path):
 
 def test_an_import_named_at_run_time_is_a_finding(tmp_path):
     got = _broken(tmp_path, "names/variants.py", "def f(name):\n    import importlib\n    importlib.import_module(name)")
-    assert any(line.startswith("fdlenv.names.variants:") and "named at run time" in line for line in got), got
+    assert any(line.startswith("fdlenv.names.variants:") and "the walk cannot read" in line for line in got), got
 
 
 def test_a_relative_import_against_a_package_named_at_run_time_is_a_finding(tmp_path):
     got = _broken(tmp_path, "names/variants.py", "def f(where):\n    import importlib\n"
                   "    importlib.import_module('.cli', where)")
-    assert any(line.startswith("fdlenv.names.variants:") and "named at run time" in line for line in got), got
+    assert any(line.startswith("fdlenv.names.variants:") and "the walk cannot read" in line for line in got), got
+
+
+# Import machinery planted in a low module: each form once slipped past the walk (issue 49), and
+# each is a finding now because the module may not use the machinery at all.
+HIDDEN = {
+    "builtins.__import__": ("import builtins\n    builtins.__import__('fdlenv.app.datasets')", "builtins"),
+    "importlib.__import__": ("import importlib\n    importlib.__import__('fdlenv.app.datasets')", "importlib"),
+    "import_module of an f-string": (
+        "from importlib import import_module\n    import_module(f'fdlenv.{x}.datasets')", "importlib"),
+    "__import__ with a variable level": ("__import__('app.datasets', globals(), None, [], x)", "__import__"),
+    "an annotated alias of import_module": (
+        "import importlib\n    from typing import Callable\n    load: Callable = importlib.import_module\n"
+        "    load('fdlenv.app.datasets')", "importlib"),
+    "getattr of import_module": ("import importlib\n    getattr(importlib, 'import_module')('fdlenv.app.datasets')",
+                                 "importlib"),
+    "pkgutil.resolve_name": ("import pkgutil\n    pkgutil.resolve_name('fdlenv.app.datasets')", "pkgutil"),
+    "runpy.run_module": ("import runpy\n    runpy.run_module('fdlenv.app.datasets')", "runpy"),
+    "exec of an import": ("exec('from fdlenv.app import datasets')", "exec"),
+}
+
+
+@pytest.mark.parametrize("form", HIDDEN, ids=lambda c: c.replace(" ", "_"))
+def test_import_machinery_in_a_module_the_table_does_not_name_is_a_finding(tmp_path, form):
+    code, kind = HIDDEN[form]
+    got = _broken(tmp_path, "store/gc.py", f"def f(x=None):\n    {code}")
+    assert any(line.startswith("fdlenv.store.gc:") and f"uses `{kind}` (dynamic import machinery)" in line
+               for line in got), got
+
+
+# The same forms in a module the machinery table lets use importlib: the walk still sees the edge,
+# or says it cannot read the import; the f-string form is the one its message recommends.
+SEEN = {
+    "importlib.__import__": ("importlib.__import__('fdlenv.app.datasets')", "fdlenv.lock.extra imports fdlenv.app.datasets"),
+    "import_module of an f-string": ("importlib.import_module(f'fdlenv.{x}.datasets')",
+                                     "fdlenv.lock.extra imports fdlenv.app.datasets"),
+    "an annotated alias of import_module": ("load: object = importlib.import_module\n    load('fdlenv.app.datasets')",
+                                            "fdlenv.lock.extra imports fdlenv.app.datasets"),
+    "a walrus alias of import_module": ("(load := importlib.import_module)('fdlenv.app.datasets')",
+                                        "fdlenv.lock.extra imports fdlenv.app.datasets"),
+    "getattr of import_module": ("getattr(importlib, 'import_module')('fdlenv.app.datasets')",
+                                 "fdlenv.lock.extra:"),
+    "import_module handed on": ("list(map(importlib.import_module, ['fdlenv.app.datasets']))", "fdlenv.lock.extra:"),
+    "__import__ with a variable level": ("__import__('app.datasets', globals(), None, [], x)", "fdlenv.lock.extra:"),
+}
+
+
+@pytest.mark.parametrize("form", SEEN, ids=lambda c: c.replace(" ", "_"))
+def test_where_importlib_is_allowed_the_walk_still_sees_each_import_or_says_it_cannot(tmp_path, form):
+    code, finding = SEEN[form]
+    got = _broken(tmp_path, "lock/extra.py", f"def f(x=None):\n    {code}")
+    if finding.endswith(":"):   # no edge to read: a finding that the walk cannot follow it
+        assert any(line.startswith(finding) and "machinery" not in line for line in got), got
+    else:
+        assert any(line.startswith(finding) for line in got), got
+
+
+def test_the_walks_advice_names_a_form_the_walk_then_sees(tmp_path):
+    got = _broken(tmp_path, "names/variants.py", "def f(name):\n    import importlib\n    importlib.import_module(name)")
+    advice = next(line for line in got if "the walk cannot read" in line)
+    assert "f-string (every fdlenv module it can match counts as imported)" in advice, advice
+    got = _broken(tmp_path / "2", "lock/extra.py", "def f(x):\n    importlib.import_module(f'fdlenv.{x}.datasets')")
+    assert any(line.startswith("fdlenv.lock.extra imports fdlenv.app.datasets") for line in got), got
+    assert not [line for line in got if line.startswith("fdlenv.lock.extra:")], got
+
+
+def test_a_machinery_row_for_what_the_module_does_not_use_is_a_finding(tmp_path):
+    doc = tmp_path / "ARCHITECTURE.md"
+    doc.write_text(DOC.read_text().replace("| `lock/extra.py` | `importlib` |", "| `lock/extra.py` | `importlib`, `runpy` |")
+                   .replace("| `recipes/plan.py` |", "| `recipes/gone.py` | `importlib` | a module that left |\n"
+                            "| `recipes/plan.py` |"))
+    got = findings(PKG, doc)
+    assert "ARCHITECTURE.md: `lock/extra.py` may use `runpy`, which it does not: drop it from the machinery table" \
+        in got, got
+    assert "ARCHITECTURE.md: the machinery table names `recipes/gone.py`, which is not in the tree" in got, got
 
 
 def test_a_new_module_outside_every_unit_is_a_finding(tmp_path):

@@ -21,7 +21,7 @@ from test_join_loop import agent_record, fake_prepare
 from test_join_loop import settings as loop_settings
 
 from fdlenv.front import cli
-from fdlenv.config.grammar import bracketed, host_port, parse_ssh_spec
+from fdlenv.config.grammar import bracketed, parse_ssh_spec
 from fdlenv.config.load import load_project
 from fdlenv.app.datasets import SshfsSource, parse_data_source
 from fdlenv.base.errors import Fail
@@ -177,8 +177,7 @@ def test_an_ssh_hop_host_is_kept_bare_and_bracketed_where_written():
     s = parse_ssh_spec("join@[fe80::1]:2222")
     assert (s.target, s.user, s.port, s.display()) == ("fe80::1", "join", 2222, "join@[fe80::1]:2222")
     assert parse_ssh_spec("[::1]").target == "::1"
-    assert (bracketed("::1"), bracketed("ctrl"), host_port("::1", 22), host_port("h", 1)) == \
-        ("[::1]", "ctrl", "[::1]:22", "h:1")
+    assert (bracketed("::1"), bracketed("ctrl")) == ("[::1]", "ctrl")
 
 
 def test_a_bracketed_target_in_the_ssh_block_is_kept_bare(tmp_path):

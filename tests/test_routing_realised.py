@@ -5,7 +5,7 @@ import pytest
 
 from fdlenv.base.errors import Fail
 from fdlenv.hw.model import AMD, NVIDIA, Device, Survey
-from fdlenv.hw.routing import choose, route
+from fdlenv.hw.routing import variant_or_fail, route
 from fdlenv.app.libtorch import auto_route
 
 
@@ -53,7 +53,7 @@ def test_a_realised_rocm71_wins_on_an_amd_box_whose_host_rocm_is_unknown_and_say
     assert r.variant == "rocm7.1"
     assert r.line() == "auto: rocm7.1 (realised; routing would pick rocm7.0: host ROCm unknown)"
     assert r.routed.variant == "rocm7.0" and "Host ROCm version unknown" in r.routed.reason
-    assert choose(box(amd("gfx942")), {"rocm7.1"}) == "rocm7.1"
+    assert variant_or_fail(box(amd("gfx942")), {"rocm7.1"}) == "rocm7.1"
 
 
 def test_a_realised_cu126_wins_on_a_cu128_box_it_fully_serves():
@@ -91,7 +91,7 @@ def test_a_realised_variant_does_not_rescue_a_box_nothing_runs_on():
     s = box(nv("12.0"), cuda="12.6")
     assert route(s, {"cu126", "cu128"}).variant is None
     with pytest.raises(Fail) as e:
-        choose(s, {"cu126"})
+        variant_or_fail(s, {"cu126"})
     assert e.value.exit_code == 2 and "update the NVIDIA driver" in e.value.message
 
 

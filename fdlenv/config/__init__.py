@@ -1,4 +1,4 @@
-"""The project file (fdl.yml) and the join settings made from it.
+"""The project file (fdl.yml): found, loaded and checked, as records the join settings are made of.
 
 `fdlenv join` reads the same project file as flodl's `fdl join`, so a golden
 image can bake one `join:` block and boot into a bare `fdlenv join`. The
@@ -14,11 +14,11 @@ package is split so that each caller imports only what it uses:
 - `load`: `load_project()` finds fdl.yml (through `fdlenv.config.fdlfile`), merges its
   `inherit-from:` chain and the `FDL_ENV` overlay, then hands the result to
   `schema`.
-- `resolve`: `resolve()` puts the command-line flags over the `join:` and
-  `fdlenv:` blocks; pure, so it is table-tested.
+- `token`: reads the token file the join settings chose, once.
 
-Order on a run: load -> schema -> resolve. Layers: model <- grammar <- schema
-<- load; resolve uses model and grammar only. This file imports nothing, so
-importing `fdlenv.config.model` does not pull in yaml, the loader or resolve;
-import each name from the module that defines it.
+Order on a run: load -> schema, then `app.joinsettings.resolve` (above config, since it
+also takes the store's settings) puts the command-line flags over the `join:` and
+`fdlenv:` blocks with model and grammar. Layers: model <- grammar <- schema <- load.
+This file imports nothing, so importing `fdlenv.config.model` does not pull in yaml or
+the loader; import each name from the module that defines it.
 """

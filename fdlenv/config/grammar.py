@@ -3,14 +3,14 @@
 Why it exists: the same few spellings arrive from the command line and from
 fdl.yml (a controller address, an ssh hop, a device list, a GPU memory share),
 and each must be read, and refused, the same way wherever it comes from.
-`schema` uses `check_share` on the file; `resolve` uses the rest on flags.
+`schema` uses `check_share` on the file; `app.joinsettings` the rest on flags.
 
 What order matters: an address is `host`, `host:port`, `[v6]` or `[v6]:port`;
 the brackets are looked for first, so a bare IPv6 address (more than one `:`)
 is refused rather than split at its last colon. In `[user@]host[:port]` the
 user is cut at the first `@`, then the rest is read as an address. A host is
-kept without its brackets (what a socket connect takes); `bracketed` and
-`host_port` put them back wherever a `host:port` or a URL is written.
+kept without its brackets (what a socket connect takes); `bracketed` puts them
+back wherever a `host:port` or a URL is written.
 `split_host_port` is also what `rsync://` and `sshfs://` specs use.
 Every mistake is `Fail.permanent`; the callers of `check_share` and
 `split_host_port` put the file or the flag it came from in front of it.
@@ -75,10 +75,6 @@ def split_host_port(s: str) -> tuple[str, int | None]:
 def bracketed(host: str) -> str:
     """A host as it goes into `host:port` or a URL: an IPv6 address in brackets."""
     return f"[{host}]" if ":" in host else host
-
-
-def host_port(host: str, port: int) -> str:
-    return f"{bracketed(host)}:{port}"
 
 
 def parse_controller(s: str, where: str = "CONTROLLER") -> tuple[str, int]:

@@ -8,7 +8,7 @@ imported, keeps those modules cheap to import on every re-dial.
 Records (`base.record`), not dataclasses: this module is on every re-dial, and importing
 `dataclasses` alone costs more than fdlenv's whole fast path (see variants); a Record is
 `typing.NamedTuple` to the type checker without importing `typing`.
-Nothing here validates; `schema` and `grammar` do, `resolve` combines.
+Nothing here validates; `schema` and `grammar` do, `app.joinsettings.resolve` combines.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ systemd the file may stay root-only (0600) while the service runs as its own use
 `LoadCredential=fdlenv-token:/etc/fdlenv/token` hands the service a private copy as
 `$CREDENTIALS_DIRECTORY/fdlenv-token` (what `fdlenv recipe systemd --token-file` emits).
 
-Which source wins is decided by `resolve` (pure): `--token` > `--token-file` >
+Which source wins is decided by `app.joinsettings.resolve` (pure): `--token` > `--token-file` >
 `fdlenv.token_file` > `$CREDENTIALS_DIRECTORY/fdlenv-token` > `join.token`. A flag
 beats the file, as everywhere; a file named on purpose beats the credential the
 service manager hands over; and the credential beats a token left in fdl.yml, so a

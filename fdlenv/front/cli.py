@@ -76,15 +76,16 @@ def _read_quick(head: list[str]) -> tuple[Shape, dict] | None:
     rest, seen = head[len(shape.words):], set[str]()
     i = 0
     while i < len(rest):
-        took = _take(shape, rest, i, got, seen)
+        took = _words_read(shape, rest, i, got, seen)
         if took is None:
             return None
-        i = len(rest) if took == 0 else i + took
+        i += took
     return shape, got
 
 
-def _take(shape: Shape, rest: list[str], i: int, got: dict, seen: set[str]) -> int | None:
-    """How many words `rest[i]` takes (0: all the rest), read into `got`; None: not this shape."""
+def _words_read(shape: Shape, rest: list[str], i: int, got: dict, seen: set[str]) -> int | None:
+    """How many words from `rest[i]` on are read into `got` (a command's tail: all the rest);
+    None: not this shape."""
     from .table import FLAG, MANY, OPTIONS, QUIET
 
     word = rest[i]
@@ -112,7 +113,7 @@ def _take(shape: Shape, rest: list[str], i: int, got: dict, seen: set[str]) -> i
 def _bare(shape: Shape, rest: list[str], i: int, got: dict) -> int | None:
     if shape.rest:
         got[shape.bare] = list(rest[i:])
-        return 0
+        return len(rest) - i
     if shape.bare and got[shape.bare] is None:
         got[shape.bare] = rest[i]
         return 1

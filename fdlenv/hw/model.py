@@ -23,7 +23,6 @@ HARDWARE_UNUSABLE = "hardware_unusable"
 TOOL_FAILED = "tool_failed"
 UNPARSABLE = "unparsable"
 MASK_APPLIED = "mask_applied"
-VENDOR_MISMATCH = "vendor_mismatch"
 
 
 class Device(Record):
@@ -78,17 +77,6 @@ class Survey(Record):
 
     def of(self, vendor: str) -> tuple[Device, ...]:
         return tuple(d for d in self.devices if d.vendor == vendor)
-
-    def for_vendor(self, vendor: str) -> Survey:
-        """Only `vendor`'s devices, a vendor_mismatch finding per dropped one.
-
-        What a variant's arch gate checks: a CUDA build cannot use the AMD
-        card beside it, and saying so beats a silent drop.
-        """
-        dropped = [d for d in self.devices if d.vendor != vendor]
-        notes = tuple(Finding(VENDOR_MISMATCH, f"{d.label} is not {vendor}; a {vendor} build cannot use it")
-                      for d in dropped)
-        return self._replace(devices=self.of(vendor), findings=self.findings + notes)
 
     def driver_json(self) -> dict[str, str | None]:
         return {"nvidia": self.nvidia_driver, "cuda": self.driver_cuda, "rocm": self.host_rocm}

@@ -279,7 +279,7 @@ def route(s: Survey, realised: frozenset[str] | set[str] = frozenset()) -> Route
                                               + (f"; passed over: {told}" if told else ""), routed=first)
 
 
-def choose(s: Survey, realised: frozenset[str] | set[str] = frozenset()) -> str:
+def variant_or_fail(s: Survey, realised: frozenset[str] | set[str] = frozenset()) -> str:
     """The variant `auto` resolves to; Fail.permanent when none can run (prepare's path)."""
     r = route(s, realised)
     if r.variant is None:

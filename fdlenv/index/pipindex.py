@@ -1,8 +1,8 @@
 """Wheel indexes by name: how a lock names a wheel without naming a host.
 
 A lock entry for an index wheel records `pip+index://<index>/<project>/<file>`
-and its sha256, never the absolute URL the index happened to serve (no file in
-fdlenv names a registry's host, and the same lock must work behind a mirror).
+and its sha256, never the absolute URL the index happened to serve (the same lock
+must work behind a mirror).
 At realise time the index name becomes a base URL, the project's page of the
 PEP 691 (JSON) or PEP 503 (HTML) simple API is read (`fdlenv.index.simpleapi`), and
 the file is found there by name; the sha256 of the lock then makes any index safe.
@@ -20,9 +20,11 @@ Index names and where their URL comes from, first hit wins:
   command's section over `[global]`) > uv's `uv.toml` (`UV_CONFIG_FILE`, the
   user's, the system's; `[[index]] default = true`, else `index-url`) > pip's own
   default, taken from pip where it is importable, else from the pip wheel this
-  Python bundles for `ensurepip`. No fdlenv file names a registry's host, so that
-  default comes from pip itself or not at all; with none, one `error:` line asks
-  for `--mirror pypi=URL` or PIP_INDEX_URL.
+  Python bundles for `ensurepip`. fdlenv names the one host that is a documented
+  default of its own, PyTorch's index (`PYTORCH` here, and `names.variants`' advice for
+  a variant no lock holds; README, "Using it"), and no other: the general registry's
+  default comes from pip itself or not at all; with none, one `error:` line asks for
+  `--mirror pypi=URL` or PIP_INDEX_URL.
 """
 
 from __future__ import annotations

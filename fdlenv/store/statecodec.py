@@ -64,7 +64,7 @@ def shell_state(before: Mapping[str, str], after: Mapping[str, str]) -> str:
     return "fdlenv1;" + "".join(_field(k) + _field(before.get(k)) + _field(after.get(k)) for k in changed)
 
 
-def _take(text: str, i: int) -> tuple[str, int]:
+def _read_field(text: str, i: int) -> tuple[str, int]:
     colon = text.index(":", i)
     n = int(text[i:colon])
     if n < 0 or colon + 1 + n > len(text):
@@ -72,8 +72,8 @@ def _take(text: str, i: int) -> tuple[str, int]:
     return text[colon + 1:colon + 1 + n], colon + 1 + n
 
 
-def _take_nullable(text: str, i: int) -> tuple[str | None, int]:
-    return (None, i + 1) if text.startswith("-", i) else _take(text, i)
+def _read_nullable_field(text: str, i: int) -> tuple[str | None, int]:
+    return (None, i + 1) if text.startswith("-", i) else _read_field(text, i)
 
 
 def _read_state(raw: str) -> dict[str, Any]:
@@ -89,9 +89,9 @@ def _read_state(raw: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     i = len("fdlenv1;")
     while i < len(raw):
-        var, i = _take(raw, i)
-        was, i = _take_nullable(raw, i)
-        now, i = _take_nullable(raw, i)
+        var, i = _read_field(raw, i)
+        was, i = _read_nullable_field(raw, i)
+        now, i = _read_nullable_field(raw, i)
         out[var] = [was, now]
     return out
 

@@ -194,7 +194,7 @@ class StreamUnzip:
     def _avail(self) -> int:
         return len(self.buf) - self.pos
 
-    def _take(self, n: int) -> bytes:
+    def _read_bytes(self, n: int) -> bytes:
         with memoryview(self.buf) as view:
             out = view[self.pos:self.pos + n].tobytes()
         self.pos += len(out)
@@ -232,8 +232,8 @@ class StreamUnzip:
         if self._avail() < 30 + nlen + elen:
             return False
         self.pos += 30
-        raw = self._take(nlen)
-        extra = self._take(elen)
+        raw = self._read_bytes(nlen)
+        extra = self._read_bytes(elen)
         if flags & 0x1:
             raise Unsupported("encrypted member")
         name = raw.decode("utf-8" if flags & 0x800 else "cp437")

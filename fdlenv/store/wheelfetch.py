@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 DOWNLOADS = 4
 
 
-class Bytes(Meter):
+class DownloadMeter(Meter):
     """Byte-level progress of a batch of wheels: size, rate, ETA and what is extracted (live on a
     terminal, a line every few seconds elsewhere; extraction goes on after the last byte)."""
 
@@ -82,7 +82,7 @@ def fetch(home: Home, todo: list[Record], mirrors: dict[str, str], stop: threadi
     say(f"fetching {len(todo)} wheel(s)" + (f", {total / 1e9:.2f} GB" if total else ""))
     cpus = os.cpu_count() or 2
     t0 = time.monotonic()
-    progress = Bytes(len(todo), total, stop=stop)
+    progress = DownloadMeter(len(todo), total, stop=stop)
     with progress:
         big = ThreadPoolExecutor(1, thread_name_prefix="fdlenv-big")
         dl = ThreadPoolExecutor(DOWNLOADS - 1 if first else DOWNLOADS, thread_name_prefix="fdlenv-dl",
@@ -156,7 +156,7 @@ def _local_size(url: str) -> int | None:
         return None
 
 
-def _fetch_and_extract(home: Home, r: Record, source: str, stated: int | None, progress: Bytes,
+def _fetch_and_extract(home: Home, r: Record, source: str, stated: int | None, progress: DownloadMeter,
                        pool: ThreadPoolExecutor, check: wheelmeta.Against) -> None:
     """One wheel, under its own lock: two realises that need it fetch and extract it once.
     `stated`: its size as the index gives it (a cap on what is read), or None."""
@@ -168,7 +168,7 @@ def _fetch_and_extract(home: Home, r: Record, source: str, stated: int | None, p
                          f"wheel {r.filename}", progress.stopped.is_set)
 
 
-def _fetch_and_extract_held(home: Home, r: Record, source: str, stated: int | None, progress: Bytes,
+def _fetch_and_extract_held(home: Home, r: Record, source: str, stated: int | None, progress: DownloadMeter,
                             pool: ThreadPoolExecutor, check: wheelmeta.Against) -> None:
     parsed = urllib.parse.urlparse(source)
     if parsed.scheme in ("http", "https"):
@@ -203,7 +203,7 @@ def _fetch_and_extract_held(home: Home, r: Record, source: str, stated: int | No
         raise Fail.permanent(f"wheel URL {source!r}: unsupported scheme; accepted: file://, http://, https://")
 
 
-def _extract_whole(home: Home, r: Record, path: Path, pool: ThreadPoolExecutor, progress: Bytes,
+def _extract_whole(home: Home, r: Record, path: Path, pool: ThreadPoolExecutor, progress: DownloadMeter,
                    check: wheelmeta.Against) -> None:
     """The whole-file path for verified bytes at `path` (see store.wheelfile)."""
     progress.add(finished=1)
@@ -235,7 +235,7 @@ def _file_chunks(path: Path) -> Iterator[memoryview]:
             yield view[:n]
 
 
-def _stream(home: Home, r: Record, chunks: Iterable[bytes | memoryview], where: str, progress: Bytes,
+def _stream(home: Home, r: Record, chunks: Iterable[bytes | memoryview], where: str, progress: DownloadMeter,
             check: wheelmeta.Against, whole: bool = True) -> None:
     """Read, hash and extract in one pass (a download or a local file); the entry is published
     only on a sha256 match. By cause: bytes that end before the zip's end record, when nothing

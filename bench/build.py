@@ -40,8 +40,8 @@ from fdlenv.app import libtorch
 from fdlenv.store import activation
 from fdlenv.store.env import Env
 cli.COMMANDS = ("build",)
-libtorch.env_for = lambda home, variant, view, mirrors, **kw: Env("cpu", "e" * 64, Path("/nonexistent"),
-                                                                  Path("/nonexistent"), False)
+libtorch.env_for = lambda req, variant, notes: Env("cpu", "e" * 64, Path("/nonexistent"), Path("/nonexistent"),
+                                                    False)
 activation.child_environ = lambda home, env, base=None, rocm_root=None: {"PATH": "/usr/bin:/bin",
                                                                        "LIBTORCH_PATH": "/x"}
 sys.exit(cli.main(["build", "--home", sys.argv[1], "--libtorch", "cpu", "--source", sys.argv[2]]))

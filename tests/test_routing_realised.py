@@ -106,10 +106,23 @@ def test_the_json_names_the_candidates_the_realised_ones_and_routings_own_choice
 def test_a_gpu_less_box_asks_the_home_and_only_a_home_with_nothing_is_not_read_further(tmp_path):
     """A GPU-less box may have a GPU build realised (it wins there), so the home is asked; a home
     that holds no pointer at all is seen with os calls only (`detect` pays no pathlib for it)."""
+    import json
+
+    from fdlenv.names.home import Home
     from fdlenv.names.roots import has_pointers
 
-    asked = []
-    assert auto_route(box(), lambda: asked.append(1)).variant == "cpu" and asked == [1]
+    realised = tmp_path / "realised"
+    env = realised / "envs" / f"cu126-{'e' * 16}"
+    (env / "libtorch" / "lib").mkdir(parents=True)
+    (env / ".fdlenv").mkdir()
+    (env / ".fdlenv" / "manifest.json").write_text(json.dumps(   # a realised env's manifest, by hand
+        {"variant": "cu126", "key": "e" * 64, "platform": "linux-64", "records": [],
+         "lock": {"path": "conda-lock.yml", "sha256": "f" * 64}, "libtorch_root": str(env / "libtorch"),
+         "created": "2026-01-01T00:00:00Z"}))
+    (realised / "libtorch" / "precompiled").mkdir(parents=True)
+    (realised / "libtorch" / "precompiled" / "cu126").symlink_to(env / "libtorch")
+    assert auto_route(box(), Home(realised)).variant == "cu126"      # the home was asked: its cu126 won
+    assert auto_route(box()).variant == auto_route(box(), Home(tmp_path / "empty")).variant == "cpu"
     assert not has_pointers(str(tmp_path))
     pre = tmp_path / "libtorch" / "precompiled"
     pre.mkdir(parents=True)

@@ -40,6 +40,16 @@ from ..base import atomic, confine, hashing
 from ..index import pipindex
 from ..base.errors import Fail
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import IO, Any
+
+    from ..base.progress import Tally
+    from ..lock.file import Record
+    from ..names.home import Home
+
+    Done = dict[str, dict[str, Any]]   # the export's record (JSON): path -> sha256, size, metadata
+
 RECORD = ".fdlenv-export.json"
 
 
@@ -76,8 +86,8 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def export(home, lock_files: list[Path], variants: list[str] | None, platforms: list[str] | None,
-           mirrors: dict[str, str], out: Path) -> dict:
+def export(home: Home, lock_files: list[Path], variants: list[str] | None, platforms: list[str] | None,
+           mirrors: dict[str, str], out: Path) -> dict[str, Any]:
     """Copy what `lock_files` name for `variants` (default: every one each holds) into `out`."""
     records = _records(lock_files, variants, platforms)
     if not records:
@@ -129,7 +139,7 @@ def export(home, lock_files: list[Path], variants: list[str] | None, platforms: 
                         **{c: (out / "conda" / c).absolute().as_uri() for c in channels}}}
 
 
-def _source(home, r, served: dict, mirrors: dict[str, str]) -> tuple[str, int | None, bool]:
+def _source(home: Home, r: Record, served: dict[str, tuple[str, int | None]], mirrors: dict[str, str]) -> tuple[str, int | None, bool]:
     """(where `r`'s bytes are read from, their size when known, whether from the home): a conda
     archive the home already downloaded (`archives/<sha256><ext>`, hashed again as it is copied),
     else where the box's settings serve it. A wheel is kept extracted in the package cache, not
@@ -146,7 +156,7 @@ def _source(home, r, served: dict, mirrors: dict[str, str]) -> tuple[str, int | 
     return url, size or r.size, False
 
 
-def _publish(out: Path, rel: str, r, done: dict) -> None:
+def _publish(out: Path, rel: str, r: Record, done: Done) -> None:
     """Record an exported file (and a wheel's PEP 658 metadata beside it)."""
     done[rel] = {"sha256": r.sha256, "size": (out / rel).stat().st_size}
     if rel.endswith(".whl"):
@@ -156,11 +166,12 @@ def _publish(out: Path, rel: str, r, done: dict) -> None:
     atomic.write_text(out / RECORD, json.dumps(done, indent=1, sort_keys=True))
 
 
-def _records(lock_files: list[Path], variants: list[str] | None, platforms: list[str] | None):
+def _records(lock_files: list[Path], variants: list[str] | None, platforms: list[str] | None) -> list[Record]:
     from ..names import variants as _variants
     from ..lock.file import holds, load_lock, read_variant
 
-    seen, out = set(), []
+    seen: set[tuple[str, str]] = set()
+    out: list[Record] = []
     for lock in lock_files:
         doc = load_lock(lock)
         plats = [p for p in (doc.get("metadata") or {}).get("platforms") or [] if not platforms or p in platforms]
@@ -174,41 +185,41 @@ def _records(lock_files: list[Path], variants: list[str] | None, platforms: list
     return out
 
 
-def _pip_path(out: Path, r) -> str:
+def _pip_path(out: Path, r: Record) -> str:
     index, project, filename = pipindex.parse_entry_url(r.url)
     return _confined(out, f"{index}/{project}/{urllib.parse.unquote(filename)}", r)
 
 
-def _conda_path(out: Path, r) -> str:
+def _conda_path(out: Path, r: Record) -> str:
     from ..index.mirrors import channel_name, split_url
 
     channel, subdir, filename = split_url(r.url)
     return _confined(out, f"conda/{channel_name(channel)}/{subdir}/{filename}", r)
 
 
-def _confined(out: Path, rel: str, r) -> str:
+def _confined(out: Path, rel: str, r: Record) -> str:
     """`rel` under `out`, normalised, or the permanent refusal naming the lock entry (its index,
     project or file name climbs out, is absolute or runs through a link: `confine.inside`)."""
     return confine.inside(out, rel, f"mirror export: the lock entry {r.name} ({r.url})").relative_to(out).as_posix()
 
 
-def _conda_url(r, mirrors: dict[str, str]) -> str:
+def _conda_url(r: Record, mirrors: dict[str, str]) -> str:
     from ..index.mirrors import rewrite
 
     return rewrite(r.url, mirrors)
 
 
-def _kept(out: Path, done: dict, rel: str, sha256: str) -> bool:
+def _kept(out: Path, done: Done, rel: str, sha256: str) -> bool:
     d = done.get(rel)
     if not d:
         return False
     try:
-        return d["sha256"] == sha256 and (out / rel).stat().st_size == d["size"]
+        return bool(d["sha256"] == sha256 and (out / rel).stat().st_size == d["size"])
     except OSError:
         return False
 
 
-def _load(out: Path) -> dict:
+def _load(out: Path) -> Done:
     """The record of what DIR holds; an entry whose path would leave DIR (a record an earlier,
     unconfined export wrote) is dropped, so no page is written for it."""
     try:
@@ -218,7 +229,7 @@ def _load(out: Path) -> dict:
         return {}
 
 
-def _copy(url: str, r, dest: Path, tally=None) -> int:
+def _copy(url: str, r: Record, dest: Path, tally: Tally | None = None) -> int:
     """Stream `url` to `dest`, published only when its sha256 is the lock's; returns its size."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(f".{dest.name}.{os.getpid()}.part")
@@ -242,7 +253,7 @@ def _copy(url: str, r, dest: Path, tally=None) -> int:
     return digest.size
 
 
-def _open(url: str):
+def _open(url: str) -> IO[bytes]:
     parsed = urllib.parse.urlparse(url)
     if parsed.scheme in ("", "file"):
         return open(urllib.parse.unquote(parsed.path) if parsed.scheme else url, "rb")
@@ -260,9 +271,9 @@ def _metadata(wheel: Path) -> bytes:
         return z.read(names[0])
 
 
-def _pages(out: Path, done: dict) -> None:
+def _pages(out: Path, done: Done) -> None:
     """PEP 503 pages and their PEP 691/700 JSON twins for every project of every index the record holds."""
-    projects: dict[str, list[tuple[str, dict]]] = {}
+    projects: dict[str, list[tuple[str, dict[str, Any]]]] = {}
     for rel, d in done.items():
         if rel.startswith("conda/") or not rel.endswith(".whl"):
             continue

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 from collections.abc import Callable, Mapping
 
 from ..base.errors import Fail
@@ -37,6 +37,9 @@ from ..config.grammar import check_distinct, check_share, local_hostname, parse_
 from ..config.model import DEFAULT_CONTROLLER_HOST, DEFAULT_CONTROLLER_PORT, JoinBlock, JoinFlags, JoinSettings, Project, SourceSpec, SshConfig
 from ..names import variants
 from ..names.variants import Libtorch
+
+if TYPE_CHECKING:
+    from .settings import Settings
 
 T = TypeVar("T")
 
@@ -248,7 +251,7 @@ def _token(flags: JoinFlags, block: JoinBlock, project: Project | None,
     return token, cred, CREDENTIAL_FIELD if cred else None
 
 
-def _store(flags: JoinFlags, project: Project | None, env: Mapping[str, str]):
+def _store(flags: JoinFlags, project: Project | None, env: Mapping[str, str]) -> Settings:
     """Home, mirrors and lock as every command settles them (`fdlenv.app.settings`): --home >
     $FLODL_HOME > fdlenv.home > ~/.flodl; each --mirror over fdlenv.mirrors; --lock > fdlenv.lock."""
     from .settings import resolve as store_settings

@@ -2,10 +2,11 @@
 prepare and join.
 
 It sits above the store, the locks and the hardware survey because it reads
-all three (each imported only when the answer needs it). Given the variant
-token (or none), the lock view (`lockview.LockView`) and the settings, the
-answer is an `store.active.Active` (an fdlenv env, or flodl's own libtorch),
-or None when nothing is settled. The token arrives parsed (`names.variants.parse`, called once by
+all three (each imported only when the answer needs it). `resolve_libtorch`
+takes one `LibtorchRequest` (the variant token or none, the lock view
+`lockview.LockView`, the settings and how to answer); the answer is an
+`store.active.Active` (an fdlenv env, or flodl's own libtorch), or None when
+nothing is settled. The token arrives parsed (`names.variants.parse`, called once by
 the front or, for fdl.yml's `join.libtorch`, by `joinsettings`): a `names.variants.Libtorch`.
 In order:
 1. No token: the box's active libtorch as flodl reads it (`store.active`),
@@ -38,20 +39,51 @@ In order:
 
 from __future__ import annotations
 
-from ..names import variants
 from ..base.errors import Fail
+from ..base.record import Record
+from ..names import variants
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
+    from pathlib import Path
 
+    from ..hw.model import Survey
+    from ..hw.routing import Route
+    from ..names.home import Home
     from ..names.variants import Libtorch
-
     from ..store.active import Active
+    from ..store.env import Env
+    from .lockview import LockView
     from .settings import Settings, StoreAsk
 
 
-def realised_variants(home, names=None) -> frozenset[str]:
+class LibtorchRequest(Record):
+    """What a command asks `resolve_libtorch`: the home, the variant token (parsed once; None:
+    the box's active libtorch), the locks in view (`lockview.LockView`), the mirrors (NAME ->
+    URL) and the platform; then how to answer: `frozen` (never lock on demand),
+    `prefer_realised` (step 3b of the module's docstring), `project_root` (fdl.yml's
+    directory: where the active libtorch is read), `survey` (a callable returning the Survey
+    `auto` routes on; None: the real one), `activate` (make the env flodl's active one),
+    `fork` (the caller owns the process: the store's install worker may fork it) and `check`
+    (the env checked against what its realise recorded, and healed: `store.heal`).
+    A Record: it is on the re-dial path."""
+
+    home: Home
+    libtorch: Libtorch | None
+    view: LockView
+    mirrors: dict[str, str]
+    platform: str
+    frozen: bool = False
+    prefer_realised: bool = False
+    project_root: Path | None = None
+    survey: Callable[[], Survey] | None = None
+    activate: bool = False
+    fork: bool = False
+    check: bool = False
+
+
+def realised_variants(home: Home, names: Iterable[str] | None = None) -> frozenset[str]:
     """Which of `names` (default: every variant) fdlenv's pointers name a realised env for, in `home`."""
     from ..store import pointers
 
@@ -59,26 +91,26 @@ def realised_variants(home, names=None) -> frozenset[str]:
                      if pointers.pointed_env(home, v) is not None)
 
 
-def auto_route(s, home=None):
-    """`hw.routing.route` of the Survey `s`, with the variants realised in `home` (a Home, or
-    a callable returning one or None; None: none looked at): a realised candidate may win (on a GPU-less
-    box a GPU build, which runs on the CPU), and a realised variant passed over is named."""
+def auto_route(s: Survey, home: Home | None = None) -> Route:
+    """`hw.routing.route` of the Survey `s`, with the variants realised in `home` (None: none
+    looked at): a realised candidate may win (on a GPU-less box a GPU build, which runs on the
+    CPU), and a realised variant passed over is named."""
     from ..hw.routing import route
 
-    if callable(home):
-        home = home()
     return route(s) if home is None else route(s, realised_variants(home))
 
 
-def variant_for(libtorch: Libtorch, survey=None, notes: list[str] | None = None, home=None,
-                routes: list | None = None) -> str:
+def variant_for(libtorch: Libtorch, survey: Callable[[], Survey] | None = None, notes: list[str] | None = None,
+                home: Home | None = None, routes: list[Route] | None = None) -> str:
     """The canonical variant `libtorch` names (`auto`: routed); `survey`: a callable returning
     the Survey (default: the real one); `home`: where realised variants are looked for
     (`auto_route`). `auto` appends its one line to `notes` and its Route to `routes`."""
     if not libtorch.auto:
         return libtorch.name
     if survey is None:
-        from ..hw.survey import survey
+        from ..hw.survey import survey as real
+
+        survey = real
     r = auto_route(survey(), home)
     if routes is not None:
         routes.append(r)
@@ -89,43 +121,41 @@ def variant_for(libtorch: Libtorch, survey=None, notes: list[str] | None = None,
     return r.variant
 
 
-def choose(home, libtorch: Libtorch | None, view, mirrors: dict[str, str], *, platform: str,
-           frozen: bool = False, prefer_realised: bool = False, project_root=None, survey=None,
-           activate: bool = False, fork: bool = False, notes: list[str], routes: list | None = None,
-           check: bool = False):
-    """The libtorch to use (a `store.active.Active`), or None when no token is given and
-    nothing is active. See the module's docstring for the order; `auto`'s Route goes to `routes`.
-    `check`: the env is checked against what its realise recorded, and healed (`store.heal`)."""
+def resolve_libtorch(req: LibtorchRequest, notes: list[str], routes: list[Route] | None = None) -> Active | None:
+    """The libtorch `req` asks for (a `store.active.Active`), or None when no token is given and
+    nothing is active. See the module's docstring for the order; the notes go to `notes`,
+    `auto`'s Route to `routes`."""
     from ..store import active as _active
 
-    if libtorch is None:
-        act = _active.find(home, project_root, notes=notes)
-        if act is None or act.variant is None or view.holder(act.variant, platform, near_only=True) is None:
-            if check and act is not None and act.env is not None:
-                act = act._replace(env=_checked(home, act.env, mirrors))
+    if req.libtorch is None:
+        act = _active.find(req.home, req.project_root, notes=notes)
+        if act is None or act.variant is None or \
+                req.view.holder(act.variant, req.platform, near_only=True) is None:
+            if req.check and act is not None and act.env is not None:
+                act = act._replace(env=_checked(req.home, act.env, req.mirrors))
             return act
         variant = act.variant
     else:
-        variant = variant_for(libtorch, survey, notes, home, routes)
-        prefer_realised = prefer_realised or libtorch.auto   # auto chose it for what the box has
-    return _active.of_env(env_for(home, variant, view, mirrors, platform=platform, frozen=frozen,
-                                  prefer_realised=prefer_realised, activate=activate, fork=fork,
-                                  notes=notes, check=check))
+        variant = variant_for(req.libtorch, req.survey, notes, req.home, routes)
+        if req.libtorch.auto:   # auto chose it for what the box has
+            req = req._replace(prefer_realised=True)
+    return _active.of_env(env_for(req, variant, notes))
 
 
 def settle(ask: StoreAsk, say: Callable[[str], None], *, prefer_realised: bool, activate: bool = False,
            fork: bool = False, settings: Settings | None = None, check: bool = False) -> tuple[Settings, Active]:
-    """(Settings, Active) for a store command's request, through `choose`; its notes go through
-    `say`. No variant asked and nothing active is one `error:` line. `fork`: the caller owns
-    the process (the store's install worker may fork it)."""
+    """(Settings, Active) for a store command's request, through `resolve_libtorch`; its notes go
+    through `say`. No variant asked and nothing active is one `error:` line. `fork`: the caller
+    owns the process (the store's install worker may fork it)."""
     from .settings import settings_for
 
     st = settings or settings_for(ask)
     notes: list[str] = []
     try:
-        act = choose(st.home, ask.libtorch, st.view(), st.mirrors, platform=st.platform, frozen=st.frozen,
-                     prefer_realised=prefer_realised, project_root=st.project_root, activate=activate,
-                     fork=fork, notes=notes, check=check)
+        act = resolve_libtorch(LibtorchRequest(
+            st.home, ask.libtorch, st.view(), st.mirrors, st.platform, frozen=st.frozen,
+            prefer_realised=prefer_realised, project_root=st.project_root, activate=activate, fork=fork,
+            check=check), notes)
     finally:
         for n in notes:
             say(n)
@@ -140,19 +170,20 @@ def settle(ask: StoreAsk, say: Callable[[str], None], *, prefer_realised: bool, 
     return st, act
 
 
-def env_for(home, variant: str, view, mirrors: dict[str, str], *, platform: str, frozen: bool = False,
-            prefer_realised: bool = False, activate: bool = False, fork: bool = False, notes: list[str],
-            check: bool = False):
-    """Step 3 of the module's docstring: the realised `store.env.Env` of `variant` (`check`:
-    checked and healed, `store.heal`; from its lock's index where a lock is in view)."""
+def env_for(req: LibtorchRequest, variant: str, notes: list[str]) -> Env:
+    """Step 3 of the module's docstring: the realised `store.env.Env` of `variant` for `req`
+    (`req.check`: checked and healed, `store.heal`; from its lock's index where a lock is in view)."""
     from ..store.realise import realise
 
-    def realised(lock):
-        return realise(home, variant, lock, mirrors, platform=platform, activate=activate, fork=fork, check=check)
+    home, view, mirrors, platform = req.home, req.view, req.mirrors, req.platform
 
-    def pointed():
-        env = _pointed(home, variant, activate)
-        if env is not None and check:
+    def realised(lock: Path) -> Env:
+        return realise(home, variant, lock, mirrors, platform=platform, activate=req.activate, fork=req.fork,
+                       check=req.check)
+
+    def pointed() -> Env | None:
+        env = _pointed(home, variant, req.activate)
+        if env is not None and req.check:
             env = _checked(home, env, mirrors)
         return env
 
@@ -166,7 +197,7 @@ def env_for(home, variant: str, view, mirrors: dict[str, str], *, platform: str,
                              f"here; the realised {env.path.name} is not used in its place, as a project's lock "
                              "pins what it names (docs/ROUTING.md, \"Which env a variant names\")")
             raise
-    if prefer_realised and (env := pointed()) is not None:
+    if req.prefer_realised and (env := pointed()) is not None:
         if (note := _far_note(home, env, view, variant, platform)):
             notes.append(note)
         return env
@@ -178,12 +209,12 @@ def env_for(home, variant: str, view, mirrors: dict[str, str], *, platform: str,
         return env
     from ..lock import ondemand
 
-    if frozen:
+    if req.frozen:
         raise ondemand.refuse_frozen(variant, platform, view)
     return realised(ondemand.lock_variant(home, variant, platform, mirrors, notes.append))
 
 
-def _checked(home, env, mirrors: dict[str, str]):
+def _checked(home: Home, env: Env, mirrors: dict[str, str]) -> Env:
     """`env` checked against what its realise recorded, healed when damaged (`store.heal`, imported
     only then)."""
     from ..store import health
@@ -194,7 +225,7 @@ def _checked(home, env, mirrors: dict[str, str]):
     return checked(home, env, mirrors)
 
 
-def _far_note(home, env, view, variant: str, platform: str) -> str | None:
+def _far_note(home: Home, env: Env, view: LockView, variant: str, platform: str) -> str | None:
     """A note when a far lock (the home's on-demand lock, the shipped one) holds `variant` as
     another build than the realised `env` that is used in its place; None when it names `env`.
     A lock remembered as naming `env` (`store.fastpath`) is not parsed again."""
@@ -222,7 +253,7 @@ def _far_note(home, env, view, variant: str, platform: str) -> str | None:
             f"(docs/ROUTING.md); `fdlenv env realize {variant}` moves this box to that build")
 
 
-def _pointed(home, variant: str, activate: bool):
+def _pointed(home: Home, variant: str, activate: bool) -> Env | None:
     from ..store import pointers
 
     env = pointers.pointed_env(home, variant)

@@ -25,12 +25,16 @@ from pathlib import Path
 from ..base.errors import Fail
 from ..lock.paths import LOCK_NAME, has_splits, home_lock, shipped_lock, split_path
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ..names.home import Home
+
 
 class LockView:
     """Every lock a command sees, in order (see the module's docstring)."""
 
-    def __init__(self, home, given: str | None = None, project_root: Path | None = None,
-                 source_root: Path | None = None):
+    def __init__(self, home: Home, given: str | None = None, project_root: Path | None = None,
+                 source_root: Path | None = None) -> None:
         self.home = home
         self.given = Path(given).expanduser().absolute() if given else None
         self.near = [c for c in (self.given, *(Path(r) / LOCK_NAME for r in (project_root, source_root)

@@ -39,7 +39,7 @@ import os
 import time
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 from collections.abc import Callable, Mapping
 
 from . import datasets
@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from ..names.variants import Libtorch
     from ..store.active import OwnLibtorch
     from ..hw.model import Survey
+    from ..hw.routing import Route
     from ..source.build import Built, Recipe
     from ..source.fetch import Fetched
     from ..source.manifest import RunManifest
@@ -115,9 +116,9 @@ class Prepared:
         self.seconds = {} if seconds is None else seconds
         self.build_key: str | None = None  # the source's build key (None without a source)
         self.built = False                 # the recipe ran in this call
-        self.auto: dict | None = None      # `--libtorch auto`'s choice (hw.routing.Route.as_json)
+        self.auto: dict[str, object] | None = None   # `--libtorch auto`'s choice (hw.routing.Route.as_json)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """`fdlenv prepare --json`'s object (its --help lists the keys)."""
         env = None if self.env is None else {
             "key": self.env.key, "path": str(self.env.path), "libtorch_root": str(self.env.libtorch_root)}
@@ -236,21 +237,22 @@ _NONE_SETTLED = ("no libtorch settled (no --libtorch and none active): the binar
 
 
 def environment(home: Home, req: PrepareRequest, survey: Callable[[], Survey],
-                source_root: Path | None, notes: list[str], fork: bool = False, routes: list | None = None):
+                source_root: Path | None, notes: list[str], fork: bool = False,
+                routes: list[Route] | None = None) -> tuple[Active | None, dict[str, str]]:
     """The settled libtorch (a `store.active.Active`; None when there is none) and the complete
-    child environment, through the one resolver (`libtorch.choose`): no --libtorch carries the
-    box's active libtorch as flodl reads it (flodl's own download or build included) unless a
-    near lock holds its variant; a variant is made flodl's active one. `auto`'s Route goes to
-    `routes`."""
-    from .libtorch import choose
+    child environment, through the one resolver (`libtorch.resolve_libtorch`): no --libtorch
+    carries the box's active libtorch as flodl reads it (flodl's own download or build included)
+    unless a near lock holds its variant; a variant is made flodl's active one. `auto`'s Route
+    goes to `routes`."""
+    from .libtorch import LibtorchRequest, resolve_libtorch
     from .lockview import LockView
     from ..names.platforms import this_platform
 
     project_root = Path(req.project_root) if req.project_root else None
     view = LockView(home, req.lock, project_root, source_root)
-    act = choose(home, req.libtorch, view, dict(req.mirrors), platform=this_platform(), frozen=req.frozen,
-                 prefer_realised=True, project_root=project_root, survey=survey, activate=True, fork=fork,
-                 notes=notes, routes=routes, check=True)
+    act = resolve_libtorch(LibtorchRequest(
+        home, req.libtorch, view, dict(req.mirrors), this_platform(), frozen=req.frozen, prefer_realised=True,
+        project_root=project_root, survey=survey, activate=True, fork=fork, check=True), notes, routes)
     if act is None:
         notes.append(_NONE_SETTLED)
         return None, dict(os.environ)
@@ -339,7 +341,7 @@ def prepare(req: PrepareRequest, home: Home, *, survey: Callable[[], Survey] | N
     `fork`: the caller owns the process (the install worker may fork it)."""
     notes: list[str] = []
     seconds: dict[str, float] = {}
-    routes: list = []   # `auto`'s Route, when the token is auto
+    routes: list[Route] = []   # `auto`'s Route, when the token is auto
     surveyed = functools.cache(survey or _default_survey)   # one survey, only when needed
     start = last = clock()
     step = "gpu"   # the step under way: it names the cause of a failure nothing classified

@@ -34,10 +34,17 @@ from .lockview import LockView
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from ..config.model import Project
     from ..names.variants import Libtorch
 
-_LOAD = object()   # `project` not given: discover and load fdl.yml from the cwd
+
+class _Discover:
+    """The type of `_LOAD`: `project` not given, so fdl.yml is discovered from the cwd and loaded."""
+
+
+_LOAD = _Discover()
 
 
 class Settings(Record):
@@ -88,11 +95,12 @@ def settings_for(ask: StoreAsk) -> Settings:
 
 
 def resolve(home: str | None = None, mirrors: list[str] | None = None, lock: str | None = None, *,
-            project=_LOAD, environ=None, frozen: bool = False) -> Settings:
+            project: Project | None | _Discover = _LOAD, environ: Mapping[str, str] | None = None,
+            frozen: bool = False) -> Settings:
     """Settle home, mirrors and lock from flags (`--home`, `--mirror`, `--lock`), the environment
     and fdl.yml's `fdlenv:` block. `project`: a loaded fdl.yml, None for none, default: discover."""
     env = os.environ if environ is None else environ
-    if project is _LOAD:
+    if isinstance(project, _Discover):
         project = load_project_if_any()
     block = project.fdlenv if project is not None else None
     # (value, the field a bad value is blamed on, where the home came from for `record_home`)
@@ -141,7 +149,7 @@ def _env_true(value: str | None) -> bool:
     return (value or "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def load_project_if_any():
+def load_project_if_any() -> Project | None:
     """fdl.yml from the cwd up, or None; the config loader is imported only when one exists."""
     from ..config.fdlfile import find_config
 

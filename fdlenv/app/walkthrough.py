@@ -34,6 +34,11 @@ from ..base.errors import Fail
 from ..names.home import Home, Living, Sweeper, listing
 from ..base.progress import during, say
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
 EXAMPLE_PARTS = ("main.cpp", "build.sh")
 
 
@@ -65,8 +70,8 @@ class Walkthrough:
     binary: Path | None = None
     output: str = ""
 
-    def to_json(self) -> dict:
-        out = {k: str(v) if isinstance(v, Path) else v for k, v in self.__dict__.items() if k != "steps"}
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {k: str(v) if isinstance(v, Path) else v for k, v in self.__dict__.items() if k != "steps"}
         out["steps"] = [s.__dict__ for s in self.steps]
         return out
 
@@ -74,10 +79,10 @@ class Walkthrough:
 class _Steps:
     """Numbered, timed steps with a newcomer-readable header and result line."""
 
-    def __init__(self, result: Walkthrough, total: int):
+    def __init__(self, result: Walkthrough, total: int) -> None:
         self.result, self.total = result, total
 
-    def run(self, title: str, explain: str, fn):
+    def run(self, title: str, explain: str, fn: Callable[[], str]) -> None:
         n = len(self.result.steps) + 1
         say(f"step {n}/{self.total}: {title}")
         say(f"  {explain}")

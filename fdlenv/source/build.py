@@ -32,7 +32,7 @@ import time
 from fnmatch import fnmatchcase
 from collections.abc import Iterator
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..base import hashing
 from ..base.flocks import held
@@ -41,6 +41,24 @@ from ..names.home import Home, Living, Sweeper, listing
 from ..base.progress import say
 from . import nvcc, toolkit
 from .manifest import RunManifest
+
+if TYPE_CHECKING:
+    import subprocess
+    from collections.abc import Mapping
+    from typing import IO, Protocol
+
+    from ..names.variants import Variant
+
+    class BuildEnv(Protocol):
+        """What a build keys on and runs in: an fdlenv env (`store.env.Env`), flodl's own
+        libtorch (`store.active.OwnLibtorch`), or none settled; this module never imports the store."""
+
+        @property
+        def spec(self) -> Variant: ...
+        @property
+        def key(self) -> str: ...
+        @property
+        def path(self) -> Path: ...
 
 DEFAULT_RECIPE = "cargo build --release"
 KEY_SCHEMA = 2   # 2: the toolchain's identity is in the key
@@ -109,7 +127,7 @@ def project_dir(tree: Path, recipe: Recipe) -> Path:
     return project
 
 
-def _end_group(proc) -> None:
+def _end_group(proc: subprocess.Popen[bytes]) -> None:
     """SIGTERM to the recipe's group, SIGKILL when it has not ended within 5 s."""
     import signal
     import subprocess
@@ -132,7 +150,7 @@ class _Tail:
 
     KEEP = 65536
 
-    def __init__(self, pipe):
+    def __init__(self, pipe: IO[bytes]) -> None:
         import threading
 
         self._pipe, self._kept = pipe, bytearray()
@@ -158,7 +176,8 @@ class _Tail:
         return self._kept.decode(errors="replace")
 
 
-def _run_recipe(recipe: Recipe, project: Path, env, environ: dict, keep_fds: tuple[int, ...] = ()) -> None:
+def _run_recipe(recipe: Recipe, project: Path, env: BuildEnv, environ: Mapping[str, str],
+                keep_fds: tuple[int, ...] = ()) -> None:
     if recipe.default and not shutil.which("cargo", path=environ.get("PATH")):
         raise Fail.permanent("the default recipe `cargo build --release` needs cargo, which is not on "
                              "PATH; install Rust with rustup (https://rustup.rs) or name a recipe")
@@ -178,6 +197,7 @@ def _run_recipe(recipe: Recipe, project: Path, env, environ: dict, keep_fds: tup
                      stderr=subprocess.STDOUT, pass_fds=keep_fds)
     except OSError as e:
         raise Fail.permanent(f"cannot start the build recipe in {project}: {e}") from None
+    assert proc.stdout is not None   # stdout=PIPE
     tail = _Tail(proc.stdout)
     try:
         rc = proc.wait()
@@ -204,7 +224,7 @@ def _run_recipe(recipe: Recipe, project: Path, env, environ: dict, keep_fds: tup
                      "fix it at the source; this box picks the fix up on its next dial")
 
 
-def variant_trees(project: Path, env, environ: dict) -> tuple[dict, Path | None]:
+def variant_trees(project: Path, env: BuildEnv, environ: Mapping[str, str]) -> tuple[dict[str, str], Path | None]:
     """The recipe's environment with a build tree per variant, and cargo's target dir (None when
     the caller's environment already names one). A box alternating cu128 and cpu then rebuilds
     only what changed since that variant's last build, never the FFI crate's C++ from scratch:
@@ -232,7 +252,7 @@ def _artifact(project: Path, recipe: Recipe, target: Path | None) -> Path:
     return project / recipe.bin
 
 
-def _publish(home: Home, key: str, artifact: Path, meta: dict) -> None:
+def _publish(home: Home, key: str, artifact: Path, meta: dict[str, object]) -> None:
     stage = home.build_stage(key, os.getpid())
     stage.mkdir()
     shutil.copy2(artifact, stage / artifact.name)
@@ -243,7 +263,7 @@ def _publish(home: Home, key: str, artifact: Path, meta: dict) -> None:
     os.rename(stage, home.build(key))
 
 
-def build(home: Home, tree: Path, tree_content: str, env, environ: dict, recipe: Recipe,
+def build(home: Home, tree: Path, tree_content: str, env: BuildEnv, environ: Mapping[str, str], recipe: Recipe,
           keep_fds: tuple[int, ...] = ()) -> Built:
     """The artifact for this tree in this env: reused when published, else built. `keep_fds`:
     descriptors the recipe inherits (the source claim: held until the recipe is gone)."""

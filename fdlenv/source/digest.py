@@ -20,11 +20,14 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..base import hashing
 from ..base.errors import Fail
 from .state import State
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 MANIFEST = ".fdl-run.yml"
 SIDECAR = ".fdl-run.sha256"
@@ -56,7 +59,7 @@ class Scan(NamedTuple):
         return TreeDigest(hashing.of_bytes(listing), len(self.hashes), sum(self.sizes.values()), content)
 
 
-def _walk(root: str, rel: str, out_files: list, out_links: dict) -> None:
+def _walk(root: str, rel: str, out_files: list[tuple[str, os.stat_result]], out_links: dict[str, str]) -> None:
     with os.scandir(os.path.join(root, rel) if rel else root) as it:
         for e in it:
             name = e.name
@@ -71,7 +74,8 @@ def _walk(root: str, rel: str, out_files: list, out_links: dict) -> None:
                 out_files.append((r, e.stat(follow_symlinks=False)))
 
 
-def _listed(root: str, only, out_files: list, out_links: dict) -> None:
+def _listed(root: str, only: Iterable[str], out_files: list[tuple[str, os.stat_result]],
+            out_links: dict[str, str]) -> None:
     """The entries named in `only` (relative paths) that exist, with the walk's skips."""
     for r in only:
         first = r.split("/", 1)[0]
@@ -88,29 +92,30 @@ def _listed(root: str, only, out_files: list, out_links: dict) -> None:
             out_files.append((r, st))
 
 
-def scan(tree: Path, state: State | None = None, only=None) -> Scan:
+def scan(tree: Path, state: State | None = None, only: Iterable[str] | None = None) -> Scan:
     """Hash the tree, re-reading only files whose stat tuple changed. `only`: the relative
     paths that count (a git checkout's tracked files); default: every file under the tree."""
     cache = (state.get("files") if state else None) or {}
-    files: list = []
+    files: list[tuple[str, os.stat_result]] = []
     links: dict[str, str] = {}
     if only is None:
         _walk(str(tree), "", files, links)
     else:
         _listed(str(tree), only, files, links)
-    fresh: dict[str, list] = {}
+    fresh: dict[str, list[int | str]] = {}
     hashes: dict[str, str] = {}
     sizes: dict[str, int] = {}
     now = time.time_ns()
     for rel, st in files:
         key = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
         hit = cache.get(rel)
+        sha: str
         if hit is not None and hit[:4] == key:
             sha = hit[4]
         else:
             sha = hashing.of_file(os.path.join(tree, rel)).sha256
         if max(st.st_mtime_ns, st.st_ctime_ns) < now - RACY_NS:
-            fresh[rel] = key + [sha]
+            fresh[rel] = [*key, sha]
         hashes[rel], sizes[rel] = sha, st.st_size
     if state is not None:
         state.put("files", fresh)

@@ -25,7 +25,7 @@ import os
 from contextlib import contextmanager
 from collections.abc import Iterator
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..base import hashing
 from ..config.model import SshConfig
@@ -37,6 +37,9 @@ from . import digest
 from .spec import GitSpec, LocalSpec, RsyncSpec, Spec, spec_hash
 from .state import State
 from .toolkit import install_hint
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 EXCLUDES = ("--exclude=target/", "--exclude=/libtorch/", "--exclude=.git/")
 # Refs a bare name resolves to, in git's own order (refs.c ref_rev_parse_rules).
@@ -60,7 +63,7 @@ def source_dir(home: Home, spec: Spec) -> Path:
 
 
 @contextmanager
-def claimed(home: Home, spec: Spec):
+def claimed(home: Home, spec: Spec) -> Iterator[int]:
     """Exclusive use of the spec's tree; a waiter is told which process holds it. Yields the
     lock's descriptor: the recipe inherits it, so a recipe outliving a killed fdlenv (until
     its group guard ends it) still keeps every other process out of the tree."""
@@ -161,7 +164,7 @@ def _snapshot(root: str) -> str:
     return hashing.of_text("".join(lines))
 
 
-def _git_env() -> dict:
+def _git_env() -> dict[str, str]:
     env = dict(os.environ, **_GIT_ENV)
     env.setdefault("GIT_SSH_COMMAND", "ssh -o BatchMode=yes")
     return env
@@ -201,7 +204,8 @@ def _tracked(dest: Path, state: State) -> list[str]:
         stamp = None
     hit = state.get("tracked")
     if stamp is not None and hit and hit.get("stamp") == stamp:
-        return hit["files"]
+        cached: list[str] = hit["files"]
+        return cached
     import subprocess
 
     try:
@@ -246,7 +250,8 @@ def _git_checkout(spec: GitSpec, dest: Path) -> str:
         raise Fail.retry(f"fetching {spec.ref} from {spec.url} failed: {err}") from None
     try:
         repo.git.checkout("--quiet", "--detach", "--force", "FETCH_HEAD", env=env)
-        return repo.git.rev_parse("HEAD")
+        head: str = repo.git.rev_parse("HEAD")   # gitpython's command methods are untyped
+        return head
     except git.GitCommandError as e:
         raise Fail.permanent(f"checking out {spec.ref} in {dest} failed: {(e.stderr or '').strip()}") from None
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from ..base.errors import Fail
 from .digest import MANIFEST, RACY_NS
 from .state import State
 
 _HEX = frozenset("0123456789abcdef")
+_T = TypeVar("_T", str, int, bool)
 
 
 class Digest(NamedTuple):
@@ -43,16 +44,23 @@ class RunManifest(NamedTuple):
     digest: Digest | None = None
 
 
-def _want(where: str, name: str, value, kind, required: bool = False):
-    if value is None and not required:
+def _want(where: str, name: str, value: object, kind: type[_T]) -> _T | None:
+    """An optional field: None when absent, else `value` as `_need` checks it."""
+    if value is None:
         return None
+    return _need(where, name, value, kind)
+
+
+def _need(where: str, name: str, value: object, kind: type[_T]) -> _T:
+    """A field's `value`, of `kind` (a bool is no integer, "" no string), else a permanent
+    failure naming the field and what it must be."""
     if kind is int and isinstance(value, bool) or not isinstance(value, kind) or value == "":
         what = {str: "a non-empty string", int: "an integer", bool: "true or false"}[kind]
         raise Fail.permanent(f"run manifest {where}: field `{name}` must be {what}, got {value!r}")
     return value
 
 
-def from_mapping(data, where: str = MANIFEST) -> RunManifest:
+def from_mapping(data: object, where: str = MANIFEST) -> RunManifest:
     """Validate a parsed manifest; field errors are permanent and name the field."""
     if not isinstance(data, dict):
         raise Fail.permanent(f"run manifest {where}: expected a mapping of fields, got {type(data).__name__}")
@@ -65,13 +73,13 @@ def from_mapping(data, where: str = MANIFEST) -> RunManifest:
     if digest is not None:
         if not isinstance(digest, dict):
             raise Fail.permanent(f"run manifest {where}: field `digest` must be a mapping (sha256, files, bytes)")
-        sha = _want(where, "digest.sha256", digest.get("sha256"), str, True)
+        sha = _need(where, "digest.sha256", digest.get("sha256"), str)
         if len(sha) != 64 or not set(sha) <= _HEX:
             raise Fail.permanent(f"run manifest {where}: field `digest.sha256` must be 64 lowercase hex digits")
-        digest = Digest(sha, _want(where, "digest.files", digest.get("files"), int, True),
-                        _want(where, "digest.bytes", digest.get("bytes"), int, True))
+        digest = Digest(sha, _need(where, "digest.files", digest.get("files"), int),
+                        _need(where, "digest.bytes", digest.get("bytes"), int))
     return RunManifest(
-        bin=_want(where, "bin", known["bin"], str, True),
+        bin=_need(where, "bin", known["bin"], str),
         cwd=_want(where, "cwd", known["cwd"], str),
         build=_want(where, "build", known["build"], str),
         args=tuple(args),
@@ -94,7 +102,7 @@ def parse(text: str, where: str = MANIFEST) -> RunManifest:
     return from_mapping(data, where)
 
 
-def to_mapping(m: RunManifest) -> dict:
+def to_mapping(m: RunManifest) -> dict[str, Any]:
     """Plain JSON/YAML data for a manifest (unset fields left out)."""
     data = {k: v for k, v in m._asdict().items() if v is not None}
     data["args"] = list(m.args)

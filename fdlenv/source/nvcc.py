@@ -22,8 +22,27 @@ from __future__ import annotations
 
 import os
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from pathlib import Path
+    from typing import Protocol
 
-def host_nvcc(environ: dict) -> tuple[str, str | None] | None:
+    from ..names.home import Home
+    from ..names.variants import Variant
+
+    class Env(Protocol):
+        """What `note_once` reads of an env (`store.env.Env`; source never imports the store)."""
+
+        @property
+        def spec(self) -> Variant: ...
+        @property
+        def key(self) -> str: ...
+        @property
+        def path(self) -> Path: ...
+
+
+def host_nvcc(environ: Mapping[str, str]) -> tuple[str, str | None] | None:
     """The host's nvcc and the CUDA release it reports ("13.0"), or None when there is none:
     `$CUDACXX` when set (CMake's own choice; an empty dir's path hides every toolkit, as the
     tests do), else nvcc on PATH, else /usr/local/cuda/bin/nvcc."""
@@ -132,13 +151,13 @@ def runs_cmake(argv: list[str] | tuple[str, ...]) -> bool:
     return bool(words) and os.path.basename(words[0]) in ("cmake", "ccmake", "cmake3")
 
 
-def cmake_toolkit_note(cuda: str, environ: dict) -> str | None:
+def cmake_toolkit_note(cuda: str, environ: Mapping[str, str]) -> str | None:
     """A note when CMake's Torch config would not find a host nvcc of the env's CUDA major."""
     found = host_nvcc(environ)
     return None if _of_major(found, cuda) else toolkit_advice(cuda, found)
 
 
-def note_once(home, env, environ: dict, always: bool = False) -> str | None:
+def note_once(home: Home, env: Env, environ: Mapping[str, str], always: bool = False) -> str | None:
     """`cmake_toolkit_note` for `env` (key, path, spec) the first time it applies, or every time
     with `always` (the command is CMake: `runs_cmake`), else None (also for a variant without
     CUDA, and for an env that is its own toolkit). Shown is remembered in `<home>/cache/notes/`
@@ -181,7 +200,7 @@ CMAKE_CUDA_SIGNS = (
 )
 
 
-def cmake_cuda_gap(output: str, cuda: str, environ: dict) -> str | None:
+def cmake_cuda_gap(output: str, cuda: str, environ: Mapping[str, str]) -> str | None:
     """The permanent failure's text when a failed build's `output` shows CMake finding no CUDA
     toolkit for a CUDA `cuda` env (retrying cannot install one), else None. CMake wraps its
     messages, so whitespace is folded first; `CUDA_NVCC_EXECUTABLE` counts with a NOTFOUND."""

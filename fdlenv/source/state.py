@@ -14,6 +14,10 @@ from pathlib import Path
 
 from ..base import atomic
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 SCHEMA = 1
 
 
@@ -22,9 +26,9 @@ class State:
 
     __slots__ = ("path", "data", "dirty")
 
-    def __init__(self, path: Path, data: dict | None = None):
+    def __init__(self, path: Path, data: dict[str, Any] | None = None) -> None:
         self.path = path
-        self.data = {} if data is None else data
+        self.data: dict[str, Any] = {} if data is None else data   # JSON: each key's reader checks its shape
         self.dirty = False
 
     @classmethod
@@ -37,10 +41,10 @@ class State:
             data = {"schema": SCHEMA}
         return cls(path, data)
 
-    def get(self, key: str):
+    def get(self, key: str) -> Any:
         return self.data.get(key)
 
-    def put(self, key: str, value) -> None:
+    def put(self, key: str, value: object) -> None:
         if self.data.get(key) != value:
             self.data[key] = value
             self.dirty = True

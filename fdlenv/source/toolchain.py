@@ -27,18 +27,26 @@ from pathlib import Path
 from ..base import hashing
 from .state import State
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
 TOOLS = ("cc", "c++", "gcc", "g++", "clang", "clang++", "ld", "ar", "rustc", "cargo", "nvcc", "hipcc",
          "cmake", "make", "ninja", "meson")
 COMPILER_VARS = ("CC", "CXX", "CUDACXX", "HIPCXX", "RUSTC")
 
 
-def _file_id(path: str, cache: dict, fresh: dict) -> str | None:
+def _file_id(path: str, cache: Mapping[str, Any], fresh: dict[str, list[int | str]]) -> str | None:
+    """`path`'s content sha256, from `cache` (the JSON of the last identity: path -> stat stamp
+    + sha256) while its stat is unchanged; recorded in `fresh`; None when it cannot be read."""
     try:
         st = os.stat(path)
     except OSError:
         return None
     stamp = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
     hit = cache.get(path)
+    sha: str
     if hit is not None and hit[:4] == stamp:
         sha = hit[4]
     else:
@@ -46,11 +54,11 @@ def _file_id(path: str, cache: dict, fresh: dict) -> str | None:
             sha = hashing.of_file(path).sha256
         except OSError:
             return None
-    fresh[path] = stamp + [sha]
+    fresh[path] = [*stamp, sha]
     return sha
 
 
-def _rustup_files(environ: dict) -> list[str]:
+def _rustup_files(environ: Mapping[str, str]) -> list[str]:
     home = Path(environ.get("RUSTUP_HOME") or Path(environ.get("HOME") or Path.home()) / ".rustup")
     files = [str(home / "settings.toml")]
     try:
@@ -61,12 +69,12 @@ def _rustup_files(environ: dict) -> list[str]:
     return files
 
 
-def identity(environ: dict, cache_file: Path) -> str:
+def identity(environ: Mapping[str, str], cache_file: Path) -> str:
     """sha256 over (name, resolved path, content sha256) of every tool the recipe can find."""
     path = environ.get("PATH", "")
     state = State.load(cache_file)
     cache = state.get("files") or {}
-    fresh: dict = {}
+    fresh: dict[str, list[int | str]] = {}
     names = list(TOOLS) + [v.split()[0] for k in COMPILER_VARS if (v := (environ.get(k) or "").strip())]
     found = []
     rustup = False

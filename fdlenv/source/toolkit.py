@@ -15,6 +15,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
 CUDA_HEADERS = {
     "cuda_runtime.h": "cuda-toolkit",
     "crt/host_config.h": "cuda-toolkit",
@@ -63,7 +67,7 @@ def install_hint(packages: list[str], os_release: dict[str, str] | None = None) 
     return "install " + ", ".join(packages) + " with your package manager"
 
 
-def _compiler_has(header: str, include_dirs: list[Path], environ: dict) -> bool:
+def _compiler_has(header: str, include_dirs: list[Path], environ: Mapping[str, str]) -> bool:
     import subprocess  # only after a failed build
 
     cmd = [environ.get("CXX") or "c++", "-E", "-x", "c++", "-"]
@@ -75,13 +79,13 @@ def _compiler_has(header: str, include_dirs: list[Path], environ: dict) -> bool:
         return False  # no compiler: unanswerable, kept as missing
 
 
-def toolkit_root(vendor: str, environ: dict) -> Path:
+def toolkit_root(vendor: str, environ: Mapping[str, str]) -> Path:
     if vendor == "nvidia":
         return Path(environ.get("CUDA_HOME") or "/usr/local/cuda")
     return Path(environ.get("ROCM_PATH") or "/opt/rocm")
 
 
-def missing_headers(vendor: str, include_dirs: list[Path], environ: dict) -> dict[str, str]:
+def missing_headers(vendor: str, include_dirs: list[Path], environ: Mapping[str, str]) -> dict[str, str]:
     """Vendor headers found nowhere, mapped to the package that ships each."""
     table = {"nvidia": CUDA_HEADERS, "amd": ROCM_HEADERS}.get(vendor, {})
     dirs = list(include_dirs) + [Path("/usr/include"), Path("/usr/local/include")]

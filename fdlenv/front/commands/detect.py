@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     from ...app.libtorch import auto_route
 
     s = survey()
-    r = auto_route(s, lambda: _home(getattr(args, "home", None)))
+    r = auto_route(s, _home(getattr(args, "home", None)))
     if args.json:
         emit({"devices": [d.as_json() for d in s.devices],
                           "findings": [f.as_json() for f in s.findings],
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _home(given: str | None):
-    """The home (`settings.resolve`), settled only when `auto_route` asks for it; None when,
+    """The home `auto_route` reads realised variants from (`settings.resolve`); None when,
     with no fdl.yml above to move it, the home holds no pointer at all (os only: a GPU-less box
     with an empty home pays no pathlib for it)."""
     import os

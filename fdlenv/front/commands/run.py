@@ -5,7 +5,7 @@ signals are CMD's own. What fdlenv itself says, like a shell does: 127 when
 CMD is not found, 126 when it cannot be executed, 130 on Ctrl-C before CMD
 started. `--` is needed only when CMD itself starts with `-`.
 
-Which env: `libtorch.choose` through `app.libtorch.settle`, preferring what is
+Which env: `libtorch.resolve_libtorch` through `app.libtorch.settle`, preferring what is
 realised (no lock needed for a variant that is). Then the activation map, a build
 tree per variant (`buildtree`: cargo's target dir at the crate's root,
 `target/fdlenv-<variant>`, unless the user chose one), the host-nvcc note

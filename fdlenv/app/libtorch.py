@@ -47,6 +47,9 @@ if TYPE_CHECKING:
 
     from ..names.variants import Libtorch
 
+    from ..hw.model import Survey
+    from ..hw.routing import Route
+    from ..names.home import Home
     from ..store.active import Active
     from .settings import Settings, StoreAsk
 
@@ -59,7 +62,7 @@ def realised_variants(home, names=None) -> frozenset[str]:
                      if pointers.pointed_env(home, v) is not None)
 
 
-def auto_route(s, home=None):
+def auto_route(s: Survey, home: Home | Callable[[], Home | None] | None = None) -> Route:
     """`hw.routing.route` of the Survey `s`, with the variants realised in `home` (a Home, or
     a callable returning one or None; None: none looked at): a realised candidate may win (on a GPU-less
     box a GPU build, which runs on the CPU), and a realised variant passed over is named."""

@@ -97,7 +97,6 @@ class Prepared(Protocol):
     (`Runner.prepare`), never imported by join."""
 
     variant: str | None
-    env: _EnvLike | None
     label: str
     bin: str | None
     cwd: str | None
@@ -106,6 +105,9 @@ class Prepared(Protocol):
     run_id: str | None
     notes: list[str]
     environ: dict[str, str]
+
+    @property
+    def env(self) -> _EnvLike | None: ...   # read only: prepare's is a store Env
 
 
 class _Forward(Protocol):

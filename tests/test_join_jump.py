@@ -374,12 +374,11 @@ def test_every_library_exception_is_named_as_a_fail_by_cause():
              paramiko.AuthenticationException("no"), paramiko.PasswordRequiredException("pw"),
              ValueError("odd"), Exception("TODO: REPLACEME")]
     for exc in cases:
-        f = failure(paramiko, exc, hop, "ssh tunnel via gw")
+        f = failure(exc, hop, "ssh tunnel via gw")
         assert isinstance(f, Fail) and f.transient, exc
         assert f.message.startswith("ssh tunnel via gw: "), f.message
-    assert "timed out after 5s" in failure(paramiko, TimeoutError(), hop, "w").message
-    assert "passphrase" in failure(paramiko, paramiko.PasswordRequiredException(), hop,
-                                   "w").message
+    assert "timed out after 5s" in failure(TimeoutError(), hop, "w").message
+    assert "passphrase" in failure(paramiko.PasswordRequiredException(), hop, "w").message
 
 
 def test_proxy_jump_hops_parse_every_form_and_refuse_malformed_ones():

@@ -18,6 +18,9 @@ from ..base.errors import DEBUG_VAR, Fail, bug, os_failure
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import types
+
+    from .options import Args
     from .table import Shape
 
 # True once main() runs as the program itself (console script, python -m): only then
@@ -43,14 +46,14 @@ COMMANDS = ("env", "run", "shell_hook", "detect", "lock", "pack", "mirror", "wal
 # argparse's own reading of it.
 
 
-def _quick(head: list[str]):
+def _quick(head: list[str]) -> types.SimpleNamespace | None:
     """The Namespace argparse would make of `head`, when it is one of the table's shapes (else
     None): `_read_quick`'s reading, with the command's function."""
     read = _read_quick(head)
     return None if read is None else _namespace(*read)
 
 
-def _namespace(shape: Shape, got: dict):
+def _namespace(shape: Shape, got: dict[str, object]) -> types.SimpleNamespace:
     import types
 
     # __import__, not importlib: one module fewer (0.7 ms) on the hottest path
@@ -58,7 +61,7 @@ def _namespace(shape: Shape, got: dict):
     return types.SimpleNamespace(**got, func=func)
 
 
-def _read_quick(head: list[str]) -> tuple[Shape, dict] | None:
+def _read_quick(head: list[str]) -> tuple[Shape, dict[str, object]] | None:
     """(shape, what argparse would set) for `head`, when it is one of the table's shapes: only
     the shape's options, a value-taking one once, given as `--opt VALUE` or `--opt=VALUE` with a
     value that is not an option (and one of its choices, when it has some), a repeatable one as
@@ -70,7 +73,7 @@ def _read_quick(head: list[str]) -> tuple[Shape, dict] | None:
     shape = SHAPES.get(tuple(head[:2])) or SHAPES.get(tuple(head[:1]))
     if shape is None:
         return None
-    got: dict = {"debug": False, "quiet": False, **{d: OPTIONS[d].default for d in shape.options}, **dict(shape.fixed)}
+    got: dict[str, object] = {"debug": False, "quiet": False, **{d: OPTIONS[d].default for d in shape.options}, **dict(shape.fixed)}
     if shape.bare:
         got[shape.bare] = [] if shape.rest else None
     rest, seen = head[len(shape.words):], set[str]()
@@ -83,7 +86,7 @@ def _read_quick(head: list[str]) -> tuple[Shape, dict] | None:
     return shape, got
 
 
-def _words_read(shape: Shape, rest: list[str], i: int, got: dict, seen: set[str]) -> int | None:
+def _words_read(shape: Shape, rest: list[str], i: int, got: dict[str, object], seen: set[str]) -> int | None:
     """How many words from `rest[i]` on are read into `got` (a command's tail: all the rest);
     None: not this shape."""
     from .table import FLAG, MANY, OPTIONS, QUIET
@@ -106,11 +109,12 @@ def _words_read(shape: Shape, rest: list[str], i: int, got: dict, seen: set[str]
         value = rest[i + 1] if i + 1 < len(rest) else ""
     if not value or value.startswith("-") or (opt.choices and value not in opt.choices):
         return None
-    got[opt.dest] = [*(got[opt.dest] or []), value] if opt.takes == MANY else value
+    given = got[opt.dest]   # a repeatable one's values so far: None, or a list
+    got[opt.dest] = [*(given if isinstance(given, list) else []), value] if opt.takes == MANY else value
     return 1 if eq else 2
 
 
-def _bare(shape: Shape, rest: list[str], i: int, got: dict) -> int | None:
+def _bare(shape: Shape, rest: list[str], i: int, got: dict[str, object]) -> int | None:
     if shape.rest:
         got[shape.bare] = list(rest[i:])
         return len(rest) - i
@@ -244,7 +248,7 @@ def _stopped() -> int:
                 EXIT_INTERRUPTED)
 
 
-def _first_interrupt(signum, frame) -> None:
+def _first_interrupt(signum: int, frame: types.FrameType | None) -> None:
     """Ctrl-C or SIGTERM: stop what runs (KeyboardInterrupt unwinds it, its cleanup included); a
     second signal while it cleans up changes nothing. main() then leaves at once with 130."""
     import _signal
@@ -258,7 +262,7 @@ def _first_interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
-def _answered(shape: Shape, got: dict, tail: list[str] | None) -> int | None:
+def _answered(shape: Shape, got: dict[str, object], tail: list[str] | None) -> int | None:
     """The exit code when the command's memo answered it (run, shell-hook, the re-dial env
     realize: `hot.replay`), else None."""
     from .table import ask_of
@@ -280,6 +284,7 @@ def _main(argv: list[str]) -> int:
     except Fail as f:
         return fail(f.message, f.exit_code)
     read = _read_quick(head)
+    args: Args
     if read is not None:
         rc = _answered(read[0], read[1], tail)
         if rc is not None:

@@ -15,6 +15,10 @@ Nothing below the front sees a Namespace.
 
 `args.owns_process` is set by the CLI front: true only when fdlenv runs as
 the program itself, which is when the store may fork its install worker.
+
+`Args` is what a command's run() is handed: argparse's Namespace, or, for a hot
+command's usual shape, the front's own reading of it (`cli._read_quick`), a
+SimpleNamespace with the same attributes.
 """
 
 from __future__ import annotations
@@ -24,26 +28,30 @@ from ..names.variants import VARIANTS
 TYPE_CHECKING = False   # argparse is imported only where a parser is built (parser.py)
 if TYPE_CHECKING:
     import argparse
+    import types
+    from typing import Any
 
     from ..app.settings import StoreAsk
     from ..config.model import JoinFlags
     from ..names.variants import Libtorch
     from ..hot.replay import Ask
 
+    Args = argparse.Namespace | types.SimpleNamespace
+    Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]   # what add_parser(sub) is handed
+
 _VARIANTS = ", ".join(VARIANTS)   # cpu, cu126, cu128, cu130, rocm7.0, rocm7.1
 
 
-def add(p: argparse.ArgumentParser, dest: str, help: str | None = None, **kw: object) -> None:
-    """The table's option `dest` on `p` (`help` and `kw`, such as required, over the table's)."""
+def add(p: argparse.ArgumentParser, dest: str, help: str | None = None) -> None:
+    """The table's option `dest` on `p` (`help` over the table's)."""
     from .table import FLAG, MANY, OPTIONS
 
     o = OPTIONS[dest]
-    args: dict = {"dest": dest, "default": o.default, "help": help or o.help}
     if o.takes == FLAG:
-        args["action"] = "store_true"
+        p.add_argument(*o.flags, dest=dest, default=o.default, help=help or o.help, action="store_true")
     else:
-        args.update(metavar=o.metavar, choices=o.choices, action="append" if o.takes == MANY else "store")
-    p.add_argument(*o.flags, **{**args, **kw})
+        p.add_argument(*o.flags, dest=dest, default=o.default, help=help or o.help, metavar=o.metavar,
+                       choices=o.choices, action="append" if o.takes == MANY else "store")
 
 
 def home_option(parser: argparse.ArgumentParser) -> None:
@@ -83,7 +91,7 @@ def variant_option(p: argparse.ArgumentParser, required: bool, help: str | None 
     p.set_defaults(_variant_required=required)
 
 
-def fold_variant_alias(args: argparse.Namespace) -> None:
+def fold_variant_alias(args: Args) -> None:
     """Fold the positional alias into `args.libtorch` (called by the CLI front after parsing)."""
     from ..base.errors import Fail
 
@@ -97,11 +105,11 @@ def fold_variant_alias(args: argparse.Namespace) -> None:
         raise Fail.permanent("--libtorch: which variant? accepted: " + accepted)
 
 
-def owns_process(args: argparse.Namespace) -> bool:
+def owns_process(args: Args) -> bool:
     return bool(getattr(args, "owns_process", False))
 
 
-def libtorch_given(args: argparse.Namespace, *, allow_auto: bool = True) -> Libtorch | None:
+def libtorch_given(args: Args, *, allow_auto: bool = True) -> Libtorch | None:
     """`--libtorch` parsed, once (`names.variants.parse`); None when not given."""
     token = getattr(args, "libtorch", None)
     if token is None:
@@ -110,7 +118,7 @@ def libtorch_given(args: argparse.Namespace, *, allow_auto: bool = True) -> Libt
     return parse(token, allow_auto=allow_auto)
 
 
-def store_ask(args: argparse.Namespace, *, allow_auto: bool = True) -> StoreAsk:
+def store_ask(args: Args, *, allow_auto: bool = True) -> StoreAsk:
     """A store command's typed request: its --libtorch (parsed once), --home, --lock, --mirror, --frozen."""
     from ..app.settings import StoreAsk
 
@@ -119,7 +127,7 @@ def store_ask(args: argparse.Namespace, *, allow_auto: bool = True) -> StoreAsk:
                     bool(getattr(args, "frozen", False)))
 
 
-def hot_ask(kind: str, args: argparse.Namespace) -> Ask | None:
+def hot_ask(kind: str, args: Args) -> Ask | None:
     """The same command's request to the hot memo (`hot.replay.Ask`, keyed as the replay keys it)."""
     from .table import ask_of
     return ask_of(kind, vars(args), getattr(args, "tail", None))
@@ -181,11 +189,13 @@ def add_dial_flags(p: argparse.ArgumentParser) -> None:
                    help="skip the pre-dial model-signature probe")
 
 
-def join_flags(args: argparse.Namespace) -> JoinFlags:
+def join_flags(args: Args) -> JoinFlags:
     """The parsed flags as `JoinFlags` (absent dial flags read as unset; --libtorch parsed, once)."""
     from ..config.model import JoinFlags
 
-    g = lambda name, default=None: getattr(args, name, default)  # noqa: E731
+    def g(name: str, default: object = None) -> Any:   # a Namespace's attribute: argparse's Any
+        return getattr(args, name, default)
+
     return JoinFlags(
         controller=g("controller"), ssh=g("ssh"), identity=g("identity"), token=g("token"),
         bin=g("bin"), source=g("source"), source_cwd=g("source_cwd"),

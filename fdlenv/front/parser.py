@@ -16,6 +16,9 @@ from .. import __version__
 from ..base.errors import DEBUG_VAR, EXIT_PERMANENT
 from ..base.output import fail
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
 
 EPILOG = """examples:
   fdlenv detect --json
@@ -36,14 +39,15 @@ class Parser(argparse.ArgumentParser):
     class too (argparse makes subparsers with the parent's class), so the rule holds for
     every command and sub-command."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:   # argparse's own, handed on
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
 
-    def _get_formatter(self):
-        return self.formatter_class(prog=self.prog, width=_help_width())
+    def _get_formatter(self) -> argparse.HelpFormatter:
+        # every argparse formatter takes width=; typeshed's protocol for the class names prog only
+        return self.formatter_class(prog=self.prog, width=_help_width())  # type: ignore[call-arg]
 
-    def error(self, message: str):
+    def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         fail(f"{self.prog}: {message}", EXIT_PERMANENT)
         sys.exit(EXIT_PERMANENT)
@@ -81,7 +85,7 @@ def build_parser(commands: tuple[str, ...], only: str | None = None) -> argparse
     return parser
 
 
-def _add_quiet(parser: argparse.ArgumentParser, default) -> None:
+def _add_quiet(parser: argparse.ArgumentParser, default: bool | str) -> None:
     """`-q`/`--quiet` on every (sub)command: no progress, only results and errors. Below the
     root its default is SUPPRESS, so a `-q` given earlier on the line is not undone."""
     parser.add_argument("-q", "--quiet", action="store_true", default=default,

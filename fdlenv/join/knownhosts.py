@@ -33,7 +33,11 @@ import hmac
 import os
 import re
 from pathlib import Path
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import paramiko
 
 _SHOWN = 6   # skipped lines named in a note; the rest are counted
 
@@ -74,7 +78,7 @@ class KnownHosts:
     """Every usable key line of the files read, plus the @revoked ones."""
 
     def __init__(self) -> None:
-        self.entries: list[tuple[list[str], object]] = []    # (host patterns, paramiko PKey)
+        self.entries: list[tuple[list[str], paramiko.PKey]] = []    # (host patterns, key)
         self.revoked: list[tuple[list[str], bytes]] = []     # (host patterns, key blob)
         self.cas: list[tuple[list[str], bytes]] = []         # @cert-authority: (host patterns, CA key blob)
 
@@ -82,7 +86,7 @@ class KnownHosts:
         """The CA keys `@cert-authority` lines name for `name`, in file order."""
         return [blob for names, blob in self.cas if names_match(names, name)]
 
-    def certificate(self, name: str, principal: str, cert: bytes, key) -> str | None:
+    def certificate(self, name: str, principal: str, cert: bytes, key: paramiko.PKey) -> str | None:
         """None where `cert` (the blob the host presented, certifying `key`) is a valid host
         certificate for `principal` from a CA on record for `name`; else why not."""
         from . import hostcert
@@ -92,7 +96,7 @@ class KnownHosts:
             return "its certified key is marked @revoked"
         return hostcert.check(cert, principal, self.cas_for(name), revoked)
 
-    def keys_for(self, name: str) -> list:
+    def keys_for(self, name: str) -> list[paramiko.PKey]:
         return [key for names, key in self.entries if names_match(names, name)]
 
     def key_types(self, name: str) -> list[str]:
@@ -103,7 +107,7 @@ class KnownHosts:
                 out.append(key.get_name())
         return out
 
-    def check(self, name: str, key) -> str:
+    def check(self, name: str, key: paramiko.PKey) -> str:
         blob = key.asbytes()
         if any(b == blob and names_match(n, name) for n, b in self.revoked):
             return "revoked"
@@ -112,7 +116,7 @@ class KnownHosts:
             return "known"
         return "changed" if known else "new"
 
-    def remember(self, path: str, name: str, key) -> None:
+    def remember(self, path: str, name: str, key: paramiko.PKey) -> None:
         """Append `name type base64` to `path` (created 0600, its folder 0700); never rewrite."""
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -128,8 +132,10 @@ class KnownHosts:
         self.entries.append(([name], key))
 
 
-def _parse_line(paramiko, raw: bytes, kh: KnownHosts) -> str | None:
+def _parse_line(raw: bytes, kh: KnownHosts) -> str | None:
     """Add one line to `kh`; return why it was skipped, or None when it was used or blank."""
+    import paramiko  # only when a tunnel is being opened (`open_tunnel` has imported it)
+
     try:
         text = raw.decode("utf-8").strip()
     except UnicodeDecodeError:
@@ -169,10 +175,8 @@ def _parse_line(paramiko, raw: bytes, kh: KnownHosts) -> str | None:
     return None
 
 
-def load(paths, say: Callable[[str], None]) -> KnownHosts:
+def load(paths: Iterable[str], say: Callable[[str], None]) -> KnownHosts:
     """Read every file of `paths` that exists; unusable lines become one note per file."""
-    import paramiko  # only when a tunnel is being opened
-
     kh = KnownHosts()
     for path in paths:
         try:
@@ -184,7 +188,7 @@ def load(paths, say: Callable[[str], None]) -> KnownHosts:
             continue
         skipped = []
         for lineno, raw in enumerate(data.split(b"\n"), 1):
-            why = _parse_line(paramiko, raw, kh)
+            why = _parse_line(raw, kh)
             if why:
                 skipped.append(f"line {lineno} ({why})")
         if skipped:

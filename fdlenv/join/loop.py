@@ -32,10 +32,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, TypedDict
 
 from ..names import variants
-from ..config.model import JoinSettings
+from ..config.model import JoinSettings, SshConfig
 from ..base.output import error_line
 from ..base.errors import EXIT_INTERRUPTED, EXIT_PERMANENT, EXIT_TRANSIENT, Fail, classify
 from ..base.progress import note
@@ -44,6 +44,9 @@ from .runnable import not_runnable
 from .spec import ENV_AGENT_JSON, AgentSpec
 from ..store import leases
 from .supervise import Interrupted, Stopper, exit_code, spawn_agent, wait_agent
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 BACKOFF_MIN = 5.0
 BACKOFF_MAX = 60.0
@@ -94,7 +97,6 @@ class Prepared(Protocol):
     (`Runner.prepare`), never imported by join."""
 
     variant: str | None
-    env: _EnvLike | None
     label: str
     bin: str | None
     cwd: str | None
@@ -104,12 +106,54 @@ class Prepared(Protocol):
     notes: list[str]
     environ: dict[str, str]
 
+    @property
+    def env(self) -> _EnvLike | None: ...   # read only: prepare's is a store Env
+
+
+class _Forward(Protocol):
+    """What an attempt reads of the tunnel it opened (`join.tunnel.Tunnel`, or a test's)."""
+
+    @property
+    def local_port(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class OpenTunnel(Protocol):
+    """`join.tunnel.open_tunnel`'s shape, as an attempt calls it: the hop, the controller as the hop
+    reaches it; an open tunnel, or a Fail."""
+
+    def __call__(self, ssh: SshConfig, controller_host: str, controller_port: int, *,
+                 say: Callable[[str], None]) -> _Forward: ...
+
+
+class _Attempt(TypedDict):
+    attempt: int
+    outcome: str                  # "agent exited", "failed" or "stopped"
+    exit: int | None
+    seconds: float
+    persist: bool
+    controller: str | None        # host:port, as dialed
+
+
+class AttemptEnd(TypedDict, total=False):
+    """What one outcome adds: a stop's signal; a failure's phase, class and message; an exit's status."""
+    signal: str
+    phase: str
+    transient: bool
+    error: str
+    agent_status: int
+
+
+class AttemptReport(_Attempt, AttemptEnd):
+    """`join --json`'s object for one attempt (`Runner.reported`): what ended it, its exit class, how long it took."""
+
 
 @dataclass
 class Runner:
     settings: JoinSettings
     prepare: Callable[[JoinSettings], Prepared]        # fdlenv.app.prepare's, handed in
-    open_tunnel: Callable | None = None                # default: join.tunnel.open_tunnel
+    open_tunnel: OpenTunnel | None = None              # default: join.tunnel.open_tunnel
     prober: Prober | None = None
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] | None = None       # default: stopper.sleep
@@ -122,14 +166,14 @@ class Runner:
     attempts: int = 0
     phase: str = "prepare"                             # names the cause of an unclassified failure
     # `join --json`: one object per attempt (what ended it, its exit class, how long it took)
-    report: Callable[[dict], None] | None = None
+    report: Callable[[AttemptReport], None] | None = None
 
     def __post_init__(self) -> None:
         self.prober = self._prober = self.prober or Prober(enabled=self.settings.sig_probe, say=self.say)
         if self.open_tunnel is None:
             from .tunnel import open_tunnel
             self.open_tunnel = open_tunnel
-        self._open_tunnel: Callable = self.open_tunnel
+        self._open_tunnel: OpenTunnel = self.open_tunnel
         self._sleep: Callable[[float], None] = self.sleep or self.stopper.sleep
 
     # ------------------------------------------------------------------ attempt
@@ -180,12 +224,12 @@ class Runner:
                 raise not_runnable(bin_path, probed.error, cwd=cwd, path_var=env.get("PATH"))
             sig = probed.sig
             self.phase = "tunnel"
+            assert s.controller_host is not None and s.controller_port is not None  # a dial's
             if s.ssh is not None:
                 tunnel = self._open_tunnel(s.ssh, s.controller_host, s.controller_port,
                                           say=self.say)
                 dial = ("127.0.0.1", tunnel.local_port)
             else:
-                assert s.controller_host is not None and s.controller_port is not None  # a dial's
                 dial = (s.controller_host, s.controller_port)
             spec = AgentSpec(
                 host=s.host, controller_host=dial[0], controller_port=dial[1],
@@ -210,7 +254,7 @@ class Runner:
             return self.attempt()
         started = self.clock()
 
-        def tell(outcome: str, code: int | None, **more: object) -> None:
+        def tell(outcome: str, code: int | None, more: AttemptEnd) -> None:
             assert self.report is not None
             s = self.settings
             self.report({"attempt": self.attempts, "outcome": outcome, "exit": code,
@@ -220,14 +264,14 @@ class Runner:
         try:
             raw = self.attempt()
         except Interrupted as i:
-            tell("stopped", 130, signal=_signame(i.signum))
+            tell("stopped", 130, {"signal": _signame(i.signum)})
             raise
         except Exception as e:   # reported as the loop will classify it, then raised again
             f = classify(e, f"join ({self.phase})")
-            tell("failed", EXIT_TRANSIENT if f.transient else EXIT_PERMANENT, phase=self.phase,
-                 transient=f.transient, error=f.message)
+            tell("failed", EXIT_TRANSIENT if f.transient else EXIT_PERMANENT,
+                 {"phase": self.phase, "transient": f.transient, "error": f.message})
             raise
-        tell("agent exited", exit_code(raw), agent_status=raw)
+        tell("agent exited", exit_code(raw), {"agent_status": raw})
         return raw
 
     # --------------------------------------------------------------------- loop
@@ -299,7 +343,20 @@ class Runner:
             backoff = grow_backoff(backoff)
 
 
+class Injected(TypedDict, total=False):
+    """Runner's injectables, as `run_join` takes them."""
+    open_tunnel: OpenTunnel | None
+    prober: Prober | None
+    clock: Callable[[], float]
+    sleep: Callable[[float], None] | None
+    rng: random.Random
+    say: Callable[[str], None]
+    stopper: Stopper
+    settle: Callable[[JoinSettings], JoinSettings] | None
+    report: Callable[[AttemptReport], None] | None
+
+
 def run_join(settings: JoinSettings, prepare: Callable[[JoinSettings], Prepared],
-             **deps) -> int:
+             **deps: Unpack[Injected]) -> int:
     """Run the loop with `settings`; `deps` override Runner's injectables."""
     return Runner(settings=settings, prepare=prepare, **deps).run()

@@ -82,7 +82,7 @@ class ProbeCache:
             self.key, self.result = key, result
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -96,7 +96,7 @@ def _kill_group(proc: subprocess.Popen) -> None:
 def run_probe(bin_path: str, args: list[str] | tuple[str, ...], *, cwd: str | None,
               env: Mapping[str, str], timeout: float = MODEL_SIG_PROBE_TIMEOUT,
               say: Callable[[str], None] = _say,
-              on_spawn: Callable[[subprocess.Popen | None], None] | None = None,
+              on_spawn: Callable[[subprocess.Popen[bytes] | None], None] | None = None,
               stopped: Callable[[], bool] | None = None) -> ProbeResult:
     """Run the binary once in probe mode and classify what happened; a probe ended by a stop
     (`stopped()`: the signal was forwarded to it) is said by the caller, not warned about here."""
@@ -180,7 +180,7 @@ class Prober:
 
     def __call__(self, bin_path: str, args: list[str] | tuple[str, ...], *, cwd: str | None,
                  env: Mapping[str, str],
-                 on_spawn: Callable[[subprocess.Popen | None], None] | None = None,
+                 on_spawn: Callable[[subprocess.Popen[bytes] | None], None] | None = None,
                  stopped: Callable[[], bool] | None = None) -> ProbeResult:
         if not self.enabled:
             return ProbeResult(SKIPPED)

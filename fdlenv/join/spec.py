@@ -12,8 +12,26 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from typing import TypedDict
 
 ENV_AGENT_JSON = "FLODL_INTERNAL_AGENT_JSON"
+
+
+class _AgentJsonAlways(TypedDict):
+    host: str
+    controller_host: str
+    controller_port: int
+    libtorch: str
+
+
+class AgentJson(_AgentJsonAlways, total=False):
+    """`AgentSpec.to_dict`: the fields always sent, then the optional ones, each omitted when unknown."""
+    salt_hex: str
+    local_devices: list[int]
+    data_path: str
+    run_id: str
+    gpu_ram_share: float
+    model_sig_hex: str
 
 
 @dataclass(frozen=True)
@@ -29,8 +47,8 @@ class AgentSpec:
     gpu_ram_share: float | None = None
     model_sig_hex: str | None = None
 
-    def to_dict(self) -> dict:
-        d: dict = {"host": self.host, "controller_host": self.controller_host,
+    def to_dict(self) -> AgentJson:
+        d: AgentJson = {"host": self.host, "controller_host": self.controller_host,
                    "controller_port": int(self.controller_port), "libtorch": self.libtorch}
         if self.salt_hex is not None:
             d["salt_hex"] = self.salt_hex
@@ -62,6 +80,7 @@ def hex_encode(data: bytes) -> str:
     return data.hex()
 
 
-def decode(value: str) -> dict:
-    """Inverse of `AgentSpec.encode` (for tests and debugging)."""
-    return json.loads(bytes.fromhex(value).decode("utf-8"))
+def decode(value: str) -> dict[str, object]:
+    """Inverse of `AgentSpec.encode` (for tests and debugging): the JSON object, unchecked."""
+    obj: dict[str, object] = json.loads(bytes.fromhex(value).decode("utf-8"))
+    return obj

@@ -37,12 +37,31 @@ import select
 import socket
 import subprocess
 import tempfile
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ..base.errors import Fail
 from .hostcert import CERT_SUFFIX
 from .sshplan import HopPlan
 
+if TYPE_CHECKING:
+    import paramiko
+
+    from .knownhosts import KnownHosts
+
+    # What a hop's ssh session rides on: TCP, the previous hop's channel, or a ProxyCommand
+    Stream = socket.socket | paramiko.Channel | paramiko.ProxyCommand
+
 _SHELL = "/bin/sh"
+
+
+@runtime_checkable
+class _Relay(Protocol):
+    """What `failure` reads of a ProxyCommand stream (`_proxy_class`'s): how it ended, what it said."""
+
+    def exit_code(self, wait: float = 0.0) -> int | None: ...
+
+    def stderr_tail(self) -> str: ...
 
 
 def quiet_library_logs() -> None:
@@ -57,13 +76,15 @@ def quiet_library_logs() -> None:
         log.addHandler(logging.NullHandler())
 
 
-def fingerprint(key) -> str:
+def fingerprint(key: paramiko.PKey) -> str:
     """OpenSSH's SHA256:... form."""
     digest = hashlib.sha256(key.asbytes()).digest()
     return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
 
 
-def _proxy_class(paramiko):
+def _proxy_class() -> type[paramiko.ProxyCommand]:
+    import paramiko
+
     class Proxy(paramiko.ProxyCommand):
         """paramiko's ProxyCommand, run through the shell, ending on EOF, stderr kept."""
 
@@ -82,7 +103,7 @@ def _proxy_class(paramiko):
             self.out = self.process.stdout
             self.timeout = None
 
-        def recv(self, size):
+        def recv(self, size: int) -> bytes:
             try:
                 r, _, _ = select.select([self.out], [], [], self.timeout)
                 data = os.read(self.out.fileno(), size) if r else None
@@ -92,7 +113,7 @@ def _proxy_class(paramiko):
                 raise TimeoutError()
             return data  # b"" at EOF: paramiko sees the proxy end instead of waiting it out
 
-        def exit_code(self, wait: float = 0.0):
+        def exit_code(self, wait: float = 0.0) -> int | None:
             try:
                 return self.process.wait(timeout=wait) if wait else self.process.poll()
             except subprocess.TimeoutExpired:
@@ -106,7 +127,7 @@ def _proxy_class(paramiko):
                 return ""
             return " | ".join(line.strip() for line in lines[-3:] if line.strip())
 
-        def close(self):
+        def close(self) -> None:
             if self.process.poll() is None:
                 try:
                     self.process.terminate()
@@ -125,11 +146,13 @@ def _proxy_class(paramiko):
     return Proxy
 
 
-def open_stream(paramiko, hop: HopPlan, prev, what: str):
+def open_stream(hop: HopPlan, prev: paramiko.SSHClient | None, what: str) -> Stream:
     """The byte stream under `hop`: previous hop's channel, a ProxyCommand, or TCP."""
     if prev is not None:
         try:
-            return prev.get_transport().open_channel(
+            transport = prev.get_transport()
+            assert transport is not None   # a connected hop's (connect_hop)
+            return transport.open_channel(
                 "direct-tcpip", (hop.hostname, hop.port), ("127.0.0.1", 0),
                 timeout=hop.connect_timeout)
         except Exception as e:  # noqa: BLE001 - ChannelException, SSHException, EOFError
@@ -137,14 +160,14 @@ def open_stream(paramiko, hop: HopPlan, prev, what: str):
                              f"(forward refused: {_why(e)})") from None
     if hop.proxy_command:
         try:
-            return _proxy_class(paramiko)(hop.proxy_command)
+            return _proxy_class()(hop.proxy_command)
         except OSError as e:
             raise Fail.permanent(f"{what}: cannot run ProxyCommand {hop.proxy_command!r}: "
                                  f"{e.strerror or e}") from None
     try:
         return socket.create_connection((hop.hostname, hop.port), timeout=hop.connect_timeout)
     except Exception as e:  # noqa: BLE001
-        raise failure(paramiko, e, hop, what) from None
+        raise failure(e, hop, what) from None
 
 
 def _why(e: BaseException) -> str:
@@ -153,16 +176,21 @@ def _why(e: BaseException) -> str:
     return str(e) or type(e).__name__
 
 
-def _preferring(paramiko, types: list[str], certs: bool = False):
+def _preferring(types: list[str], certs: bool = False) -> Callable[..., paramiko.Transport]:
     """A transport factory whose handshake asks for the key types on record first; `certs`
     (a `@cert-authority` line covers the host): every certificate type before them, as
-    OpenSSH asks where it holds a CA for the host."""
-    def make(sock, **kw):
+    OpenSSH asks where it holds a CA for the host. `kw`: what paramiko's connect hands its
+    factory (the keywords vary between its releases), handed on as they come."""
+    import paramiko
+
+    def make(sock: Stream, **kw: Any) -> paramiko.Transport:
         t = paramiko.Transport(sock, **kw)
         if types or certs:
             opts = t.get_security_options()
             have = list(opts.key_types)
-            want = [f"{n}{CERT_SUFFIX}" for n in have if f"{n}{CERT_SUFFIX}" in t._key_info] if certs else []
+            # _key_info: the key types paramiko can verify, private (its stubs leave it out)
+            verifiable = t._key_info if certs else {}  # type: ignore[attr-defined]
+            want = [f"{n}{CERT_SUFFIX}" for n in have if f"{n}{CERT_SUFFIX}" in verifiable]
             for ty in types:
                 for n in (("rsa-sha2-512", "rsa-sha2-256", "ssh-rsa") if ty == "ssh-rsa"
                           else (ty,)):
@@ -173,9 +201,12 @@ def _preferring(paramiko, types: list[str], certs: bool = False):
     return make
 
 
-def _policy(paramiko, hop: HopPlan, known, say, what: str):
+def _policy(hop: HopPlan, known: KnownHosts, say: Callable[[str], None],
+            what: str) -> paramiko.MissingHostKeyPolicy:
+    import paramiko
+
     class Check(paramiko.MissingHostKeyPolicy):
-        def missing_host_key(self, client, hostname, key):
+        def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
             name = hop.key_name
             blob = getattr(key, "public_blob", None)
             if blob is not None and blob.key_type.endswith(CERT_SUFFIX) and known.cas_for(name):
@@ -218,22 +249,29 @@ def _policy(paramiko, hop: HopPlan, known, say, what: str):
     return Check()
 
 
-def connect_hop(paramiko, hop: HopPlan, stream, known, say, what: str):
+def connect_hop(hop: HopPlan, stream: Stream, known: KnownHosts, say: Callable[[str], None],
+                what: str) -> paramiko.SSHClient:
     """Handshake, host key check and authentication over `stream`; the client, or a Fail."""
+    import paramiko
+
     client = paramiko.SSHClient()
-    client.set_missing_host_key_policy(_policy(paramiko, hop, known, say, what))
+    client.set_missing_host_key_policy(_policy(hop, known, say, what))
     t = hop.connect_timeout
     try:
         client.connect(
             hop.hostname, port=hop.port, username=hop.user, sock=stream,
-            key_filename=hop.key_files or None, timeout=t, banner_timeout=t, auth_timeout=t,
+            # a list of key files: paramiko takes one or several, its stubs say one
+            key_filename=hop.key_files or None,  # type: ignore[arg-type]
+            timeout=t, banner_timeout=t, auth_timeout=t,
             channel_timeout=t, allow_agent=hop.look_for_keys, look_for_keys=hop.look_for_keys,
             compress=hop.compress, passphrase=None,
-            transport_factory=_preferring(paramiko, known.key_types(hop.key_name), bool(known.cas_for(hop.key_name))))
-        client.get_transport().set_keepalive(hop.keepalive)
+            transport_factory=_preferring(known.key_types(hop.key_name), bool(known.cas_for(hop.key_name))))
+        transport = client.get_transport()
+        assert transport is not None   # connect() made it
+        transport.set_keepalive(hop.keepalive)
     except BaseException as e:
         # name it first: a ProxyCommand's exit status is read before close() ends it
-        fail = failure(paramiko, e, hop, what, stream) if isinstance(e, Exception) else None
+        fail = failure(e, hop, what, stream) if isinstance(e, Exception) else None
         client.close()
         try:
             stream.close()
@@ -245,13 +283,14 @@ def connect_hop(paramiko, hop: HopPlan, stream, known, say, what: str):
     return client
 
 
-def failure(paramiko, e: Exception, hop: HopPlan, what: str, stream=None) -> Fail:
+def failure(e: Exception, hop: HopPlan, what: str, stream: Stream | None = None) -> Fail:
     """Name a library exception by its cause; transient unless no retry can help."""
+    import paramiko
+
     if isinstance(e, Fail):
         return e
-    code = getattr(stream, "exit_code", None)
-    if code is not None and not isinstance(e, paramiko.AuthenticationException):
-        status = code(wait=1.0)
+    if isinstance(stream, _Relay) and not isinstance(e, paramiko.AuthenticationException):
+        status = stream.exit_code(wait=1.0)
         if status:  # 0: the far side ended the relay, named below like a plain socket
             tail = stream.stderr_tail()
             msg = (f"{what}: ProxyCommand {hop.proxy_command!r} exited with status {status}"

@@ -39,10 +39,15 @@ from __future__ import annotations
 import getpass
 import os
 import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypeVar, overload
 
 from ..config.model import SshConfig
 from ..base.errors import Fail
+
+if TYPE_CHECKING:
+    import paramiko
 
 TUNNEL_READY_BUDGET = 20.0     # connect + auth + forward check, seconds
 DEFAULT_KEEPALIVE = 30          # ServerAliveInterval
@@ -61,7 +66,7 @@ _SUPPORTED = {"stricthostkeychecking", "userknownhostsfile", "identityfile", "po
 _JUMP_FORMS = "[user@]host[:port] or ssh://[user@]host[:port], comma-separated, or none"
 
 
-def parse_options(options) -> dict[str, str]:
+def parse_options(options: Iterable[str]) -> dict[str, str]:
     """`Key=Value` / `Key Value` strings -> {lowercase key: value}; first value wins (OpenSSH).
 
     The dict keeps the order the keys were first given (ProxyJump vs ProxyCommand needs it).
@@ -111,13 +116,21 @@ class HopPlan:
         return [*self.via, self]
 
 
-def _first(*vals):
+_N = TypeVar("_N", int, float)
+_Entry = dict[str, str | None]   # a Host entry's text settings (None: paramiko's `ProxyCommand none`)
+
+
+@overload
+def _first(*vals: str | None) -> str | None: ...
+@overload
+def _first(*vals: str | float | None) -> str | float | None: ...   # a setting, or a numeric default
+def _first(*vals: str | float | None) -> str | float | None:
     return next((v for v in vals if v not in (None, "")), None)
 
 
-def _number(value, what: str, kind=int):
+def _number(value: str | float | None, what: str, kind: Callable[[str | float], _N]) -> _N:
     try:
-        n = kind(value)
+        n = kind("" if value is None else value)   # None, like "", is not a number
     except (TypeError, ValueError):
         raise Fail.permanent(f"{what}: {value!r} is not a number") from None
     if n < 0:
@@ -125,8 +138,8 @@ def _number(value, what: str, kind=int):
     return n
 
 
-def _port(value, what: str) -> int:
-    n = _number(value, what)
+def _port(value: str | float | None, what: str) -> int:
+    n = _number(value, what, int)
     if not 1 <= n <= 65535:
         raise Fail.permanent(f"{what}: port {value} is outside 1-65535")
     return n
@@ -209,7 +222,7 @@ class _Config:
     """~/.ssh/config, read once per plan; a broken file warns and counts as empty."""
 
     def __init__(self, path: str, warnings: list[str]):
-        self._cfg = None
+        self._cfg: paramiko.SSHConfig | None = None
         self._path = path
         self._warnings = warnings
         if not os.path.isfile(path):
@@ -226,17 +239,21 @@ class _Config:
         except Exception as e:  # noqa: BLE001 - a broken ssh config must not stop the dial
             warnings.append(f"ignoring {path}: cannot parse it ({e})")
 
-    def lookup(self, name: str) -> dict:
+    def lookup(self, name: str) -> tuple[_Entry, list[str]]:
+        """`name`'s text settings, in the order obtained, and its IdentityFile list (paramiko's own)."""
         if self._cfg is None:
-            return {}
+            return {}, []
         try:
-            return self._cfg.lookup(name)
+            raw: Mapping[str, object] = self._cfg.lookup(name)
         except Exception as e:  # noqa: BLE001
             self._warnings.append(f"ignoring {self._path} for {name}: {e}")
-            return {}
+            return {}, []
+        files = raw.get("identityfile")
+        return ({k: v for k, v in raw.items() if v is None or isinstance(v, str)},
+                [str(f) for f in files] if isinstance(files, list) else [])
 
 
-def _proxy_choice(*sources) -> tuple[str, str | None] | None:
+def _proxy_choice(*sources: Mapping[str, str | None]) -> tuple[str, str | None] | None:
     """('jump' | 'command', value or None for `none`) obtained first, or None when neither.
 
     Each source is a dict in the order its keys were first obtained (parse_options,
@@ -259,7 +276,7 @@ def plan_hop(ssh: SshConfig, *, ssh_config_path: str | None = None,
     what = f'ssh host "{target}"'
     warnings: list[str] = []
     cfg = _Config(ssh_config_path or os.path.join(home, ".ssh", "config"), warnings)
-    conf = cfg.lookup(target)
+    conf, conf_keys = cfg.lookup(target)
     for k, v in opts.items():
         if k == "batchmode" and v.lower() != "yes":
             warnings.append(f"{what}: ssh.options set BatchMode={v}; fdlenv "
@@ -274,25 +291,25 @@ def plan_hop(ssh: SshConfig, *, ssh_config_path: str | None = None,
                         f"given wins (as in OpenSSH), {later} is ignored")
 
     hostname = _first(opts.get("hostname"), conf.get("hostname") if conf.get("hostname") != target
-                      else None, target)
+                      else None) or target
     port = _port(_first(opts.get("port"), ssh.port, conf.get("port"), DEFAULT_SSH_PORT),
                  f"{what}: Port")
     user = _first(opts.get("user"), ssh.user, conf.get("user"))
     check_name(target, "host", what)
     check_name(hostname, "HostName", what)
     check_name(user, "User", what)
-    required = []
+    required: list[str] = []
     for given in (opts.get("identityfile"), ssh.identity_file):
         if given and os.path.expanduser(given) not in required:
             required.append(os.path.expanduser(given))
     keys = list(required)
-    for k in conf.get("identityfile") or []:
+    for k in conf_keys:
         k = os.path.expanduser(k)
         if k not in keys and os.path.isfile(k):
             keys.append(k)
     kh = _first(opts.get("userknownhostsfile"),
-                " ".join(conf["userknownhostsfile"].split()) if conf.get("userknownhostsfile")
-                else None, os.path.join(home, ".ssh", "known_hosts"))
+                " ".join(ukh.split()) if (ukh := conf.get("userknownhostsfile")) else None
+                ) or os.path.join(home, ".ssh", "known_hosts")
     gkh = _first(opts.get("globalknownhostsfile"), conf.get("globalknownhostsfile"))
     strict_raw = (_first(opts.get("stricthostkeychecking"), conf.get("stricthostkeychecking"),
                          "accept-new") or "").lower()
@@ -310,7 +327,7 @@ def plan_hop(ssh: SshConfig, *, ssh_config_path: str | None = None,
         connect_timeout=timeout or TUNNEL_READY_BUDGET,     # 0: OpenSSH's "no timeout"
         keepalive=_number(_first(opts.get("serveraliveinterval"),
                                  conf.get("serveraliveinterval"), DEFAULT_KEEPALIVE),
-                          f"{what}: ServerAliveInterval"),
+                          f"{what}: ServerAliveInterval", int),
         look_for_keys=(_first(opts.get("identitiesonly"), conf.get("identitiesonly"),
                               "no") or "no").lower() != "yes",
         compress=(_first(opts.get("compression"), conf.get("compression"),
@@ -321,12 +338,12 @@ def plan_hop(ssh: SshConfig, *, ssh_config_path: str | None = None,
     return plan
 
 
-def _attach_proxy(hop: HopPlan, choice, target: HopPlan, opts: dict, cfg: _Config, what: str,
-                  trail: list[str]) -> None:
+def _attach_proxy(hop: HopPlan, choice: tuple[str, str | None] | None, target: HopPlan,
+                  opts: dict[str, str], cfg: _Config, what: str, trail: list[str]) -> None:
     """Give `hop` its ProxyCommand, or put the jump hops that reach it in front of the route."""
-    if choice is None or choice[1] is None:
+    kind, value = choice or ("", None)
+    if value is None:
         return
-    kind, value = choice
     where = what if hop is target else f"{what}: jump host {hop.label}"
     value = expand_tokens(value, hop, f"{where}: Proxy{'Jump' if kind == 'jump' else 'Command'}")
     if kind == "command":
@@ -340,7 +357,8 @@ def _attach_proxy(hop: HopPlan, choice, target: HopPlan, opts: dict, cfg: _Confi
         raise Fail.permanent(f"{what}: the ProxyJump route {' via '.join(trail)} is longer "
                              f"than {MAX_JUMPS} jump hops; is there a ProxyJump loop in "
                              "~/.ssh/config?")
-    hops, first_conf = [], {}
+    hops: list[HopPlan] = []
+    first_conf: _Entry = {}
     for i, spec in enumerate(specs):
         jump, conf = _plan_jump(spec, target, opts, cfg, what)
         hops.append(jump)
@@ -351,18 +369,18 @@ def _attach_proxy(hop: HopPlan, choice, target: HopPlan, opts: dict, cfg: _Confi
     _attach_proxy(hops[0], _proxy_choice(first_conf), target, opts, cfg, what, trail)
 
 
-def _plan_jump(spec: str, target: HopPlan, opts: dict, cfg: _Config,
-               what: str) -> tuple[HopPlan, dict]:
+def _plan_jump(spec: str, target: HopPlan, opts: dict[str, str], cfg: _Config,
+               what: str) -> tuple[HopPlan, _Entry]:
     user, host, port = parse_jump(spec, what)
-    conf = cfg.lookup(host)
-    hostname = _first(conf.get("hostname") if conf.get("hostname") != host else None, host)
+    conf, conf_keys = cfg.lookup(host)
+    hostname = _first(conf.get("hostname") if conf.get("hostname") != host else None) or host
     port = port or _port(_first(conf.get("port"), DEFAULT_SSH_PORT),
                          f"{what}: jump host {host}: Port")
     user = _first(user, conf.get("user"))
     for value, name in ((host, "jump host"), (hostname, "jump HostName"), (user, "jump user")):
         check_name(value, name, what)
-    keys = []
-    for k in conf.get("identityfile") or []:
+    keys: list[str] = []
+    for k in conf_keys:
         k = os.path.expanduser(k)
         if k not in keys and os.path.isfile(k):
             keys.append(k)

@@ -34,13 +34,16 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from types import FrameType
 
 from ..base.deadlines import SLICE, until_exited
 from .runnable import not_runnable
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# What `signal.signal` hands back, the handler it replaced: a function, SIG_DFL/SIG_IGN, or None
+# (one installed outside Python)
+_Handler = Callable[[int, FrameType | None], object] | int | signal.Handlers | None
 
 
 class Interrupted(KeyboardInterrupt):
@@ -70,10 +73,10 @@ def signal_group(pid: int, signum: int) -> bool:
 class Stopper:
     def __init__(self) -> None:
         self.signum: int | None = None
-        self._child: subprocess.Popen | None = None
+        self._child: subprocess.Popen[bytes] | None = None
         self._defer = False
         self._wake = threading.Event()
-        self._old: dict[int, Any] = {}
+        self._old: dict[int, _Handler] = {}
 
     # -- installation (main thread only; elsewhere it is a no-op)
     def install(self) -> Stopper:
@@ -90,14 +93,14 @@ class Stopper:
     def __enter__(self) -> Stopper:
         return self.install()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.restore()
 
     @property
     def stopped(self) -> bool:
         return self.signum is not None
 
-    def _handle(self, signum, frame) -> None:
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
         first = self.signum is None
         if first:
             self.signum = signum
@@ -117,7 +120,7 @@ class Stopper:
             raise Interrupted(self.signum)
 
     # -- children
-    def watch(self, proc: subprocess.Popen | None) -> None:
+    def watch(self, proc: subprocess.Popen[bytes] | None) -> None:
         """Register (or with None, forget) the child whose group gets the signals."""
         self._child = proc
         if proc is not None and self.signum is not None:
@@ -149,13 +152,13 @@ class Stopper:
 
 
 def spawn_agent(argv: list[str], *, cwd: str | None, env: Mapping[str, str],
-                stopper: Stopper | None = None, keep_fds: tuple[int, ...] = ()) -> subprocess.Popen:
+                stopper: Stopper | None = None, keep_fds: tuple[int, ...] = ()) -> subprocess.Popen[bytes]:
     """Start the agent: own session/process group, stdin at end-of-file, output inherited,
     `keep_fds` (the env's lease) passed down; `groupguard.spawn` starts it only once a watcher
     will kill the group if fdlenv dies first (`proc.guard`, released by `wait_agent`)."""
     from ..base.groupguard import spawn
 
-    def start() -> subprocess.Popen:
+    def start() -> subprocess.Popen[bytes]:
         return spawn(argv, cwd=cwd, env=dict(env), pass_fds=keep_fds)
     try:
         if stopper is None:
@@ -168,7 +171,7 @@ def spawn_agent(argv: list[str], *, cwd: str | None, env: Mapping[str, str],
         raise not_runnable(argv[0], e, cwd=cwd, path_var=env.get("PATH")) from None
 
 
-def wait_agent(proc: subprocess.Popen, stopper: Stopper | None = None) -> int:
+def wait_agent(proc: subprocess.Popen[bytes], stopper: Stopper | None = None) -> int:
     """Wait for the agent; then sweep what is left of its group. Returns the raw code."""
     try:
         while True:

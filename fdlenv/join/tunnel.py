@@ -36,7 +36,8 @@ import os
 import select
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from ..config.model import SshConfig
 from ..base.errors import Fail
@@ -45,14 +46,17 @@ from . import knownhosts
 from .sshhop import connect_hop, failure, open_stream, quiet_library_logs
 from .sshplan import TUNNEL_READY_BUDGET, HopPlan, parse_options, plan_hop
 
+if TYPE_CHECKING:
+    import paramiko
+
 __all__ = ["Tunnel", "open_tunnel", "plan_hop", "parse_options", "HopPlan"]
 
 
 class Tunnel:
     """A live forward 127.0.0.1:<local_port> -> controller, through the route's ssh hops."""
 
-    def __init__(self, clients, listener: socket.socket, dest: tuple[str, int], label: str,
-                 say: Callable[[str], None] = _say):
+    def __init__(self, clients: Iterable[paramiko.SSHClient], listener: socket.socket,
+                 dest: tuple[str, int], label: str, say: Callable[[str], None] = _say):
         self._clients = list(clients)       # route order: jump hops, then the target
         self._client = self._clients[-1]
         self._say = say
@@ -87,9 +91,10 @@ class Tunnel:
             threading.Thread(target=self._serve, args=(sock, peer), name="tunnel-conn",
                              daemon=True).start()
 
-    def _serve(self, sock: socket.socket, peer) -> None:
+    def _serve(self, sock: socket.socket, peer: tuple[str, int]) -> None:
         try:
             transport = self._client.get_transport()
+            assert transport is not None   # a connected hop's (sshhop.connect_hop)
             chan = transport.open_channel("direct-tcpip", self.dest, peer,
                                           timeout=TUNNEL_READY_BUDGET)
         except Exception as e:  # noqa: BLE001
@@ -135,11 +140,11 @@ class Tunnel:
     def __enter__(self) -> Tunnel:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-def _pump(sock: socket.socket, chan, closed: threading.Event) -> None:
+def _pump(sock: socket.socket, chan: paramiko.Channel, closed: threading.Event) -> None:
     """Copy bytes both ways until either side closes (half-closes are passed on)."""
     sock_open = chan_open = True
     while (sock_open or chan_open) and not closed.is_set():
@@ -171,7 +176,7 @@ def open_tunnel(ssh: SshConfig, controller_host: str, controller_port: int, *,
                 say: Callable[[str], None] = _say, ssh_config_path: str | None = None,
                 home: str | None = None, check_forward: bool = True) -> Tunnel:
     """Bring the forward up (through every hop of the route) and prove it works, or raise Fail."""
-    import paramiko  # the re-dial path without a hop never pays for it
+    import paramiko  # noqa: F401 - first, before a port is bound: the re-dial path without a hop never pays for it
 
     quiet_library_logs()
     plan = plan_hop(ssh, ssh_config_path=ssh_config_path, home=home)
@@ -195,17 +200,19 @@ def open_tunnel(ssh: SshConfig, controller_host: str, controller_port: int, *,
     say(f"opening tunnel {plan.label}{via} -> {controller_host}:{controller_port} "
         f"(local port {port})")
     what = f"ssh tunnel via {plan.label}"
-    clients: list = []
+    clients: list[paramiko.SSHClient] = []
     try:
         known = knownhosts.load([*plan.known_hosts, *plan.global_known_hosts], say)
         for i, hop in enumerate(route):
             hop_what = what if hop is plan else f"{what}: jump host {hop.label}"
             stream_what = f"{what}: jump host {route[i - 1].label}" if i else hop_what
-            stream = open_stream(paramiko, hop, clients[-1] if i else None, stream_what)
-            clients.append(connect_hop(paramiko, hop, stream, known, say, hop_what))
+            stream = open_stream(hop, clients[-1] if i else None, stream_what)
+            clients.append(connect_hop(hop, stream, known, say, hop_what))
         if check_forward:
             try:
-                chan = clients[-1].get_transport().open_channel(
+                transport = clients[-1].get_transport()
+                assert transport is not None   # a connected hop's
+                chan = transport.open_channel(
                     "direct-tcpip", (controller_host, controller_port), ("127.0.0.1", port),
                     timeout=TUNNEL_READY_BUDGET)
                 chan.close()
@@ -218,6 +225,6 @@ def open_tunnel(ssh: SshConfig, controller_host: str, controller_port: int, *,
             c.close()
         listener.close()
         if isinstance(e, Exception) and not isinstance(e, Fail):
-            raise failure(paramiko, e, plan, what) from None
+            raise failure(e, plan, what) from None
         raise
     return Tunnel(clients, listener, (controller_host, controller_port), plan.label, say=say)

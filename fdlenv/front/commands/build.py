@@ -18,6 +18,11 @@ import argparse
 
 from ..options import add_source_flags, join_flags, owns_process
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ..options import Args, Subparsers
+
+
 EPILOG = """examples:
   fdlenv build --libtorch cpu --source file:///srv/mnist --source-bin target/release/mnist
   fdlenv build --libtorch cu128 --source git+https://git.example/me/train#v1.2 --json
@@ -34,7 +39,7 @@ EPILOG = """examples:
 """
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: Subparsers) -> None:
     p = sub.add_parser(
         "build", help="fetch a training source and build it in a variant's env (content-keyed)",
         description="Fetch --source into ~/.flodl/source/<spec-hash>/, realise the --libtorch env and "
@@ -47,7 +52,7 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: Args) -> int:
     from ...config.load import load_project
     from ...app.joinsettings import resolve_prepare
     from ...base.errors import Fail

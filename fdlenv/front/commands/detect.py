@@ -20,7 +20,10 @@ from ...base.output import emit
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    import argparse
+    from ..options import Args, Subparsers
+    from ...hw.model import Survey
+    from ...hw.routing import Route
+    from ...names.home import Home
 
 
 EPILOG = """examples:
@@ -32,7 +35,7 @@ EPILOG = """examples:
 """
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: Subparsers) -> None:
     import argparse
 
     from ..options import add_shape
@@ -49,7 +52,7 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: Args) -> int:
     from ...hw.survey import survey
     from ...app.libtorch import auto_route
 
@@ -65,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _home(given: str | None):
+def _home(given: str | None) -> Home | None:
     """The home `auto_route` reads realised variants from (`settings.resolve`); None when,
     with no fdl.yml above to move it, the home holds no pointer at all (os only: a GPU-less box
     with an empty home pays no pathlib for it)."""
@@ -80,7 +83,7 @@ def _home(given: str | None):
     return resolve(given).home
 
 
-def report(s, r) -> list[str]:
+def report(s: Survey, r: Route) -> list[str]:
     """The human table: devices (by the index `--devices` counts; the driver's own beside it
     where a mask renumbered one), findings, driver, choice."""
     lines = ["devices" + (" (from FLODL_TESTING_GPU_JSON)" if s.spoofed else "") + ":"]

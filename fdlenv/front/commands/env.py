@@ -17,7 +17,13 @@ from ...base.errors import Fail
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from ...names.home import Sweeper
+    from ..options import Args, Subparsers
+    import argparse
+    from typing import Any
+
+    from ...names.home import Home, Sweeper
+    from ...store.gc import GcPlan
+
 
 EPILOG = """examples:
   fdlenv env realize --libtorch cu128 --json
@@ -43,14 +49,14 @@ EXAMPLES = {
 }
 
 
-def _action(s, name: str, **kw):
+def _action(s: Subparsers, name: str, **kw: Any) -> argparse.ArgumentParser:   # kw: argparse's own
     import argparse
 
     return s.add_parser(name, epilog="examples:\n" + "".join(f"  {e}\n" for e in EXAMPLES[name]),
                         formatter_class=argparse.RawDescriptionHelpFormatter, **kw)
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: Subparsers) -> None:
     import argparse
 
     from ..options import add, add_shape, home_option, mirror_option, variant_option
@@ -108,7 +114,7 @@ def add_parser(sub) -> None:
     g.set_defaults(func=cmd_gc)
 
 
-def cmd_realize(args) -> int:
+def cmd_realize(args: Args) -> int:
     import os
 
     from ...hot import memo
@@ -146,12 +152,12 @@ def cmd_realize(args) -> int:
     return 0
 
 
-def _home(args):
+def _home(args: Args) -> Home:
     from ...app.settings import resolve
     return resolve(args.home).home
 
 
-def cmd_list(args) -> int:
+def cmd_list(args: Args) -> int:
     from ...store.maintain import listing
 
     envs = listing(_home(args))
@@ -172,7 +178,7 @@ def cmd_list(args) -> int:
     return 0
 
 
-def cmd_path(args) -> int:
+def cmd_path(args: Args) -> int:
     from ...names import variants
     from ...store.pointers import pointed_env
 
@@ -189,7 +195,7 @@ def cmd_path(args) -> int:
     return 0
 
 
-def cmd_use(args) -> int:
+def cmd_use(args: Args) -> int:
     from ..options import owns_process, store_ask
     from ...app.libtorch import settle
     from ...base.progress import say
@@ -206,7 +212,7 @@ def cmd_use(args) -> int:
     return 0
 
 
-def cmd_verify(args) -> int:
+def cmd_verify(args: Args) -> int:
     from ...names import variants
     from ...store.heal import repair
     from ...store.maintain import env_dirs, variant_of, verify
@@ -254,7 +260,7 @@ def cmd_verify(args) -> int:
     return 0
 
 
-def _verify_links(home, args) -> list[dict]:
+def _verify_links(home: Home, args: Args) -> list[dict[str, object]]:
     """flodl's pointers and the GC roots: absolute or dangling ones (an older fdlenv, a moved
     home) are reported, and rewritten relative with --repair."""
     from ...store.pointers import relink, stale_links
@@ -270,7 +276,7 @@ def _verify_links(home, args) -> list[dict]:
     return out
 
 
-def _verify_pointers(home, args) -> list[dict]:
+def _verify_pointers(home: Home, args: Args) -> list[dict[str, object]]:
     """flodl's pointer for a variant a root still keeps, gone (a deleted link): reported, and
     made again with --repair (`pointers.missing`)."""
     from ...store.pointers import link_variant, missing
@@ -299,7 +305,7 @@ def sweepers() -> tuple[Sweeper, ...]:
     return memo.SWEEPER, build.SWEEPER, walkthrough.SWEEPER, fetch.SWEEPER
 
 
-def cmd_gc(args) -> int:
+def cmd_gc(args: Args) -> int:
     from ...store.gc import collect
 
     plan, _ = collect(_home(args), dry_run=args.dry_run, sources=args.sources, sweeps=sweepers())
@@ -307,7 +313,7 @@ def cmd_gc(args) -> int:
     return 0
 
 
-def cmd_remove(args) -> int:
+def cmd_remove(args: Args) -> int:
     from ...names import variants
     from ...store.gc import collect
     from ...store.maintain import env_dirs, variant_of
@@ -323,7 +329,7 @@ def cmd_remove(args) -> int:
     return 0
 
 
-def _report_plan(args, plan, **extra) -> None:
+def _report_plan(args: Args, plan: GcPlan, **extra: list[str]) -> None:
     if args.json:
         emit(dict(plan.to_json(), dry_run=args.dry_run, **extra))
         return
@@ -335,8 +341,8 @@ def _report_plan(args, plan, **extra) -> None:
         print(f"  env {p}")
     for p, why in plan.other[:20]:
         print(f"  {p}: {why}")
-    for p in extra.get("still_in_use") or ():
-        print(f"  kept {p}: a running process still uses it (gc takes it once that ends)")
+    for kept in extra.get("still_in_use") or ():
+        print(f"  kept {kept}: a running process still uses it (gc takes it once that ends)")
     print(f"  kept envs (rooted, pointed at or in use): {plan.kept['envs'] / (1 << 20):.1f} MiB")
     if plan.kept["never_collected"]:
         print(f"  kept {', '.join(plan.kept['never_collected'])}: never collected")

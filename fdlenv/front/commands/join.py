@@ -12,6 +12,16 @@ import argparse
 
 from ..options import add_dial_flags, add_join_flags, join_flags, owns_process
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ..options import Args, Subparsers
+    from collections.abc import Callable
+
+    from ...app.prepare import Prepared
+    from ...config.model import JoinSettings
+    from ...join.loop import AttemptReport, Injected
+
+
 EPILOG = """examples:
   # one-shot, binary already on the box, controller reached directly
   fdlenv join ctrl.lan:1337 --bin ./target/release/train -- --epochs 10
@@ -39,7 +49,7 @@ exit codes: the agent's own code (one-shot; killed by a signal -> 1),
 """
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: Subparsers) -> None:
     p = sub.add_parser(
         "join", help="prepare this box and dial a flodl controller as a worker",
         description="Prepare this box (GPU gate, data, source, locked libtorch env, build), "
@@ -63,7 +73,7 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def real_prepare(settings, fork: bool = False):
+def real_prepare(settings: JoinSettings, fork: bool = False) -> Prepared:
     """Preparation through fdlenv.app.prepare (imported lazily: the heavy part)."""
     from ...app import prepare as mod
     from pathlib import Path
@@ -73,7 +83,7 @@ def real_prepare(settings, fork: bool = False):
     return mod.prepare(mod.request_from_settings(settings), Home(Path(settings.home)), fork=fork)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: Args) -> int:
     import functools
 
     from ...config.load import load_project
@@ -88,11 +98,14 @@ def run(args: argparse.Namespace) -> int:
             f"{settings.controller_port} (this box); name one as `fdlenv join HOST[:PORT]`, "
             "through a hop with --ssh, or in fdl.yml as `join: {controller: HOST:PORT}`")
     # The token file is read by the first attempt (a file not there yet: transient, re-dialed)
-    return run_join(check_given_bin(settings), functools.partial(real_prepare, fork=owns_process(args)),
-                    settle=read_chosen_file, **({"report": json_lines()} if args.json else {}))
+    checked = check_given_bin(settings)   # before --json takes stdout over: its failure is told there
+    deps: Injected = {"settle": read_chosen_file}
+    if args.json:   # `report` only under --json (a stand-in run_join may take no such argument)
+        deps["report"] = json_lines()
+    return run_join(checked, functools.partial(real_prepare, fork=owns_process(args)), **deps)
 
 
-def json_lines():
+def json_lines() -> Callable[[AttemptReport], None]:
     """`--json`: stdout carries only the attempts' objects, one line each, as written; what
     else would reach it (the agent's and its ranks' output, a build's) goes to stderr."""
     import os
@@ -104,6 +117,6 @@ def json_lines():
     out = os.dup(1)
     os.dup2(2, 1)
 
-    def report(obj: dict) -> None:
+    def report(obj: AttemptReport) -> None:
         os.write(out, (dumps({"schema": SCHEMA, **obj}) + "\n").encode())
     return report

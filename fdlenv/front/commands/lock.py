@@ -11,6 +11,11 @@ from ...base.output import emit
 from ..options import home_option, mirror_option
 from ...base.progress import say
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ..options import Args, Subparsers
+
+
 EPILOG = """examples:
   fdlenv lock --libtorch cu128                   # envs/cu128.yml -> conda-lock.yml (others kept)
   fdlenv lock --libtorch cu126                   # from PyTorch's index -> cu126.conda-lock.yml
@@ -39,7 +44,7 @@ cu128: __cuda 12.8, cu130: __cuda 13.0, __glibc baseline), never this machine's 
 """
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: Subparsers) -> None:
     p = sub.add_parser("lock", help="solve envs/<variant>.yml into a conda-lock v1 file",
                        description=__doc__, epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -69,7 +74,7 @@ def envs_dir(flag: str | None) -> Path:
     return Path(PACKAGE_DIR) / "data" / "envs"
 
 
-def run(args) -> int:
+def run(args: Args) -> int:
     from ...lock import check_locks, lock_envs
     from ...app.settings import resolve
 

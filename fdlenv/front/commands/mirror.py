@@ -8,6 +8,11 @@ import argparse
 
 from ..options import home_option, mirror_option
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ..options import Args, Subparsers
+
+
 EPILOG = """examples:
   fdlenv mirror export /srv/fdlenv-mirror                      # every variant of every lock in view
   fdlenv mirror export --libtorch cu128 --libtorch rocm7.1 /srv/fdlenv-mirror
@@ -25,7 +30,7 @@ source tree's, the home's on-demand ones, the shipped one; docs/LOCK.md).
 """
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: Subparsers) -> None:
     p = sub.add_parser("mirror", help="export the locked files as a static mirror",
                        description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     what = p.add_subparsers(dest="what", metavar="WHAT")
@@ -43,7 +48,7 @@ def add_parser(sub) -> None:
     ex.set_defaults(func=run)
 
 
-def run(args) -> int:
+def run(args: Args) -> int:
     from pathlib import Path
 
     from ...names import variants

@@ -9,6 +9,11 @@ import dataclasses
 
 from ..options import home_option
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ..options import Args, Subparsers
+
+
 EPILOG = """examples:
   fdlenv pack libtorch --libtorch cu128 --from libtorch-shared-with-deps-2.10.0+cu128.zip
   fdlenv pack libtorch --libtorch cpu --from torch-2.10.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl
@@ -22,7 +27,7 @@ $FLODL_HOME/channels/flodl, which env files name as `flodl`.
 """
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: Subparsers) -> None:
     p = sub.add_parser("pack", help="repackage PyTorch artifacts as conda packages",
                        description=__doc__, epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -44,7 +49,7 @@ def add_parser(sub) -> None:
     lt.set_defaults(func=run)
 
 
-def run(args) -> int:
+def run(args: Args) -> int:
     from pathlib import Path
 
     from ...pack.libtorch import pack_libtorch

@@ -17,6 +17,11 @@ from ...base.errors import Fail
 from ...base.progress import note
 from ..options import add_join_flags, join_flags, owns_process
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ..options import Args, Subparsers
+
+
 EPILOG = """examples:
   # bake a ROCm 7.1 image on a CPU-only builder: realise the env, build the binary
   fdlenv prepare --libtorch rocm7.1 --source git+https://git.example/me/train#v3 --json
@@ -36,7 +41,7 @@ exit codes: 0 prepared, 1 transient (retrying may help), 2 permanent.
 """
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: Subparsers) -> None:
     p = sub.add_parser(
         "prepare", help="prepare this box like join does, without dialing (image baking)",
         description="Run join's preparation steps in order: GPU gate (with --gpu-gate), dataset "
@@ -53,7 +58,7 @@ def _note(message: str) -> None:
     note("prepare", message)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: Args) -> int:
     from ...config.load import load_project
     from ...app.joinsettings import check_given_bin, resolve_prepare
     from ...app.prepare import prepare_saying, request_from_settings

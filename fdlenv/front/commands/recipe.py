@@ -10,6 +10,11 @@ import argparse
 import os
 import sys
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ..options import Args, Subparsers
+
+
 EPILOG = """examples:
   fdlenv recipe systemd --user flodl --workdir /srv/flodl \\
       --token-file /etc/fdlenv/token > /etc/systemd/system/fdlenv-join.service
@@ -38,7 +43,7 @@ def _common(s: argparse.ArgumentParser, workdir: str, home: str) -> None:
                         "`-- --data-source` or fdl.yml's join.data_source)")
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: Subparsers) -> None:
     p = sub.add_parser("recipe", help="print deployment recipes (systemd unit, cloud-init)",
                        description="Print a deployment recipe for `fdlenv join` on stdout.",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -70,7 +75,7 @@ def add_parser(sub) -> None:
     c.set_defaults(func=run_cloud_init)
 
 
-def run_systemd(args: argparse.Namespace) -> int:
+def run_systemd(args: Args) -> int:
     from ...base.progress import say
     from ...recipes import plan
     from ...recipes.systemd import (check_name, check_path, invoking_user, start_command,
@@ -104,7 +109,7 @@ def run_systemd(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_cloud_init(args: argparse.Namespace) -> int:
+def run_cloud_init(args: Args) -> int:
     from ...config.token import read_token_file
     from ...base.progress import say
     from ...recipes import plan

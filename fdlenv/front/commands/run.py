@@ -19,6 +19,11 @@ from ...base.output import fail
 
 from ...base.errors import Fail
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ..options import Args, Subparsers
+
+
 EPILOG = """examples:
   fdlenv run --libtorch cu128 --lock conda-lock.yml -- cargo build --release
   fdlenv run --libtorch cu128 ./target/release/train --epochs 3   # built into target/fdlenv-cu128/: run from there
@@ -28,7 +33,7 @@ EPILOG = """examples:
 INTERRUPTED = 130   # Ctrl-C before CMD started (127 and 126: hot.replay.exec_in)
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: Subparsers) -> None:
     import argparse
 
     from ..options import add_shape
@@ -42,7 +47,7 @@ def add_parser(sub) -> None:
     p.set_defaults(func=cmd_run)
 
 
-def cmd_run(args) -> int:
+def cmd_run(args: Args) -> int:
     from ..table import command_of
 
     argv = command_of(args.command, args.tail)
@@ -54,7 +59,7 @@ def cmd_run(args) -> int:
         return fail("run: interrupted", INTERRUPTED)
 
 
-def _run(args, argv: list[str]) -> int:
+def _run(args: Args, argv: list[str]) -> int:
     import os
 
     from ...hot import memo

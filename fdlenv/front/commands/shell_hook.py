@@ -29,6 +29,11 @@ from ...base.output import emit
 
 import os
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ..options import Args, Subparsers
+
+
 EPILOG = """examples:
   eval "$(fdlenv shell-hook --libtorch cu128)"
   fdlenv shell-hook --shell fish --libtorch cpu | source
@@ -37,7 +42,7 @@ EPILOG = """examples:
 """
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: Subparsers) -> None:
     import argparse
 
     from ..options import add_shape
@@ -49,14 +54,14 @@ def add_parser(sub) -> None:
     p.set_defaults(func=cmd_shell_hook)
 
 
-def cmd_shell_hook(args) -> int:
+def cmd_shell_hook(args: Args) -> int:
     from ...hot import memo
     from ...base.progress import say
     from ...base.shells import render
     from ...store.activation import STATE, environ_for, restored, shell_state
 
     base = dict(os.environ)
-    about: dict = {}
+    about: dict[str, object] = {}
     if args.deactivate:
         target = restored(base)
     else:

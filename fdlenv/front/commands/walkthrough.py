@@ -8,6 +8,11 @@ import argparse
 
 from ..options import home_option, mirror_option
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ..options import Args, Subparsers
+
+
 EPILOG = """examples:
   fdlenv walkthrough                      # in $FLODL_HOME (default ~/.flodl)
   fdlenv walkthrough --home ./fdlenv-demo --json
@@ -21,7 +26,7 @@ A second run reuses the env and the build and takes a couple of seconds.
 """
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: Subparsers) -> None:
     p = sub.add_parser("walkthrough", help="the end-to-end tour on the shipped cu128 lock, timed",
                        description=__doc__, epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -33,7 +38,7 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def run(args) -> int:
+def run(args: Args) -> int:
     from pathlib import Path
 
     from ..options import owns_process

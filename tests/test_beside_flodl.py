@@ -19,6 +19,8 @@ from helpers_store import fdlenv, make_world
 
 from fdlenv.join.spec import decode
 
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
+
 STANDIN = str(Path(__file__).resolve().parent / "join_standin.py")
 ONE_GPU = '[{"vendor": "nvidia", "arch": "8.6"}]'
 

@@ -29,6 +29,8 @@ from fdlenv.base import output
 from fdlenv.front import cli
 from helpers_pytorch_index import serve
 
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
+
 BUDGET = settings(max_examples=int(os.environ.get("FDLENV_FUZZ_EXAMPLES", "40")), deadline=None,
                   suppress_health_check=list(HealthCheck), database=None)
 

@@ -16,6 +16,8 @@ from helpers_store import fdlenv, make_world, visible_envs
 
 from fdlenv.lock import lock_envs
 
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
+
 SITE = f"lib/python{sys.version_info[0]}.{sys.version_info[1]}/site-packages"
 
 

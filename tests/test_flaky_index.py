@@ -22,6 +22,8 @@ from helpers_store import fdlenv
 
 from fdlenv.base import netconf, netread
 
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
+
 
 @pytest.fixture
 def index(tmp_path):

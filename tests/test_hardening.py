@@ -26,6 +26,8 @@ from fdlenv.base.errors import Fail
 from fdlenv.names.home import Home
 from fdlenv.lock import lock_envs
 
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
+
 
 def one_error_line(res: subprocess.CompletedProcess, code: int, *needles: str) -> str:
     """The command failed with `code` and said so in exactly one `error:` line, no traceback."""

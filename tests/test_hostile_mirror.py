@@ -26,6 +26,8 @@ from fdlenv.base.errors import Fail
 from fdlenv.names.home import Home
 from fdlenv.lock import lock_envs
 
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
+
 
 class Faulty(http.server.SimpleHTTPRequestHandler):
     """Static files, except the torch wheel, served as `mode` says."""

@@ -26,6 +26,8 @@ from fdlenv.join.sshplan import HopPlan, parse_jump, plan_hop
 from fdlenv.join.tunnel import open_tunnel
 from sshd import free_port, sshd_available, start_sshd
 
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
+
 
 @pytest.fixture(scope="module")
 def chain(tmp_path_factory):

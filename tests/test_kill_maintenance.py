@@ -24,6 +24,8 @@ from fdlenv.names.home import Home
 from fdlenv.lock import lock_envs
 from fdlenv.store.maintain import env_dirs, verify
 
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
+
 # Kill moments spread over each operation: 5 in the suite, FDLENV_KILL_TRIALS=N for a longer hunt.
 TRIALS = max(5, int(os.environ.get("FDLENV_KILL_TRIALS", "5")))
 

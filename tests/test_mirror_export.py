@@ -23,6 +23,8 @@ from helpers_store import fdlenv, make_world
 
 from fdlenv.lock.file import holds, read_variant
 
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

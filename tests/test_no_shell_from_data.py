@@ -13,6 +13,8 @@ from helpers_store import fdlenv, make_world
 
 from fdlenv.names.home import Home
 
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
+
 
 @pytest.mark.parametrize("odd", ['h$(touch "$MARK")x', "h`touch $MARK`x", 'h"quote', "h$HOME"])
 def test_a_home_path_a_shell_would_expand_activates_as_the_literal_path(tmp_path, odd):

@@ -8,6 +8,8 @@ import json
 import pytest
 from helpers_store import fdlenv
 
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
+
 
 @pytest.mark.parametrize("args, code", [
     (["env", "path", "--libtorch", "cu128", "--json"], 2),               # not realised

@@ -18,6 +18,8 @@ from fdlenv.source import manifest
 from fdlenv.store import health
 from fdlenv.source.manifest import RunManifest
 
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
+
 RECIPE = ('mkdir -p target/release && '
           'printf "%s|%s" "$LIBTORCH_PATH" "$FDL_GPU_FEATURE" > target/release/train')
 HEAVY = ("rattler", "conda_lock", "yaml", "filelock", "git", "paramiko", "pynvml", "amdsmi")

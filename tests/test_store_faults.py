@@ -19,6 +19,8 @@ from helpers_store import fdlenv, make_world, variant_pkg, visible_envs
 from fdlenv.lock import lock_envs
 from fdlenv.store.maintain import verify
 
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
+
 
 def _realise(w, *extra, home=None):
     return fdlenv("env", "realize", "--libtorch", "cpu", "--lock", str(w.lock),

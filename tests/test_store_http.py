@@ -18,6 +18,8 @@ from helpers_store import fdlenv, make_world, variant_pkg
 from fdlenv.lock import lock_envs
 from fdlenv.pack.condapkg import write_conda
 
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
+
 
 @pytest.fixture
 def served(tmp_path):

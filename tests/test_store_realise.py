@@ -18,6 +18,8 @@ from fdlenv.names.platforms import this_platform
 from fdlenv.lock.file import read_variant
 from fdlenv.store.realise import realise
 
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
+
 
 def test_realise_installs_links_rewrites_and_publishes(tmp_path):
     w = make_world(tmp_path, wheel=True)

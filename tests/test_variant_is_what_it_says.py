@@ -25,6 +25,8 @@ from fdlenv.names.home import Home
 from fdlenv.lock.ondemand import _env_file, write
 from fdlenv.lock.file import read_variant
 
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
+
 
 @pytest.fixture(scope="module")
 def index(tmp_path_factory):

@@ -21,6 +21,8 @@ from helpers_pytorch_index import serve
 from helpers_store import fdlenv
 from sshd import free_port
 
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
+
 STANDIN = str(Path(__file__).resolve().parent / "join_standin.py")
 NO_GPU = "[]"
 GTX1080 = json.dumps([{"vendor": "nvidia", "arch": "6.1", "vram_mb": 8192, "name": "GTX 1080"}])

@@ -23,6 +23,8 @@ from fdlenv.names.home import Home
 from fdlenv.lock import lock_envs
 from fdlenv.lock.paths import split_path
 
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
+
 
 def locked_world(tmp_path, wheels):
     """An index of `wheels`, a cu128 env file naming torch, and its lock: (home, lock, index URL, envs)."""

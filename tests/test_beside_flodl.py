@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers_store import fdlenv, make_world
+from helpers_cli import fdlenv
+from helpers_store import make_world
 
 from fdlenv.join.spec import decode
 

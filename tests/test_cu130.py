@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from helpers_conda import make_wheel
 from helpers_pytorch_index import PYDEPS, TORCH, Index, _torch_files, cu130_project_env, lay_out, serve
-from helpers_store import fdlenv
+from helpers_cli import fdlenv
 
 from fdlenv.base.errors import Fail
 from fdlenv.hw.model import NVIDIA, Device, Survey

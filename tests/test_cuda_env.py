@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from helpers_conda import make_wheel, write_env
-from helpers_store import fdlenv
+from helpers_cli import fdlenv
 from helpers_wheels import make_index
 
 from fdlenv.names.home import Home

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from helpers_conda import Pkg, make_channel, make_wheel, write_env
-from helpers_store import fdlenv, make_world, visible_envs
+from helpers_cli import fdlenv
+from helpers_store import make_world, visible_envs
 
 from fdlenv.lock import lock_envs
 

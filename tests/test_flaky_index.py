@@ -18,7 +18,7 @@ import time
 
 import pytest
 from helpers_pytorch_index import serve
-from helpers_store import fdlenv
+from helpers_cli import fdlenv
 
 from fdlenv.base import netconf, netread
 

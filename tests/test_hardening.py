@@ -16,7 +16,8 @@ import zipfile
 import pytest
 import yaml
 from helpers_conda import Pkg, write_env
-from helpers_store import fdlenv, make_world, realise_json, visible_envs
+from helpers_cli import fdlenv
+from helpers_store import make_world, realise_json, visible_envs
 from test_join_loop import _gone
 from test_store_faults import tmpfs
 

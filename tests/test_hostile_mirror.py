@@ -18,7 +18,7 @@ import time
 import zipfile
 
 import pytest
-from helpers_store import fdlenv
+from helpers_cli import fdlenv
 from helpers_wheels import make_index, make_wheels, sha256, write_wheel_env
 
 from fdlenv.base import netread

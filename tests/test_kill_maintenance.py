@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 from helpers_conda import make_wheel, write_env
-from helpers_store import fdlenv, make_world
+from helpers_cli import fdlenv
+from helpers_store import make_world
 
 from fdlenv.names.home import Home
 from fdlenv.lock import lock_envs

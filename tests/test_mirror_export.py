@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 from helpers_pytorch_index import serve
-from helpers_store import fdlenv, make_world
+from helpers_cli import fdlenv
+from helpers_store import make_world
 
 from fdlenv.lock.file import holds, read_variant
 

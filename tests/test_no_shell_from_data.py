@@ -9,7 +9,8 @@ import os
 import subprocess
 
 import pytest
-from helpers_store import fdlenv, make_world
+from helpers_cli import fdlenv
+from helpers_store import make_world
 
 from fdlenv.names.home import Home
 

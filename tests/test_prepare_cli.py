@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 from helpers_source import wait_out_racy_window, write_tree
-from helpers_store import fdlenv, make_world
+from helpers_cli import fdlenv
+from helpers_store import make_world
 
 from fdlenv.source import manifest
 from fdlenv.store import health

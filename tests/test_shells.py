@@ -19,7 +19,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers_store import fdlenv, make_world, realise_json
+from helpers_cli import fdlenv
+from helpers_store import make_world, realise_json
 
 from fdlenv.base.flocks import exclusive
 from fdlenv.store.leases import store_lock

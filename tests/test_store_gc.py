@@ -8,7 +8,8 @@ import json
 import os
 from pathlib import Path
 
-from helpers_store import fdlenv, make_world, realise_json
+from helpers_cli import fdlenv
+from helpers_store import make_world, realise_json
 
 from fdlenv.store import leases
 

@@ -10,7 +10,8 @@ import pytest
 from conda_lock.lockfile import parse_conda_lock_file
 from helpers_conda import Pkg, make_channel
 from helpers_imports import imported, of_fdlenv
-from helpers_store import bump_variant, fdlenv, make_world, realise_json
+from helpers_cli import fdlenv
+from helpers_store import bump_variant, make_world, realise_json
 
 from fdlenv.base.errors import Fail
 from fdlenv.lock import lock_envs

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from helpers_conda import make_wheel
 from helpers_pytorch_index import PYDEPS, TORCH, Index, _torch_files, build, lay_out, serve
-from helpers_store import fdlenv
+from helpers_cli import fdlenv
 
 from fdlenv.names.home import Home
 from fdlenv.lock.ondemand import _env_file, write

@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from helpers_store import fdlenv
+from helpers_cli import fdlenv
 from helpers_wheels import CLOSURE, Pipe, make_index, make_wheels, sha256, write_wheel_env
 
 from fdlenv.names.home import Home

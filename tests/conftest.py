@@ -10,7 +10,8 @@
   silently. Tests that are optional by design carry `@pytest.mark.optional`
   (the 3.9 GB real-wheel walk-through, opt-in with FDLENV_REAL_WHEELS=1).
 - The fast loop: `python -m pytest -n auto -q -m "not slow"` leaves out the
-  end-to-end tests marked `slow` (a regular install, real processes racing).
+  end-to-end tests, each marked `slow` where it is defined; collection fails on a test that
+  does what only an end-to-end test does (`END_TO_END_CALLS`) without the mark.
 """
 
 from __future__ import annotations
@@ -82,24 +83,38 @@ def pytest_sessionfinish(session, exitstatus):
         shutil.rmtree(own, ignore_errors=True)
 
 
-# Modules that drive fdlenv end to end (real installs into a home, servers, killed processes,
-# regular installs): every test in them is `slow`, so the fast loop (`-m "not slow"`) runs the
-# unit-level tests only. A test elsewhere marks itself `@pytest.mark.slow`.
-END_TO_END = frozenset({
-    "test_bake_then_auto", "test_beside_flodl", "test_build_keys", "test_cloud_init_boot", "test_cuda_env",
-    "test_deadlines", "test_env_confinement", "test_flaky_index", "test_fuzz_inputs", "test_hardening", "test_harness",
-    "test_hostile_mirror", "test_hotpath", "test_join_jump", "test_kill_maintenance", "test_lock_on_demand",
-    "test_lock_shipped", "test_mirror_export", "test_mirror_lag", "test_no_shell_from_data", "test_output",
-    "test_prepare_cli", "test_private_index", "test_readonly_home", "test_shells", "test_source_fetch", "test_stated_sizes", "test_store_faults", "test_store_gc", "test_variant_is_what_it_says",
-    "test_store_http", "test_store_leases", "test_store_maintain", "test_store_realise", "test_variant_trees",
-    "test_walkthrough", "test_what_the_box_has", "test_wheels_store", "test_heal", "test_broken_records",
-})
+# What only an end-to-end test does: a regular install of fdlenv's own wheel, the join harness
+# (a controller and agent around a real `fdlenv join`). A test that does one of them, or a
+# fixture of its own module that it uses, must carry `slow` where it is defined (its module's
+# `pytestmark = pytest.mark.slow`, or `@pytest.mark.slow`); unmarked, collection fails, so the
+# fast loop (`-m "not slow"`) cannot drift into end-to-end runs.
+END_TO_END_CALLS = ("install_wheel(", "fdlenv_wheel(", "join_harness", "JoinHarness")
+
+
+def _end_to_end_call(item) -> str | None:
+    import inspect
+
+    funcs = [getattr(item, "function", None)]
+    fixtures = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    funcs += [d.func for defs in fixtures.values() for d in defs   # its module's own fixtures (the shared
+              if getattr(d.func, "__module__", None) == item.module.__name__]   # sshd is fast by itself)
+    for fn in funcs:
+        try:
+            src = inspect.getsource(fn)
+        except (OSError, TypeError):
+            continue
+        hit = next((c for c in END_TO_END_CALLS if c in src), None)
+        if hit:
+            return f"{fn.__name__} calls {hit.rstrip('(')}"
+    return None
 
 
 def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if item.module is not None and item.module.__name__ in END_TO_END:
-            item.add_marker(pytest.mark.slow)
+    unmarked = [f"{item.nodeid}: {why}" for item in items if item.get_closest_marker("slow") is None
+                and (why := _end_to_end_call(item))]
+    if unmarked:
+        raise pytest.UsageError("end-to-end tests not marked slow (mark them where they are defined):\n  "
+                                + "\n  ".join(unmarked))
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -41,6 +41,15 @@ PYDEPS = ('filelock', 'typing-extensions>=4.10.0', 'sympy>=1.13.3', 'networkx>=2
           'setuptools; python_version >= "3.12"')
 
 
+def cu130_project_env(name: str) -> str:
+    """A project's env file pinning PyPI's torch 2.11.0 (the CUDA 13.0 build) and the toolkit
+    wheels of its runtime's version, which make the env a toolkit: the fake index serves them
+    (test_cu130), and so does PyPI (test_real_cu130)."""
+    return (f"name: {name}\nplatforms: [linux-64]\npip-index: pypi\ndependencies:\n  - pip:\n"
+            "      - torch ==2.11.0\n      - nvidia-cuda-nvcc ==13.0.88\n      - nvidia-cuda-crt ==13.0.88\n"
+            "      - nvidia-nvvm ==13.0.88\n      - nvidia-cuda-cccl ==13.0.85\n")
+
+
 def _torch_files(variant: str, extra: dict | None = None) -> dict:
     return {"lib/libtorch.so": f"libtorch {variant}", "lib/libc10.so": "c10", "include/torch/torch.h": "// torch",
             "share/cmake/Torch/TorchConfig.cmake": "# cmake", "__init__.py": "",

@@ -10,12 +10,10 @@ models). Nothing in a lock is written by hand.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from helpers_cli import fdlenv
 from helpers_conda import PLACEHOLDER, Pkg, make_channel, make_wheel, write_env
 
 from fdlenv.names.home import Home
@@ -69,15 +67,6 @@ def bump_variant(world: World, variant: str = "cpu", payload: bytes = b"cpu-v2")
     """A new build of the variant's package in the channel, and the lock re-solved onto it."""
     make_channel(world.home.channel, [variant_pkg(variant, payload=payload, build_number=1)])
     lock_envs(world.envs, world.lock, home=world.home)
-
-
-def fdlenv(*args: str, env: dict | None = None, check: bool = False, **kw) -> subprocess.CompletedProcess:
-    """Run the CLI as a user would, in a child process."""
-    res = subprocess.run([sys.executable, "-m", "fdlenv", *args], capture_output=True, text=True,
-                         env={**os.environ, **(env or {})}, **kw)
-    if check and res.returncode != 0:
-        raise AssertionError(f"fdlenv {' '.join(args)} -> {res.returncode}\n{res.stderr}")
-    return res
 
 
 def realise_json(world: World, variant: str = "cpu", *extra: str) -> dict:

@@ -56,6 +56,42 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@contextlib.contextmanager
+def loopback_controller(handle, *, threaded: bool = False):
+    """A listener on 127.0.0.1 standing for flodl's controller, for tunnels to reach: each client
+    is handed to `handle(conn)` (in a thread of its own when `threaded`, so one held connection
+    never blocks the next) and closed after; an OSError from a client (the tunnel's readiness
+    check drops its connection at once) ends only that client. Yields the port and the list of
+    accepted connections; the listener closes on exit."""
+    import threading
+
+    srv = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+
+    def one(c: socket.socket) -> None:
+        with c:
+            with contextlib.suppress(OSError):
+                handle(c)
+
+    def serve() -> None:
+        while True:
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                return
+            accepted.append(c)
+            if threaded:
+                threading.Thread(target=one, args=(c,), daemon=True).start()
+            else:
+                one(c)
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield srv.getsockname()[1], accepted
+    finally:
+        srv.close()
+
+
 @dataclass
 class Sshd:
     host: str

@@ -19,6 +19,8 @@ import pytest
 from helpers_pytorch_index import serve
 from sshd import free_port
 
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
+
 STANDIN = str(Path(__file__).resolve().parent / "join_standin.py")
 MI300X = json.dumps([{"vendor": "amd", "arch": "gfx942", "vram_mb": 196000, "name": "MI300X"}])
 LINE = "auto: rocm7.1 (realised; routing would pick rocm7.0: host ROCm unknown)"

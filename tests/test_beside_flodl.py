@@ -15,9 +15,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers_store import fdlenv, make_world
+from helpers_cli import fdlenv
+from helpers_store import make_world
 
 from fdlenv.join.spec import decode
+
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
 
 STANDIN = str(Path(__file__).resolve().parent / "join_standin.py")
 ONE_GPU = '[{"vendor": "nvidia", "arch": "8.6"}]'

@@ -18,7 +18,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,7 +26,10 @@ from hypothesis import strategies as st
 
 from fdlenv.base import output
 from fdlenv.front import cli
+from helpers_cli import fdlenv
 from helpers_pytorch_index import serve
+
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
 
 BUDGET = settings(max_examples=int(os.environ.get("FDLENV_FUZZ_EXAMPLES", "40")), deadline=None,
                   suppress_health_check=list(HealthCheck), database=None)
@@ -39,20 +41,15 @@ def index(tmp_path_factory):
         yield idx
 
 
-def fdlenv(home: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "fdlenv", *args], capture_output=True, text=True, timeout=300,
-                          cwd=home.parent, env={**os.environ, "FLODL_HOME": str(home), **(env or {})})
-
-
 def make_home(root: Path, url: str) -> Path:
     """cpu and rocm7.1 realised, each run once (its lease file) and hooked twice (its memo)."""
     home = root / "home"
     for v in ("cpu", "rocm7.1"):
-        r = fdlenv(home, "env", "realize", v, "--mirror", f"pytorch={url}")
+        r = fdlenv("env", "realize", v, "--mirror", f"pytorch={url}", home=home, timeout=300)
         assert r.returncode == 0, r.stderr
     for _ in range(2):
-        assert fdlenv(home, "run", "--libtorch", "cpu", "true").returncode == 0
-        assert fdlenv(home, "shell-hook", "--libtorch", "cpu").returncode == 0
+        assert fdlenv("run", "--libtorch", "cpu", "true", home=home, timeout=300).returncode == 0
+        assert fdlenv("shell-hook", "--libtorch", "cpu", home=home, timeout=300).returncode == 0
     return home
 
 
@@ -94,41 +91,41 @@ def damage(path: Path, how) -> None:
 def test_a_broken_manifest_is_one_damaged_env_and_every_command_goes_on(home, index, how):
     env = cpu_env(home)
     damage(env / ".fdlenv" / "manifest.json", how)
-    listed = fdlenv(home, "env", "list")
+    listed = fdlenv("env", "list", home=home, timeout=300)
     clean(listed)
     assert listed.returncode == 0
     rows = {ln.split()[0]: ln for ln in listed.stdout.splitlines()[1:]}
     assert "DAMAGED" in rows["cpu"] and "DAMAGED" not in rows["rocm7.1"], listed.stdout
     assert f"{env.name} is damaged (its manifest: " in listed.stderr
-    verify = fdlenv(home, "env", "verify")
+    verify = fdlenv("env", "verify", home=home, timeout=300)
     clean(verify)
     assert verify.returncode == 2 and f"FAILED   {env}" in verify.stdout and ".fdlenv/manifest.json" in verify.stdout
     for argv in (["env", "gc", "--dry-run"], ["env", "remove", "cpu", "--dry-run"],
                  ["shell-hook", "--libtorch", "rocm7.1"], ["run", "--libtorch", "rocm7.1", "true"]):
-        r = fdlenv(home, *argv)
+        r = fdlenv(*argv, home=home, timeout=300)
         clean(r)
         assert r.returncode == 0, (argv, r.stderr)
-    other = fdlenv(home, "env", "realize", "rocm7.1", "--mirror", f"pytorch={index.url}")
+    other = fdlenv("env", "realize", "rocm7.1", "--mirror", f"pytorch={index.url}", home=home, timeout=300)
     clean(other)
     assert other.returncode == 0, other.stderr
-    again = fdlenv(home, "env", "realize", "cpu", "--mirror", f"pytorch={index.url}")
+    again = fdlenv("env", "realize", "cpu", "--mirror", f"pytorch={index.url}", home=home, timeout=300)
     clean(again)
     assert again.returncode == 0 and again.stdout.startswith(f"cpu: {env}"), again.stderr
-    assert fdlenv(home, "env", "verify").returncode == 0, "the fresh realise made it whole"
+    assert fdlenv("env", "verify", home=home, timeout=300).returncode == 0, "the fresh realise made it whole"
 
 
 def test_verify_repair_removes_an_env_whose_manifest_is_damaged_and_gc_or_remove_take_it(home, index):
     env = cpu_env(home)
-    assert fdlenv(home, "env", "use", "cpu").returncode == 0
+    assert fdlenv("env", "use", "cpu", home=home, timeout=300).returncode == 0
     damage(env / ".fdlenv" / "manifest.json", b"")
-    fixed = fdlenv(home, "env", "verify", "--repair")
+    fixed = fdlenv("env", "verify", "--repair", home=home, timeout=300)
     clean(fixed)
     assert fixed.returncode == 0 and f"removed  {env}" in fixed.stdout, fixed.stdout + fixed.stderr
     assert not env.exists() and (home / "libtorch" / ".active").read_text() == ""
     assert not os.path.lexists(home / "libtorch" / "precompiled" / "cpu")
-    assert fdlenv(home, "env", "realize", "cpu", "--mirror", f"pytorch={index.url}").returncode == 0
+    assert fdlenv("env", "realize", "cpu", "--mirror", f"pytorch={index.url}", home=home, timeout=300).returncode == 0
     damage(env / ".fdlenv" / "manifest.json", b"null")
-    removed = fdlenv(home, "env", "remove", "cpu")
+    removed = fdlenv("env", "remove", "cpu", home=home, timeout=300)
     clean(removed)
     assert removed.returncode == 0 and f"env {env}" in removed.stdout and not env.exists(), removed.stdout
 

@@ -18,6 +18,8 @@ import pytest
 from helpers_source import needs_git, needs_rsync
 from helpers_store import make_world
 
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
+
 RECIPE = 'echo run >> "$COUNT" && cc -o app main.c && mkdir -p build && cp app build/app.copy'
 
 

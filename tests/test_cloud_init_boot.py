@@ -25,6 +25,8 @@ from helpers_wheels import make_index, make_wheels, write_wheel_env
 from fdlenv.names.home import Home
 from fdlenv.lock import lock_envs
 
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
+
 USER = "flodl"
 
 

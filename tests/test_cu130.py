@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 from helpers_conda import make_wheel
-from helpers_pytorch_index import PYDEPS, TORCH, Index, _torch_files, lay_out, serve
-from helpers_store import fdlenv
+from helpers_pytorch_index import PYDEPS, TORCH, Index, _torch_files, cu130_project_env, lay_out, serve
+from helpers_cli import fdlenv
 
 from fdlenv.base.errors import Fail
 from fdlenv.hw.model import NVIDIA, Device, Survey
@@ -212,26 +212,17 @@ def test_cu130_from_an_index_serving_a_cu12_torch_is_refused_and_nothing_is_lock
     assert not list((tmp_path / "h").glob("lockfiles/cu130*"))
 
 
-PROJECT_ENV = """\
-name: project-cu130
-platforms: [linux-64]
-pip-index: pypi
-dependencies:
-  - pip:
-      - torch ==2.11.0
-      - nvidia-cuda-nvcc ==13.0.88
-      - nvidia-cuda-crt ==13.0.88
-      - nvidia-nvvm ==13.0.88
-      - nvidia-cuda-cccl ==13.0.85
-"""
+def lock_project(tmp_path: Path, index, variant: str):
+    """`fdlenv lock` of the project's env file (PyPI's torch 2.11.0, cu130) for `variant`."""
+    (tmp_path / "envs").mkdir()
+    (tmp_path / "envs" / f"{variant}.yml").write_text(cu130_project_env("project-cu130"))
+    return fdlenv("lock", "--libtorch", variant, "--envs", "envs", "--mirror", f"pypi={index.simple}",
+                  "--out", "conda-lock.yml", "--home", str(tmp_path / "h"), cwd=tmp_path)
 
 
 @pytest.mark.slow
 def test_a_projects_env_file_pinning_pypis_torch_2_11_for_cu130_locks_and_realises_the_same_way(tmp_path, index):
-    (tmp_path / "envs").mkdir()
-    (tmp_path / "envs" / "cu130.yml").write_text(PROJECT_ENV)
-    locked = fdlenv("lock", "--libtorch", "cu130", "--envs", "envs", "--mirror", f"pypi={index.simple}",
-                    "--out", "conda-lock.yml", "--home", str(tmp_path / "h"), cwd=tmp_path)
+    locked = lock_project(tmp_path, index, "cu130")
     assert locked.returncode == 0, locked.stderr
     text = (tmp_path / "conda-lock.yml").read_text()
     assert "torch-2.11.0-cp312" in text and "nvidia_cuda_runtime-13.0.96" in text   # cuda-toolkit's extras, walked
@@ -248,10 +239,7 @@ def test_a_projects_env_file_pinning_pypis_torch_2_11_for_cu130_locks_and_realis
 
 @pytest.mark.slow
 def test_a_projects_env_file_pinning_pypis_torch_2_11_for_cu128_is_refused_as_the_cuda_13_build(tmp_path, index):
-    (tmp_path / "envs").mkdir()
-    (tmp_path / "envs" / "cu128.yml").write_text(PROJECT_ENV)
-    res = fdlenv("lock", "--libtorch", "cu128", "--envs", "envs", "--mirror", f"pypi={index.simple}",
-                 "--out", "conda-lock.yml", "--home", str(tmp_path / "h"), cwd=tmp_path)
+    res = lock_project(tmp_path, index, "cu128")
     errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
     assert res.returncode == 2 and len(errors) == 1, res.stderr
     assert "the CUDA 13.0 build (torch 2.11.0, requiring cuda-toolkit" in errors[0]

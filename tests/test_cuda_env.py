@@ -22,12 +22,14 @@ from pathlib import Path
 
 import pytest
 from helpers_conda import make_wheel, write_env
-from helpers_store import fdlenv
+from helpers_cli import fdlenv
 from helpers_wheels import make_index
 
 from fdlenv.names.home import Home
 from fdlenv.lock import lock_envs
 from fdlenv.store.activation import host_rocm_lib
+
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
 
 NATIVE = "py3-none-manylinux2014_x86_64"
 C_DECL = '#ifdef __cplusplus\nextern "C" {{\n#endif\n{}\n#ifdef __cplusplus\n}}\n#endif\n'

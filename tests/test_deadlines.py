@@ -21,6 +21,8 @@ import pytest
 
 from fdlenv.base import flocks
 
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
+
 MARGIN = 15.0     # seconds past the deadline a realise may take to start, fail and exit
 
 

@@ -12,9 +12,12 @@ from pathlib import Path
 import pytest
 
 from helpers_conda import Pkg, make_channel, make_wheel, write_env
-from helpers_store import fdlenv, make_world, visible_envs
+from helpers_cli import fdlenv
+from helpers_store import make_world, visible_envs
 
 from fdlenv.lock import lock_envs
+
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
 
 SITE = f"lib/python{sys.version_info[0]}.{sys.version_info[1]}/site-packages"
 

@@ -18,9 +18,11 @@ import time
 
 import pytest
 from helpers_pytorch_index import serve
-from helpers_store import fdlenv
+from helpers_cli import fdlenv
 
 from fdlenv.base import netconf, netread
+
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
 
 
 @pytest.fixture

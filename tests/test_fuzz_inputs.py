@@ -23,6 +23,8 @@ from fdlenv.base.errors import Fail
 from fdlenv.store import activation, streamzip, wheelfile
 from fdlenv.lock.file import Record, read_variant
 
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
+
 # 60 examples per reader in the suite; FDLENV_FUZZ_EXAMPLES=N for a longer hunt.
 BUDGET = settings(max_examples=int(os.environ.get("FDLENV_FUZZ_EXAMPLES", "60")), deadline=None, suppress_health_check=list(HealthCheck), database=None)
 

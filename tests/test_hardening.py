@@ -16,7 +16,8 @@ import zipfile
 import pytest
 import yaml
 from helpers_conda import Pkg, write_env
-from helpers_store import fdlenv, make_world, realise_json, visible_envs
+from helpers_cli import fdlenv
+from helpers_store import make_world, realise_json, visible_envs
 from test_join_loop import _gone
 from test_store_faults import tmpfs
 
@@ -25,6 +26,8 @@ from fdlenv.config.load import load_project
 from fdlenv.base.errors import Fail
 from fdlenv.names.home import Home
 from fdlenv.lock import lock_envs
+
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
 
 
 def one_error_line(res: subprocess.CompletedProcess, code: int, *needles: str) -> str:

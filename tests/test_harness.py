@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
 
 
 def test_every_test_runs_with_a_home_of_its_own_and_no_flodl_home(tmp_path_factory):

@@ -20,6 +20,8 @@ import pytest
 from helpers_pytorch_index import serve
 from sshd import free_port
 
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
+
 STANDIN = str(Path(__file__).resolve().parent / "join_standin.py")
 LIB = "lib/python3.12/site-packages/torch/lib/libtorch.so"
 ARCH = "lib/python3.12/site-packages/torch/.arch"

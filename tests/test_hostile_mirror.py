@@ -18,13 +18,15 @@ import time
 import zipfile
 
 import pytest
-from helpers_store import fdlenv
+from helpers_cli import fdlenv
 from helpers_wheels import make_index, make_wheels, sha256, write_wheel_env
 
 from fdlenv.base import netread
 from fdlenv.base.errors import Fail
 from fdlenv.names.home import Home
 from fdlenv.lock import lock_envs
+
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
 
 
 class Faulty(http.server.SimpleHTTPRequestHandler):

@@ -19,6 +19,8 @@ from helpers_store import bump_variant, make_world, realise_json
 
 from fdlenv.hot import memo as hot_memo, replay
 
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
+
 SLOW = {"FDLENV_NO_HOTPATH": "1"}
 
 

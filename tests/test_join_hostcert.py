@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import socket
 import subprocess
-import threading
 from pathlib import Path
 
 import pytest
-from sshd import sshd_available, start_sshd
+from sshd import loopback_controller, sshd_available, start_sshd
 from test_join_tunnel import hop, recv_all
 
 from fdlenv.app.joinsettings import resolve
@@ -40,23 +39,8 @@ def _sshd_here():
 @pytest.fixture()
 def controller():
     """A loopback listener standing for the controller: a greeting, then what it got, upper-cased."""
-    srv = socket.create_server(("127.0.0.1", 0))
-
-    def serve():
-        while True:
-            try:
-                c, _ = srv.accept()
-            except OSError:
-                return
-            with c:
-                try:
-                    c.sendall(b"hello-from-controller\n" + recv_all(c).upper())
-                except OSError:     # the tunnel's readiness check drops its connection at once
-                    pass
-
-    threading.Thread(target=serve, daemon=True).start()
-    yield srv.getsockname()[1]
-    srv.close()
+    with loopback_controller(lambda c: c.sendall(b"hello-from-controller\n" + recv_all(c).upper())) as (port, _):
+        yield port
 
 
 def make_ca(path: Path) -> Path:

@@ -24,7 +24,9 @@ from fdlenv.join import knownhosts
 from fdlenv.join.sshhop import failure
 from fdlenv.join.sshplan import HopPlan, parse_jump, plan_hop
 from fdlenv.join.tunnel import open_tunnel
-from sshd import free_port, sshd_available, start_sshd
+from sshd import free_port, loopback_controller, sshd_available, start_sshd
+
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
 
 
 @pytest.fixture(scope="module")
@@ -45,32 +47,13 @@ def chain(tmp_path_factory):
 @pytest.fixture()
 def controller():
     """A loopback listener for the controller: greets, then echoes upper-cased; counts clients."""
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen()
-    seen = []
-
     def handle(c):
-        with c:
-            try:
-                c.sendall(b"hello-from-controller\n")
-                while d := c.recv(65536):
-                    c.sendall(d.upper())
-            except OSError:   # the tunnel's readiness check drops its connection at once
-                pass
+        c.sendall(b"hello-from-controller\n")
+        while d := c.recv(65536):
+            c.sendall(d.upper())
 
-    def serve():
-        while True:
-            try:
-                c, _ = srv.accept()
-            except OSError:
-                return
-            seen.append(c)
-            threading.Thread(target=handle, args=(c,), daemon=True).start()
-
-    threading.Thread(target=serve, daemon=True).start()
-    yield srv.getsockname()[1], seen
-    srv.close()
+    with loopback_controller(handle, threaded=True) as served:
+        yield served
 
 
 def talk(tun) -> bytes:

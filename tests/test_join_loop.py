@@ -351,41 +351,29 @@ def test_sigterm_to_fdlenv_stops_the_agent_and_its_children(tmp_path, persist, t
 
 def test_end_to_end_through_a_real_sshd(tmp_path):
     """prepare -> probe -> real paramiko tunnel -> agent dials the controller through it."""
-    from sshd import sshd_available, start_sshd
+    from sshd import loopback_controller, sshd_available, start_sshd
     reason = sshd_available()
     if reason:
         pytest.skip(reason)
-    import socket
-    import threading
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen()
 
-    def serve():
-        # loop: the tunnel's readiness check opens (and drops) one forward first
-        while True:
-            try:
-                c, _ = srv.accept()
-            except OSError:
-                return
-            with c:
-                data = b""
-                while not data.endswith(b"\n"):
-                    d = c.recv(4096)
-                    if not d:
-                        break
-                    data += d
-                if data:
-                    c.sendall(b"controller got: " + data)
-    threading.Thread(target=serve, daemon=True).start()
-    with start_sshd(tmp_path) as sd:
+    def handle(c):
+        data = b""
+        while not data.endswith(b"\n"):
+            d = c.recv(4096)
+            if not d:
+                break
+            data += d
+        if data:
+            c.sendall(b"controller got: " + data)
+
+    # every client is served: the tunnel's readiness check opens (and drops) one forward first
+    with loopback_controller(handle) as (port, _), start_sshd(tmp_path) as sd:
         ssh = SshConfig(target=sd.host, port=sd.port, user=sd.user, identity_file=str(sd.identity),
                         options=(f"UserKnownHostsFile={tmp_path / 'kh'}", "IdentitiesOnly=yes",
                                  "StrictHostKeyChecking=accept-new"))
         s = settings(tmp_path / "out", mode="dial", ssh=ssh, controller_host="127.0.0.1",
-                     controller_port=srv.getsockname()[1])
+                     controller_port=port)
         assert L.run_join(s, fake_prepare(tmp_path), say=lambda m: None) == 0
-    srv.close()
     assert (tmp_path / "out" / "dial.txt").read_bytes() == b"controller got: hello from box7\n"
     spec = decode(agent_record(tmp_path / "out")["env"]["FLODL_INTERNAL_AGENT_JSON"])
     assert spec["controller_host"] == "127.0.0.1"

@@ -18,11 +18,14 @@ from pathlib import Path
 
 import pytest
 from helpers_conda import make_wheel, write_env
-from helpers_store import fdlenv, make_world
+from helpers_cli import fdlenv
+from helpers_store import make_world
 
 from fdlenv.names.home import Home
 from fdlenv.lock import lock_envs
 from fdlenv.store.maintain import env_dirs, verify
+
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
 
 # Kill moments spread over each operation: 5 in the suite, FDLENV_KILL_TRIALS=N for a longer hunt.
 TRIALS = max(5, int(os.environ.get("FDLENV_KILL_TRIALS", "5")))

@@ -24,6 +24,8 @@ from fdlenv.names.home import Home
 from fdlenv.lock.paths import shipped_lock
 from fdlenv.app.lockview import LockView
 
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
+
 STANDIN = str(Path(__file__).resolve().parent / "join_standin.py")
 # A plain install: the `lock` extra's modules are absent (importing them fails).
 NO_EXTRA = ("import runpy, sys; sys.modules['conda_lock'] = None; sys.modules['pip'] = None; "

@@ -19,7 +19,7 @@ import zipfile
 
 import pytest
 from helpers_simple_index import Release, serve
-from helpers_store import fdlenv
+from helpers_cli import fdlenv
 
 from fdlenv.base.errors import Fail
 from fdlenv.lock.closure import NoWheel, resolve_versions

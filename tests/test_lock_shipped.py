@@ -21,6 +21,8 @@ from fdlenv.index import pipindex
 from fdlenv.lock.paths import shipped_lock
 from fdlenv.names.variants import VARIANTS
 
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
+
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "conda-lock.yml"
 

@@ -19,9 +19,12 @@ from pathlib import Path
 
 import pytest
 from helpers_pytorch_index import serve
-from helpers_store import fdlenv, make_world
+from helpers_cli import fdlenv
+from helpers_store import make_world
 
 from fdlenv.lock.file import holds, read_variant
+
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
 
 ROOT = Path(__file__).resolve().parent.parent
 

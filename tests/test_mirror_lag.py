@@ -22,7 +22,9 @@ from pathlib import Path
 
 import pytest
 from helpers_pytorch_index import serve
-from helpers_store import fdlenv
+from helpers_cli import fdlenv
+
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
 
 STANDIN = str(Path(__file__).resolve().parent / "join_standin.py")
 WHEEL = "torch-2.10.0+cpu-cp312-cp312-manylinux_2_28_x86_64.whl"

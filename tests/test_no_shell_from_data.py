@@ -9,9 +9,12 @@ import os
 import subprocess
 
 import pytest
-from helpers_store import fdlenv, make_world
+from helpers_cli import fdlenv
+from helpers_store import make_world
 
 from fdlenv.names.home import Home
+
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
 
 
 @pytest.mark.parametrize("odd", ['h$(touch "$MARK")x', "h`touch $MARK`x", 'h"quote', "h$HOME"])

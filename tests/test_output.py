@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers_store import fdlenv
+from helpers_cli import fdlenv
+
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
 
 
 @pytest.mark.parametrize("args, code", [

@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers_store import fdlenv
+from helpers_cli import fdlenv
 from test_join_loop import agent_record, fake_prepare
 from test_join_loop import settings as loop_settings
 

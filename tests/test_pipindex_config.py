@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -92,6 +93,25 @@ def test_uv_toml_names_the_index_when_pip_names_none(env, tmp_path):
     assert pipindex.configured_index(env) == (D, f"{given} [pip] index-url")
     env["UV_NO_CONFIG"] = "1"
     assert pipindex.configured_index(env)[1] == "pip's default index"
+
+
+def test_python_3_10_reads_uv_toml_with_tomli_and_without_a_reader_says_so(env, tmp_path, monkeypatch):
+    """Python 3.10 has no tomllib: hidden here, with pip's own copy of tomli standing in for the
+    tomli fdlenv requires there, uv.toml still names the index; with neither, one line says why
+    (a uv.toml is never skipped in silence)."""
+    from pip._vendor import tomli
+
+    env.pop("UV_NO_CONFIG")
+    env["PIP_CONFIG_FILE"] = os.devnull
+    given = write(tmp_path / "uv.toml", f'[pip]\nindex-url = "{D}"\n')
+    env["UV_CONFIG_FILE"] = str(given)
+    monkeypatch.setitem(sys.modules, "tomllib", None)
+    monkeypatch.setitem(sys.modules, "tomli", tomli)
+    assert pipindex.configured_index(env) == (D, f"{given} [pip] index-url")
+    monkeypatch.setitem(sys.modules, "tomli", None)
+    with pytest.raises(Fail) as e:
+        pipindex.configured_index(env)
+    assert str(given) in str(e.value) and "tomli>=1.1" in str(e.value) and "\n" not in str(e.value)
 
 
 def test_a_pip_config_fdlenv_cannot_parse_fails_with_one_line_naming_the_file(env, tmp_path):

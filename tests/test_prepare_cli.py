@@ -12,11 +12,14 @@ from pathlib import Path
 
 import pytest
 from helpers_source import wait_out_racy_window, write_tree
-from helpers_store import fdlenv, make_world
+from helpers_cli import fdlenv
+from helpers_store import make_world
 
 from fdlenv.source import manifest
 from fdlenv.store import health
 from fdlenv.source.manifest import RunManifest
+
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
 
 RECIPE = ('mkdir -p target/release && '
           'printf "%s|%s" "$LIBTORCH_PATH" "$FDL_GPU_FEATURE" > target/release/train')

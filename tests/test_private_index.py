@@ -26,6 +26,8 @@ from helpers_wheels import make_index, make_wheels, write_wheel_env
 from fdlenv.lock import lock_envs
 from fdlenv.names.home import Home
 
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
+
 USER, PASSWORD, TOKEN = "fleet", "Fl33t:p@ss/w%rd", "tok-3f9a7c1e5b"
 PROXY_USER, PROXY_PASSWORD = "pxuser", "Pr0xyPass42"
 SECRETS = [PASSWORD, TOKEN, PROXY_PASSWORD]

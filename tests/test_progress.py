@@ -10,7 +10,8 @@ import subprocess
 import sys
 import termios
 
-from helpers_store import fdlenv, make_world
+from helpers_cli import fdlenv
+from helpers_store import make_world
 
 from fdlenv.base import progress
 

@@ -24,8 +24,8 @@ from helpers_store import make_world, realise_json
 STANDIN = str(Path(__file__).resolve().parent / "join_standin.py")
 GPU = json.dumps([{"vendor": "nvidia", "arch": "sm_90", "vram_mb": 80000, "name": "H100"}])
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
-                                reason="needs root and unshare: the home is mounted read-only in a namespace")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                                reason="needs root and unshare: the home is mounted read-only in a namespace")]
 
 
 def read_only(home: Path, argv: list[str], cwd: Path, env: dict) -> subprocess.CompletedProcess:

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers_pytorch_index import cu130_project_env
 
 REAL = os.environ.get("FDLENV_REAL_WHEELS") == "1"
 pytestmark = [pytest.mark.slow, pytest.mark.optional,
@@ -28,19 +29,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.optional,
 
 # What a fleet writes to pin its own libtorch for cu130 (docs/LOCK.md): PyPI's torch 2.11.0 is
 # the CUDA 13.0 build, and the toolkit wheels of its runtime's version make the env a toolkit.
-PROJECT_ENV = """\
-name: probe-cu130
-platforms:
-  - linux-64
-pip-index: pypi
-dependencies:
-  - pip:
-      - torch ==2.11.0
-      - nvidia-cuda-nvcc ==13.0.88
-      - nvidia-cuda-crt ==13.0.88
-      - nvidia-nvvm ==13.0.88
-      - nvidia-cuda-cccl ==13.0.85
-"""
+PROJECT_ENV = cu130_project_env("probe-cu130")
 
 CMAKELISTS = """\
 cmake_minimum_required(VERSION 3.18)

@@ -19,10 +19,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers_store import fdlenv, make_world, realise_json
+from helpers_cli import fdlenv
+from helpers_store import make_world, realise_json
 
 from fdlenv.base.flocks import exclusive
 from fdlenv.store.leases import store_lock
+
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
 
 SHELLS = ("bash", "zsh", "fish", "dash")
 HOOK = f"{sys.executable} -m fdlenv shell-hook"

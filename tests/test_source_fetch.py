@@ -16,6 +16,8 @@ from fdlenv.source.spec import parse
 
 from helpers_source import OLD, git, make_remote, needs_git, needs_rsync, write_tree
 
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
+
 
 def do_fetch(home: Home, raw: str, ssh=None) -> fetch.Fetched:
     spec = parse(raw)

@@ -7,7 +7,8 @@ import pytest
 from helpers_source import needs_rsync, write_tree
 
 pytest.importorskip("rattler")
-from helpers_store import fdlenv, make_world
+from helpers_cli import fdlenv
+from helpers_store import make_world
 
 RECIPE = ('mkdir -p target/release && '
           'printf "%s|%s|%s" "$LIBTORCH_PATH" "$HOOK_MARK" "$FDL_GPU_FEATURE" > target/release/train')

@@ -22,6 +22,8 @@ from helpers_wheels import make_index, make_wheels, write_wheel_env
 from fdlenv.names.home import Home
 from fdlenv.lock import lock_envs
 
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
+
 MEMBER = "torch/lib/libtorch.so"
 GIB = 1 << 30
 RSS_BOUND_MIB = 256        # a realise of these wheels peaks near 50 MiB; a stated GiB would show

@@ -14,10 +14,13 @@ import time
 import pytest
 import yaml
 from helpers_conda import Pkg, make_package, write_env
-from helpers_store import fdlenv, make_world, variant_pkg, visible_envs
+from helpers_cli import fdlenv
+from helpers_store import make_world, variant_pkg, visible_envs
 
 from fdlenv.lock import lock_envs
 from fdlenv.store.maintain import verify
+
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
 
 
 def _realise(w, *extra, home=None):

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import os
 from pathlib import Path
 
-from helpers_store import fdlenv, make_world, realise_json
+from helpers_cli import fdlenv
+from helpers_store import make_world, realise_json
 
 from fdlenv.store import leases
+
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
 
 
 def _home(w):

@@ -13,10 +13,13 @@ import threading
 
 import pytest
 from helpers_conda import write_env
-from helpers_store import fdlenv, make_world, variant_pkg
+from helpers_cli import fdlenv
+from helpers_store import make_world, variant_pkg
 
 from fdlenv.lock import lock_envs
 from fdlenv.pack.condapkg import write_conda
+
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
 
 
 @pytest.fixture

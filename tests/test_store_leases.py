@@ -13,10 +13,13 @@ import subprocess
 import sys
 
 import pytest
-from helpers_store import bump_variant, fdlenv, make_world, realise_json
+from helpers_cli import fdlenv
+from helpers_store import bump_variant, make_world, realise_json
 
 from fdlenv.base.flocks import exclusive, shared
 from fdlenv.store.leases import store_lock
+
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
 
 
 def _waits_then_finishes(cmd: list[str], hold) -> subprocess.CompletedProcess:

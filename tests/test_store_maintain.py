@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import os
 from pathlib import Path
 
-from helpers_store import bump_variant, fdlenv, make_world, realise_json, visible_envs
+from helpers_cli import fdlenv
+from helpers_store import bump_variant, make_world, realise_json, visible_envs
+
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
 
 
 def _home(w):

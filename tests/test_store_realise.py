@@ -10,13 +10,16 @@ import pytest
 from conda_lock.lockfile import parse_conda_lock_file
 from helpers_conda import Pkg, make_channel
 from helpers_imports import imported, of_fdlenv
-from helpers_store import bump_variant, fdlenv, make_world, realise_json
+from helpers_cli import fdlenv
+from helpers_store import bump_variant, make_world, realise_json
 
 from fdlenv.base.errors import Fail
 from fdlenv.lock import lock_envs
 from fdlenv.names.platforms import this_platform
 from fdlenv.lock.file import read_variant
 from fdlenv.store.realise import realise
+
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
 
 
 def test_realise_installs_links_rewrites_and_publishes(tmp_path):

@@ -15,7 +15,7 @@ import random
 import pytest
 from helpers_conda import make_wheel
 from helpers_pytorch_index import Index, lay_out
-from helpers_store import fdlenv
+from helpers_cli import fdlenv
 from helpers_wheels import write_wheel_env
 
 from fdlenv.names.home import Home

@@ -19,11 +19,13 @@ from pathlib import Path
 import pytest
 from helpers_conda import make_wheel
 from helpers_pytorch_index import PYDEPS, TORCH, Index, _torch_files, build, lay_out, serve
-from helpers_store import fdlenv
+from helpers_cli import fdlenv
 
 from fdlenv.names.home import Home
 from fdlenv.lock.ondemand import _env_file, write
 from fdlenv.lock.file import read_variant
+
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,8 @@ import pytest
 from helpers_pytorch_index import serve
 from test_cuda_env import cargo, needs_cargo
 
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
+
 CARGO_TOML = '[package]\nname = "shim"\nversion = "0.1.0"\nedition = "2021"\nbuild = "build.rs"\n'
 BUILD_RS = r'''
 use std::io::Write;

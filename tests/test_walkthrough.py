@@ -26,6 +26,8 @@ from helpers_wheels import make_index, make_wheels, write_wheel_env
 from fdlenv.names.home import Home
 from fdlenv.lock import lock_envs
 
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
+
 FAKE_CXX = """#!/bin/sh
 # a stand-in compiler: the "binary" it writes prints what the build saw
 out=""; while [ $# -gt 0 ]; do [ "$1" = "-o" ] && out="$2"; shift; done

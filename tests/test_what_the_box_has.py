@@ -18,8 +18,10 @@ from pathlib import Path
 
 import pytest
 from helpers_pytorch_index import serve
-from helpers_store import fdlenv
+from helpers_cli import fdlenv
 from sshd import free_port
+
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
 
 STANDIN = str(Path(__file__).resolve().parent / "join_standin.py")
 NO_GPU = "[]"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from helpers_conda import write_env
 from helpers_simple_index import Release, serve
-from helpers_store import fdlenv
+from helpers_cli import fdlenv
 
 from fdlenv.names.home import Home
 from fdlenv.lock import lock_envs

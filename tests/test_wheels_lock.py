@@ -75,8 +75,9 @@ def test_check_is_offline_and_names_a_moved_pin_and_another_index(tmp_path, inde
 
 def test_a_second_variant_goes_to_its_own_file_and_leaves_the_first_as_it_was(tmp_path, index):
     url, _ = index
-    other = make_index(tmp_path / "other", [make_wheel(tmp_path / "cpu-built", "torch", "2.10.0+cpu", torch_files("cpu"),
-                                                       tag=TORCH_TAG)])   # a CPU torch: no nvidia-* requirement
+    cpu_torch = make_wheel(tmp_path / "cpu-built", "torch", "2.10.0+cpu", torch_files("cpu"),
+                           tag=TORCH_TAG)   # a CPU torch: no nvidia-* requirement
+    make_index(tmp_path / "other", [cpu_torch])
     envs = tmp_path / "envs"
     write_wheel_env(envs, "cu128")
     write_wheel_env(envs, "cpu", index="pytorch/cpu")
@@ -94,7 +95,8 @@ def test_a_second_variant_goes_to_its_own_file_and_leaves_the_first_as_it_was(tm
     assert {p.name: p.version for p in cpu}["torch"] == "2.10.0+cpu"
     assert all(p.url.startswith("pip+index://pytorch/cpu/") for p in cpu)
     assert check_locks(envs, out, home=home) == []
-    assert other  # the index was read through the mirror's prefix
+    # the index was read through the mirror's prefix: the locked torch is the wheel it serves
+    assert {p.name: p.hash.sha256 for p in cpu}["torch"] == sha256(tmp_path / "other" / "files" / cpu_torch.name)
 
 
 def test_an_index_name_nothing_maps_is_one_error_naming_the_flag(tmp_path, capsys):

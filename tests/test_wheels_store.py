@@ -16,12 +16,14 @@ import threading
 from pathlib import Path
 
 import pytest
-from helpers_store import fdlenv
+from helpers_cli import fdlenv
 from helpers_wheels import CLOSURE, Pipe, make_index, make_wheels, sha256, write_wheel_env
 
 from fdlenv.names.home import Home
 from fdlenv.lock import lock_envs
 from fdlenv.lock.paths import split_path
+
+pytestmark = pytest.mark.slow   # end to end: drives fdlenv as a user would (conftest checks the mark)
 
 
 def locked_world(tmp_path, wheels):

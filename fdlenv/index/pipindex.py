@@ -34,6 +34,7 @@ import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from types import ModuleType
 
 from ..base.errors import Fail
 
@@ -170,20 +171,32 @@ def uv_config_files(env: Mapping[str, str]) -> list[Path]:
     return [user / "uv" / "uv.toml", *(d / "uv" / "uv.toml" for d in system), Path("/etc/uv/uv.toml")]
 
 
-def _uv_config_index(env: Mapping[str, str]) -> tuple[str, str] | None:
+def _toml_reader(path: Path) -> ModuleType:
+    """The standard library's TOML reader, or on Python 3.10 (which has none) tomli, which
+    fdlenv requires there (pyproject); a uv.toml is never skipped for want of a reader."""
     try:
         import tomllib
-    except ImportError:   # Python 3.10: no TOML reader in the standard library
+    except ImportError:
         try:
             import tomli as tomllib
         except ImportError:
-            return None
+            raise Fail.permanent(f"uv config {path}: Python {sys.version_info[0]}.{sys.version_info[1]} has no "
+                                 "TOML reader; install tomli>=1.1 (fdlenv's dependency before 3.11), "
+                                 "or give --mirror pypi=URL") from None
+    reader: ModuleType = tomllib
+    return reader
+
+
+def _uv_config_index(env: Mapping[str, str]) -> tuple[str, str] | None:
     for path in uv_config_files(env):
         try:
             with open(path, "rb") as f:
-                doc = tomllib.load(f)
+                data = f.read()
         except OSError:
             continue
+        tomllib = _toml_reader(path)
+        try:
+            doc = tomllib.loads(data.decode())
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
             raise Fail.permanent(f"uv config {path}: cannot parse it ({e}); fix it, "
                                  "or give --mirror pypi=URL") from None

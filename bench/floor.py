@@ -25,6 +25,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from bench.rounds import Took, cpu_of
+
 PIECE = 256 << 10         # bytes read, hashed and inflated at a time (L2-sized)
 
 
@@ -112,15 +114,21 @@ def _floor_one(args: tuple[str, str, str]) -> int:
     return written
 
 
-def floor(files: list[tuple[str, str]], out: Path) -> float:
+def floor(files: list[tuple[str, str]], out: Path) -> Took:
     """Seconds the floor takes over `files` ((path, sha256) each), until its output under
-    `out` is on disk: a process per core, largest wheel first."""
+    `out` is on disk: a process per core, largest wheel first; and the CPU it used (its worker
+    processes', reaped when the pool shuts down, and this process's meanwhile; the `sync`s are
+    not in it, as they are not in an installer's)."""
     from concurrent.futures import ProcessPoolExecutor
 
     todo = sorted(files, key=lambda f: -os.path.getsize(f[0]))
     subprocess.run(["sync"], check=True)
     t0 = time.perf_counter()
-    with ProcessPoolExecutor(os.cpu_count() or 1) as pool:
-        list(pool.map(_floor_one, [(p, str(out / str(i)), sha) for i, (p, sha) in enumerate(todo)]))
+
+    def pool_run() -> float:
+        with ProcessPoolExecutor(os.cpu_count() or 1) as pool:
+            list(pool.map(_floor_one, [(p, str(out / str(i)), sha) for i, (p, sha) in enumerate(todo)]))
+        return 0.0
+    cpu = cpu_of(pool_run).cpu
     subprocess.run(["sync"], check=True)
-    return time.perf_counter() - t0
+    return Took(time.perf_counter() - t0, cpu)

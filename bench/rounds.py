@@ -7,6 +7,14 @@ round prints every side's seconds and fdlenv's ratio to each other side in that 
 ends with min/median/max per side and, per goal, the ratio of medians against the goal.
 Peak RSS (the process or any child it waited for: `wait4`'s maxrss) is kept where asked.
 
+Every side's CPU time is kept beside its wall time: user+sys of the command's whole process
+tree (`wait4`'s rusage of the child, which on Linux includes every descendant it waited for;
+for a side that runs in this process, `cpu_of`: this process's own time plus its reaped
+children's, deltas around the call). The `sync`s around a timed command are not in it: CPU is
+what the command spent, the figure that a machine's load disturbs least (a busy neighbour
+stretches wall time, not the instructions a side runs). Rounds, min/median/max and the ratio
+of medians are printed for both, so a goal on either reads off the same run.
+
 Between sides (before every side's run, the first included) the rounds settle the machine
 the same way for every side (`settle_between`, printed). Why: on ext4 without a journal (`/`
 here) the inode allocator skips every inode deleted in the last 60 s whose inode-table block is
@@ -29,6 +37,7 @@ drop and 4.5-5.1 s, steadily, 10 s after. Every side starts from the same state 
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -37,13 +46,38 @@ import tempfile
 import time
 from pathlib import Path
 from collections.abc import Callable
+from typing import NamedTuple
 
 from bench.regular import ENV
 
 
+class Took(NamedTuple):
+    """One timed run: wall seconds (until on disk, where synced) and CPU seconds (user+sys of
+    its process tree)."""
+
+    wall: float
+    cpu: float
+
+
+def _cpu_now() -> float:
+    """User+sys of this process and of its reaped children so far."""
+    me, kids = os.times(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.user + me.system + kids.ru_utime + kids.ru_stime
+
+
+def cpu_of(run: Callable[[], float]) -> Took:
+    """`run()`'s wall seconds (what it returns) with its CPU: this process's and its reaped
+    children's, deltas around the call (a side run in this process, its worker processes joined
+    before it returns: the floor's)."""
+    c0 = _cpu_now()
+    wall = run()
+    return Took(wall, _cpu_now() - c0)
+
+
 def timed(cmd: list[str], cwd: Path | None = None, rss: list[float] | None = None, sync: bool = True,
-          stdin_path: Path | None = None) -> float:
-    """Seconds until `cmd` finished and, with `sync`, what it wrote is on disk: a `sync` runs
+          stdin_path: Path | None = None) -> Took:
+    """Seconds until `cmd` finished and, with `sync`, what it wrote is on disk, and the CPU its
+    process tree used (`wait4`'s rusage: the `sync`s are not in it): a `sync` runs
     (untimed) before and (timed) after, so neither side leaves its write-back to the next
     measurement, and an installer that fsyncs (fdlenv publishes its manifest durably) is
     compared with one that does not (uv) on the same terms. On failure print stderr's tail and
@@ -65,7 +99,7 @@ def timed(cmd: list[str], cwd: Path | None = None, rss: list[float] | None = Non
             tail = err.read().decode("utf-8", "replace")[-3000:]
             print(f"FAILED (exit {rc}): {' '.join(cmd)[:500]}\n--- stderr tail ---\n{tail}", file=sys.stderr)
             raise SystemExit(1)
-    return dt
+    return Took(dt, usage.ru_utime + usage.ru_stime)
 
 
 _SETTLE: list[float] = []      # [seconds between sides] once a bench asked (`settle_between`)
@@ -117,15 +151,30 @@ def rm(path: Path) -> None:
 
 class Side:
     """One side of a row: `run(i, rss)` times round i (appending its peak RSS to `rss` when the
-    row keeps RSS); `out(i)`, if given, is removed after each round's run; `before(i)`, if
+    row keeps RSS) and returns a `Took` (a bare float of wall seconds gets its CPU from
+    `cpu_of`'s deltas around the call); `out(i)`, if given, is removed after each round's run; `before(i)`, if
     given, runs untimed before the settle time that precedes the run (a deletion the run
     needs done gets the same pause as the other sides' deletions)."""
 
-    def __init__(self, label: str, run: Callable[[int, list[float]], float],
+    def __init__(self, label: str, run: Callable[[int, list[float]], Took | float],
                  out: Callable[[int], Path] | None = None, before: Callable[[int], None] | None = None):
         self.label, self.run, self.out, self.before = label, run, out, before
         self.times: list[float] = []
+        self.cpus: list[float] = []
         self.rss: list[float] = []
+
+    def once(self, i: int) -> None:
+        """Round i's run, its wall and CPU seconds kept."""
+        took: Took | float = 0.0
+
+        def run() -> float:
+            nonlocal took
+            took = self.run(i, self.rss)
+            return took.wall if isinstance(took, Took) else took
+        measured = cpu_of(run)
+        took = took if isinstance(took, Took) else measured
+        self.times.append(took.wall)
+        self.cpus.append(took.cpu)
 
 
 def fmt(xs: list[float]) -> str:
@@ -133,10 +182,12 @@ def fmt(xs: list[float]) -> str:
 
 
 def row(name: str, sides: list[Side], reps: int, goals: dict[str, float],
-        rss_goal: float | None = None, drop: bool = True) -> list[dict]:
+        rss_goal: float | None = None, drop: bool = True, cpu_goals: dict[str, float] | None = None) -> list[dict]:
     """Run `reps` rounds of `sides` (the first is fdlenv), rotating who goes first; `goals`: the
-    most fdlenv's median may be over each named side's; `drop`: False for a row that times a
-    warm cache and deletes no inodes between its sides (`settle`). Returns one result per goal."""
+    most fdlenv's median wall time may be over each named side's, `cpu_goals` the same for CPU
+    time (a side named in `goals` only still gets its CPU ratio, with no goal); `drop`: False
+    for a row that times a warm cache and deletes no inodes between its sides (`settle`).
+    Returns one result per goal: wall, then CPU, per named side."""
     ours = sides[0]
     for i in range(reps):
         k = i % len(sides)
@@ -145,29 +196,43 @@ def row(name: str, sides: list[Side], reps: int, goals: dict[str, float],
             if s.before is not None:
                 s.before(i)
             settle(drop)
-            s.times.append(s.run(i, s.rss))
+            s.once(i)
             if s.out is not None:
                 rm(s.out(i))
-        t = ours.times[-1]
-        vs = ", ".join(f"{s.label} {s.times[-1]:.2f} s ({t / s.times[-1]:.2f}x)" for s in sides[1:])
-        print(f"  {name} round {i + 1} (first: {order[0].label}): {ours.label} {t:.2f} s; {vs}", flush=True)
+        t, c = ours.times[-1], ours.cpus[-1]
+        vs = ", ".join(f"{s.label} {s.times[-1]:.2f} s ({t / s.times[-1]:.2f}x), cpu {s.cpus[-1]:.2f} s "
+                       f"({c / s.cpus[-1]:.2f}x)" for s in sides[1:])
+        print(f"  {name} round {i + 1} (first: {order[0].label}, load {_load()}): {ours.label} {t:.2f} s, "
+              f"cpu {c:.2f} s; {vs}", flush=True)
     for s in sides:
         extra = f"; peak RSS median {statistics.median(s.rss):.0f} MiB" if s.rss else ""
-        print(f"  {name} {s.label}: {fmt(s.times)} s over {reps}{extra}", flush=True)
+        print(f"  {name} {s.label}: wall {fmt(s.times)} s, cpu {fmt(s.cpus)} s over {reps}{extra}", flush=True)
     out = []
-    for label, goal in goals.items():
+    for label in dict.fromkeys([*goals, *(cpu_goals or {})]):
         ref = next(s for s in sides if s.label == label)
-        a, b = statistics.median(ours.times), statistics.median(ref.times)
-        out.append({"name": name, "ref": label, "ours": a, "base": b, "ratio": a / b, "goal": goal})
+        for kind, mine, theirs, goal in (("", ours.times, ref.times, goals.get(label)),
+                                         (" cpu", ours.cpus, ref.cpus, (cpu_goals or {}).get(label))):
+            a, b = statistics.median(mine), statistics.median(theirs)
+            out.append({"name": name + kind, "ref": label, "ours": a, "base": b, "ratio": a / b, "goal": goal})
     if rss_goal is not None and ours.rss and sides[1].rss:
         a, b = statistics.median(ours.rss), statistics.median(sides[1].rss)
         out.append({"name": f"{name} RSS", "ref": sides[1].label, "ours": a, "base": b, "ratio": a / b,
                     "goal": rss_goal, "unit": "MiB"})
     for r in out:
         print(f"{r['name']}: {ours.label} {r['ours']:.2f} vs {r['ref']} {r['base']:.2f} -> ratio of medians "
-              f"{r['ratio']:.2f} (goal <= {r['goal']:g}: {'ok' if r['ratio'] <= r['goal'] else 'MISSED'})",
-              flush=True)
+              f"{r['ratio']:.2f} ({_verdict(r)})", flush=True)
     return out
+
+
+def _load() -> str:
+    """The 1-minute load average (the machine's state beside each round's figures)."""
+    return f"{os.getloadavg()[0]:.1f}"
+
+
+def _verdict(r: dict) -> str:
+    if r["goal"] is None:
+        return "no goal"
+    return f"goal <= {r['goal']:g}: {'ok' if r['ratio'] <= r['goal'] else 'MISSED'}"
 
 
 def table(results: list[dict]) -> None:
@@ -175,5 +240,7 @@ def table(results: list[dict]) -> None:
     print(f"{'measurement':<20}{'fdlenv':>12}{'reference':>10}{'ref':>12}{'ratio':>8}{'goal':>8}  result")
     for r in results:
         unit = r.get("unit", "s")
+        goal, verdict = ("", "") if r["goal"] is None else \
+            ("<= " + format(r["goal"], "g"), "ok" if r["ratio"] <= r["goal"] else "MISSED")
         print(f"{r['name']:<20}{r['ours']:>8.2f} {unit:<3}{r['ref']:>10}{r['base']:>8.2f} {unit:<3}{r['ratio']:>8.2f}"
-              f"{'<= ' + format(r['goal'], 'g'):>8}  {'ok' if r['ratio'] <= r['goal'] else 'MISSED'}")
+              f"{goal:>8}  {verdict}")

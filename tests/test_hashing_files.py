@@ -32,3 +32,36 @@ def test_verify_fulls_whole_file_digest_is_hashlibs_below_at_and_over_the_mappin
     path = tmp_path / "f"
     path.write_bytes(data)
     assert hashing.sha256_of_file(path) == hashlib.sha256(data).hexdigest()
+
+
+def test_verify_fulls_digest_of_a_300_mb_file_holds_its_memory_to_a_window(tmp_path):
+    """A whole-file mapping made the resident set as large as the file (1.4-1.7 GB for a
+    cu128 env); a window at a time keeps it under one window over the interpreter's own."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "big"
+    with open(path, "wb") as f:
+        f.truncate(300 << 20)          # 300 MB of zeros, read back through the page cache
+    code = ("import resource, sys; from fdlenv.base import hashing; "
+            "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss; "
+            "print(hashing.sha256_of_file(sys.argv[1]), before)")
+    res = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True)
+    digest, before = res.stdout.split()
+    peak_kib = _peak_of([sys.executable, "-c", code, str(path)])
+    zeros = hashlib.sha256()
+    block = bytes(1 << 20)
+    for _ in range(300):
+        zeros.update(block)
+    assert digest == zeros.hexdigest()
+    assert (peak_kib - int(before)) * 1024 <= 4 * hashing.WINDOW, (peak_kib, before)
+
+
+def _peak_of(argv: list[str]) -> int:
+    """The peak resident set of a child, in KiB (wait4's maxrss)."""
+    import subprocess
+
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    return usage.ru_maxrss

@@ -35,7 +35,7 @@ from pathlib import Path
 REDIAL = """
 import sys
 from pathlib import Path
-from fdlenv import cli
+from fdlenv.front import cli
 from fdlenv.app import libtorch
 from fdlenv.store import activation
 from fdlenv.store.env import Env

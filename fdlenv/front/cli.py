@@ -14,12 +14,11 @@ from __future__ import annotations
 import os
 import sys
 
-from ..base.errors import DEBUG_VAR, Fail, bug, os_failure
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import types
 
+    from ..base.errors import Fail
     from .options import Args
     from .table import Shape
 
@@ -155,7 +154,7 @@ def take_env(head: list[str]) -> list[str]:
             break
         if a == "--env":
             if i + 1 >= len(head) or head[i + 1].startswith("-"):
-                raise Fail.permanent("--env requires a value: the name of an env overlay "
+                raise _fail_type().permanent("--env requires a value: the name of an env overlay "
                                      "(--env NAME, --env=NAME or @NAME selects fdl.NAME.yml)")
             env, where, i = head[i + 1], "--env", i + 2
             continue
@@ -171,7 +170,7 @@ def take_env(head: list[str]) -> list[str]:
     if env is not None:
         name = env.strip()
         if not name or "/" in name or "\0" in name:
-            raise Fail.permanent(f"{where}: {env!r} is not an env name; expected the NAME of an "
+            raise _fail_type().permanent(f"{where}: {env!r} is not an env name; expected the NAME of an "
                                  "overlay fdl.NAME.{yml,yaml,json} beside fdl.yml (no `/`)")
         os.environ["FDL_ENV"] = name
     return out
@@ -190,11 +189,31 @@ def _run_command_starts(head: list[str], i: int) -> bool:
     return not (i >= 1 and head[i - 1] in valued_flags(SHAPES[("run",)]))
 
 
+def _fail_type() -> type[Fail]:
+    """`base.errors.Fail`, imported when a failure is raised or caught: a memo's answer never
+    needs it (`except _fail_type() as f` evaluates only when something was raised)."""
+    from ..base.errors import Fail
+    return Fail
+
+
+def _own() -> None:
+    """This call's state in the modules a memo's answer does not import (`base.output`,
+    `base.memory`), set once the slow path runs or a failure is told: a fail ends what the
+    program says (`output._OWNED`), and malloc's policy is the program's, never a host's
+    (`base.memory.own_process`). An earlier call's state is reset in `main`."""
+    from ..base import output
+    output._OWNED = OWNS_PROCESS
+    if OWNS_PROCESS:
+        from ..base.memory import own_process
+        own_process()
+
+
 def main(argv: list[str] | None = None) -> int:
     global OWNS_PROCESS
     OWNS_PROCESS = argv is None  # run as the program, not called by a host process
-    from ..base import output
-    output._ENDED, output._OWNED = False, OWNS_PROCESS   # a fail ends what the program says
+    output = sys.modules.get("fdlenv.base.output")
+    if output is not None:   # a host's earlier call: what it ended is not this call's end
+        output._ENDED, output._OWNED = False, OWNS_PROCESS   # type: ignore[attr-defined]
     if OWNS_PROCESS:
         # The stop handler first, before anything slow (argparse and a command's imports take
         # 0.1-0.15 s): a SIGTERM at any moment after this is 130, never the default's -15/143.
@@ -203,9 +222,6 @@ def main(argv: list[str] | None = None) -> int:
 
         _signal.signal(_signal.SIGINT, _first_interrupt)
         _signal.signal(_signal.SIGTERM, _first_interrupt)
-        # malloc's policy is the program's, never a host's (fdlenv.base.memory)
-        from ..base.memory import own_process
-        own_process()
     try:
         rc = _main(list(sys.argv[1:] if argv is None else argv))
         sys.stdout.flush()
@@ -217,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         rc = EXIT_BROKEN_PIPE
     except Exception as e:  # noqa: BLE001 - a bug before a command ran (parsing): one line too
+        from ..base.errors import bug
         told = bug(e, "fdlenv")
         rc = fail(told.message, told.exit_code)
     if OWNS_PROCESS and ("rattler" in sys.modules or rc == EXIT_INTERRUPTED):
@@ -235,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
 def fail(message: str, code: int) -> int:
     """The one way a failure is told (`output.fail`): an `error:` line on stderr and, under
     --json, {"schema", "error", "exit"} on stdout."""
+    _own()
     from ..base.output import fail as told
     return told(message, code)
 
@@ -281,14 +299,23 @@ def _main(argv: list[str]) -> int:
         set_json(True)
     try:
         head = take_env(head)   # --env X, --env=X, @X: exported as FDL_ENV
-    except Fail as f:
+    except _fail_type() as f:
         return fail(f.message, f.exit_code)
     read = _read_quick(head)
-    args: Args
     if read is not None:
         rc = _answered(read[0], read[1], tail)
         if rc is not None:
             return rc
+    _own()
+    return _slow(head, tail, read)
+
+
+def _slow(head: list[str], tail: list[str] | None, read: tuple[Shape, dict[str, object]] | None) -> int:
+    """The command run by its module: no memo answered it (or it has none)."""
+    from ..base.errors import DEBUG_VAR, Fail, bug, os_failure
+
+    args: Args
+    if read is not None:
         args = _namespace(*read)
         args.tail = tail
     else:

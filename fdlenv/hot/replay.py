@@ -41,8 +41,6 @@ import sys
 
 from ..base.confine import within
 from ..base.record import Record
-from ..names.buildtree import build_tree, shell_tree
-from ..names.leasefile import take_lease
 from ..names.roots import ENVS, HOT, STORE_LOCK, home_root, project_above
 from ..store.statecodec import ROCM_VARS, STATE, apply, restored, shell_state
 
@@ -78,8 +76,6 @@ class Ask(Record):
 def exec_in(argv: list[str], environ: Mapping[str, str]) -> int:
     """Exec CMD with `environ`; what a shell says when it cannot: 127 not found, 126 not
     executable (returned; on success this never returns)."""
-    from ..base.output import fail
-
     if "/" in argv[0] and not os.path.lexists(argv[0]):   # built into the variant's tree?
         from ..names.buildtree import in_tree
         if (found := in_tree(argv[0], environ, os.getcwd())) is not None:
@@ -88,16 +84,40 @@ def exec_in(argv: list[str], environ: Mapping[str, str]) -> int:
                   "built into this variant's tree (CARGO_TARGET_DIR)", file=sys.stderr, flush=True)
             argv = [found, *argv[1:]]
     try:
-        os.execvpe(argv[0], argv, environ)
+        _execvpe(argv, environ)
     except FileNotFoundError:
+        from ..base.output import fail
         if "/" in argv[0]:   # a path is never searched on PATH
             return fail(f"run: no such file: {argv[0]!r} (a path with a `/` is run as it is; a build "
                         f"under fdlenv lands in $CARGO_TARGET_DIR: {environ.get('CARGO_TARGET_DIR') or 'target/'})",
                         NOT_FOUND)
         return fail(f"run: command not found: {argv[0]!r} (searched the env's PATH)", NOT_FOUND)
     except OSError as e:
+        from ..base.output import fail
         return fail(f"run: cannot execute {argv[0]!r}: {e.strerror or e}", NOT_EXECUTABLE)
     return 0  # not reached: exec replaced this process
+
+
+def _execvpe(argv: list[str], environ: Mapping[str, str]) -> None:
+    """`os.execvpe`, without the `warnings` module its PATH lookup (`os.get_exec_path`) imports
+    on every call: CMD as it is when it names a directory, else each of the env's PATH entries
+    in turn (`os.defpath` when it has none), a missing one or a non-directory passed over; what
+    raises is the first other failure (EACCES, ENOEXEC), else the last one."""
+    file = argv[0]
+    if os.path.dirname(file):
+        os.execve(file, argv, environ)
+    path = environ.get("PATH")
+    last: OSError | None = None
+    saved: OSError | None = None
+    for d in (os.defpath if path is None else path).split(os.pathsep):
+        try:
+            os.execve(os.path.join(d, file), argv, environ)
+        except (FileNotFoundError, NotADirectoryError) as e:
+            last = e
+        except OSError as e:
+            last = e
+            saved = saved or e
+    raise saved or last or FileNotFoundError(file)
 
 
 # ------------------------------------------------------------------ the key and the memo
@@ -257,8 +277,10 @@ def _replay(ask: Ask) -> int | None:
         if ask.kind == "realize":
             return _print_realized(ask, memo)
         if ask.kind == "shell-hook":
+            from ..names.buildtree import shell_tree
             target = shell_tree(apply(unset, sets, base), base, memo["variant"])
             return _print_changes(ask, dict(environ), base, target, memo)
+        from ..names.buildtree import build_tree
         target = build_tree(apply(unset, sets, base), base, memo["variant"], os.getcwd())
         if not ask.argv or _lease(root, memo["path"]) is None:
             return None
@@ -277,6 +299,8 @@ def _cmake(argv: tuple[str, ...]) -> bool:
 
 def _lease(root: str, env_path: str) -> int | None:
     """`store.leases.take`, for the replay: the env's lease, held shared and inherited by CMD."""
+    from ..names.leasefile import take_lease
+
     return take_lease(root, os.path.basename(env_path))
 
 

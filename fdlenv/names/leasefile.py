@@ -6,7 +6,8 @@ order: the home's `locks/use-<env dir>.lock`, made when the home can be written,
 opened read-only when it exists (flock needs no write); else, for a home that
 cannot be written and has no lease file yet (a baked image, a read-only mount),
 the same name under this user's runtime directory for the home, which `env gc`
-asks too (`lease_paths`). At import only os (fcntl, errno and stat when a lease is taken).
+asks too (`lease_paths`). At import only os (fcntl when a lease is taken; errno and stat
+only when the home's lease file cannot be opened).
 """
 
 from __future__ import annotations
@@ -51,7 +52,6 @@ def take_lease(root: str, name: str) -> int | None:
     None when neither place can hold one. The home's lease file is opened read-only when it
     exists (flock needs no write), made when the home can be written, and only otherwise taken
     in the runtime directory. Blocks while `env gc` holds it (gc tests it without waiting)."""
-    import errno
     import fcntl
 
     home_path, spare = lease_paths(root, name)
@@ -68,6 +68,7 @@ def take_lease(root: str, name: str) -> int | None:
             fd = os.open(path, flags | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
             break
         except OSError as e:
+            import errno
             if e.errno not in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOENT):
                 return None
     if fd < 0:

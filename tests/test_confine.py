@@ -10,6 +10,7 @@ import os
 import pytest
 
 from fdlenv.base import confine
+from fdlenv.hot import replay
 from fdlenv.base.errors import Fail
 
 
@@ -66,7 +67,7 @@ def test_within_resolves_links_and_dots_on_both_sides(tmp_path):
     (tmp_path / "home" / "envs" / "cpu-1").mkdir(parents=True)
     os.symlink(tmp_path / "home", tmp_path / "via")
     os.symlink(tmp_path, tmp_path / "home" / "envs" / "out")
-    assert confine.within(str(tmp_path / "via/envs/cpu-1"), str(tmp_path / "home/envs"))
-    assert not confine.within(str(tmp_path / "home/envs/../x"), str(tmp_path / "home/envs"))
-    assert not confine.within(str(tmp_path / "home/envs/out"), str(tmp_path / "home/envs"))
-    assert not confine.within(str(tmp_path / "home/envs"), str(tmp_path / "home/envs"))
+    assert replay.within(str(tmp_path / "via/envs/cpu-1"), str(tmp_path / "home/envs"))
+    assert not replay.within(str(tmp_path / "home/envs/../x"), str(tmp_path / "home/envs"))
+    assert not replay.within(str(tmp_path / "home/envs/out"), str(tmp_path / "home/envs"))
+    assert not replay.within(str(tmp_path / "home/envs"), str(tmp_path / "home/envs"))

@@ -11,16 +11,14 @@ path is made, before anything is created:
 2. `inside(root, name, field)`: `root/name`, normalised (`//` and `.` folded), or a
    permanent Fail naming the field and the path; no part under `root` that exists may be
    a symlink (a link planted in an export would carry the write out).
-3. `within(path, root)`: the replay's predicate (os only): `path`, resolved, lies under
-   `root`, resolved.
+3. `hot.replay.within(path, root)`: the replay's predicate, kept there (one module fewer on
+   every replayed command): `path`, resolved, lies under `root`, resolved.
 4. `open_dir(root, parts)` and `write_own(root, rel, data)`: directories opened one part at
    a time with O_NOFOLLOW (made when missing), and a file of fdlenv's own written there
    with O_EXCL|O_NOFOLLOW after its name is unlinked: what stood there, a link included,
    is replaced, never written through.
-Imports only os: the memo replay (`hot.replay`) uses it; Fail is imported where one is raised.
+Imports only os; Fail is imported where one is raised.
 """
-
-from __future__ import annotations
 
 import os
 
@@ -57,7 +55,7 @@ def problem(name: str, *, quoted: bool = False, backslash: bool = False) -> str 
 
 
 def inside(root: str | os.PathLike[str], name: str, field: str, *, quoted: bool = False,
-           backslash: bool = False) -> Path:
+           backslash: bool = False) -> "Path":
     """`root / name` (a Path), normalised, refused with a permanent Fail naming `field` when it
     would leave `root` or run through a symlink under it."""
     from pathlib import Path
@@ -83,13 +81,7 @@ def inside(root: str | os.PathLike[str], name: str, field: str, *, quoted: bool 
                          "(accepted: a relative path without '..', a NUL or a leading '/')")
 
 
-def within(path: str, root: str) -> bool:
-    """Whether `path`, resolved (links and `..` followed), lies under `root`, resolved."""
-    real, top = os.path.realpath(path), os.path.realpath(root)
-    return real.startswith(top.rstrip("/") + "/")
-
-
-def open_dir(root: int | str | os.PathLike[str], parts: Iterable[str], make: bool = True) -> int:
+def open_dir(root: int | str | os.PathLike[str], parts: "Iterable[str]", make: bool = True) -> int:
     """A descriptor of `root/parts...`, each part opened with O_NOFOLLOW under the one before
     (made when missing, with `make`); `Refused` when one is a symlink or a file. `root`: a
     path, or a directory descriptor (left open)."""

@@ -8,12 +8,11 @@ So the type checker reads `Record` as `typing.NamedTuple` (it is that name, impo
 TYPE_CHECKING), and at run time `Record`'s metaclass makes what `typing.NamedTuple` would:
 a tuple of the annotated fields, in order, with their defaults, `_fields`, `_replace`,
 `_asdict`, a repr and pickling, and the methods and properties the class body defines.
-Fields are read from the annotations' names only (strings under `from __future__ import
-annotations`), never evaluated. Fields are read through the same C descriptor namedtuple
+Fields are read from the annotations' names only, never from what they say (strings
+under `from __future__ import annotations`; evaluated types in the modules the hot path
+imports, which go without it: `__future__` is one module more on every call). Fields are read through the same C descriptor namedtuple
 uses (`_collections._tuplegetter`, a built-in module: no import of `collections`).
 """
-
-from __future__ import annotations
 
 __all__ = ["Record"]
 TYPE_CHECKING = False

@@ -9,8 +9,6 @@ The `--` tail is split off before argparse sees it: `None` means "no tail",
 an empty list means "an explicit empty tail" (join clears the block's args).
 """
 
-from __future__ import annotations
-
 import os
 import sys
 
@@ -45,14 +43,14 @@ COMMANDS = ("env", "run", "shell_hook", "detect", "lock", "pack", "mirror", "wal
 # argparse's own reading of it.
 
 
-def _quick(head: list[str]) -> types.SimpleNamespace | None:
+def _quick(head: list[str]) -> "types.SimpleNamespace | None":
     """The Namespace argparse would make of `head`, when it is one of the table's shapes (else
     None): `_read_quick`'s reading, with the command's function."""
     read = _read_quick(head)
     return None if read is None else _namespace(*read)
 
 
-def _namespace(shape: Shape, got: dict[str, object]) -> types.SimpleNamespace:
+def _namespace(shape: "Shape", got: dict[str, object]) -> "types.SimpleNamespace":
     import types
 
     # __import__, not importlib: one module fewer (0.7 ms) on the hottest path
@@ -60,7 +58,7 @@ def _namespace(shape: Shape, got: dict[str, object]) -> types.SimpleNamespace:
     return types.SimpleNamespace(**got, func=func)
 
 
-def _read_quick(head: list[str]) -> tuple[Shape, dict[str, object]] | None:
+def _read_quick(head: list[str]) -> "tuple[Shape, dict[str, object]] | None":
     """(shape, what argparse would set) for `head`, when it is one of the table's shapes: only
     the shape's options, a value-taking one once, given as `--opt VALUE` or `--opt=VALUE` with a
     value that is not an option (and one of its choices, when it has some), a repeatable one as
@@ -85,7 +83,7 @@ def _read_quick(head: list[str]) -> tuple[Shape, dict[str, object]] | None:
     return shape, got
 
 
-def _words_read(shape: Shape, rest: list[str], i: int, got: dict[str, object], seen: set[str]) -> int | None:
+def _words_read(shape: "Shape", rest: list[str], i: int, got: dict[str, object], seen: set[str]) -> int | None:
     """How many words from `rest[i]` on are read into `got` (a command's tail: all the rest);
     None: not this shape."""
     from .table import FLAG, MANY, OPTIONS, QUIET
@@ -113,7 +111,7 @@ def _words_read(shape: Shape, rest: list[str], i: int, got: dict[str, object], s
     return 1 if eq else 2
 
 
-def _bare(shape: Shape, rest: list[str], i: int, got: dict[str, object]) -> int | None:
+def _bare(shape: "Shape", rest: list[str], i: int, got: dict[str, object]) -> int | None:
     if shape.rest:
         got[shape.bare] = list(rest[i:])
         return len(rest) - i
@@ -189,7 +187,7 @@ def _run_command_starts(head: list[str], i: int) -> bool:
     return not (i >= 1 and head[i - 1] in valued_flags(SHAPES[("run",)]))
 
 
-def _fail_type() -> type[Fail]:
+def _fail_type() -> "type[Fail]":
     """`base.errors.Fail`, imported when a failure is raised or caught: a memo's answer never
     needs it (`except _fail_type() as f` evaluates only when something was raised)."""
     from ..base.errors import Fail
@@ -266,7 +264,7 @@ def _stopped() -> int:
                 EXIT_INTERRUPTED)
 
 
-def _first_interrupt(signum: int, frame: types.FrameType | None) -> None:
+def _first_interrupt(signum: int, frame: "types.FrameType | None") -> None:
     """Ctrl-C or SIGTERM: stop what runs (KeyboardInterrupt unwinds it, its cleanup included); a
     second signal while it cleans up changes nothing. main() then leaves at once with 130."""
     import _signal
@@ -280,7 +278,7 @@ def _first_interrupt(signum: int, frame: types.FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
-def _answered(shape: Shape, got: dict[str, object], tail: list[str] | None) -> int | None:
+def _answered(shape: "Shape", got: dict[str, object], tail: list[str] | None) -> int | None:
     """The exit code when the command's memo answered it (run, shell-hook, the re-dial env
     realize: `hot.replay`), else None."""
     from .table import ask_of
@@ -310,7 +308,7 @@ def _main(argv: list[str]) -> int:
     return _slow(head, tail, read)
 
 
-def _slow(head: list[str], tail: list[str] | None, read: tuple[Shape, dict[str, object]] | None) -> int:
+def _slow(head: list[str], tail: list[str] | None, read: "tuple[Shape, dict[str, object]] | None") -> int:
     """The command run by its module: no memo answered it (or it has none)."""
     from ..base.errors import DEBUG_VAR, Fail, bug, os_failure
 

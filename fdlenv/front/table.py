@@ -15,8 +15,6 @@ On the hottest path (a memo answers `run`, `shell-hook`, `env realize`): plain R
 tuples, nothing imported beyond `base` and `names.roots`.
 """
 
-from __future__ import annotations
-
 from ..base.record import Record
 from ..base.shells import SHELLS
 from ..names.roots import absolute
@@ -120,7 +118,7 @@ def _keyed(opt: Opt, value: object) -> str:
     return "1" if value is True else str(value or "")
 
 
-def chosen_shell(given: object, environ: Mapping[str, str] | None = None) -> str:
+def chosen_shell(given: object, environ: "Mapping[str, str] | None" = None) -> str:
     """`--shell`, else the login shell's name from $SHELL as pixi reads it (`/usr/bin/fish` ->
     fish), else sh: a fish user's `fdlenv shell-hook | source` needs no flag."""
     if given:
@@ -130,7 +128,7 @@ def chosen_shell(given: object, environ: Mapping[str, str] | None = None) -> str
     return name if name in SHELLS else "sh"
 
 
-def ask_of(kind: str, values: Mapping[str, object], tail: list[str] | None) -> Ask | None:
+def ask_of(kind: str, values: "Mapping[str, object]", tail: list[str] | None) -> "Ask | None":
     """The typed request the memo is keyed and replayed by (`hot.replay.Ask`), from the values the
     front read (the quick reader's, or argparse's Namespace as a dict); None when the token and the
     positional alias disagree (the slow path refuses that)."""

@@ -6,7 +6,7 @@ would otherwise import the resolver (pathlib, json, re and some thirty modules, 
 down (`hot.memo`) with a signature of every file it was derived from, and this module,
 importing only os and sys (fcntl for the locks), replays it while every signature
 still matches, and only a memo this user owns, no one else may write (`trusted`) and that
-names an env in this home's envs/ (`confine.within`). Anything else returns None and the slow path runs (and writes the memo
+names an env in this home's envs/ (`within`). Anything else returns None and the slow path runs (and writes the memo
 again): another shape, `auto` or no token, a project's fdl.yml from the cwd up (its
 settings need YAML), a changed, new or missing file, a store lock held by `env gc`.
 
@@ -34,12 +34,9 @@ on every call, as the slow path does). `exec_in` (run's exec, with a shell's 126
 lives here and `commands.run` calls it.
 """
 
-from __future__ import annotations
-
 import os
 import sys
 
-from ..base.confine import within
 from ..base.record import Record
 from ..names.roots import ENVS, HOT, STORE_LOCK, home_root, project_above
 from ..store.statecodec import ROCM_VARS, STATE, apply, restored, shell_state
@@ -73,7 +70,7 @@ class Ask(Record):
     argv: tuple[str, ...] = ()      # run's CMD, `--` and its tail included
 
 
-def exec_in(argv: list[str], environ: Mapping[str, str]) -> int:
+def exec_in(argv: list[str], environ: "Mapping[str, str]") -> int:
     """Exec CMD with `environ`; what a shell says when it cannot: 127 not found, 126 not
     executable (returned; on success this never returns)."""
     if "/" in argv[0] and not os.path.lexists(argv[0]):   # built into the variant's tree?
@@ -98,7 +95,7 @@ def exec_in(argv: list[str], environ: Mapping[str, str]) -> int:
     return 0  # not reached: exec replaced this process
 
 
-def _execvpe(argv: list[str], environ: Mapping[str, str]) -> None:
+def _execvpe(argv: list[str], environ: "Mapping[str, str]") -> None:
     """`os.execvpe`, without the `warnings` module its PATH lookup (`os.get_exec_path`) imports
     on every call: CMD as it is when it names a directory, else each of the env's PATH entries
     in turn (`os.defpath` when it has none), a missing one or a non-directory passed over; what
@@ -138,7 +135,7 @@ def sig(path: str) -> str:
     return "/".join(out)
 
 
-def key_of(ask: Ask, environ: Mapping[str, str], base: Mapping[str, str]) -> str:
+def key_of(ask: Ask, environ: "Mapping[str, str]", base: "Mapping[str, str]") -> str:
     """Everything a memo's answer depends on that is not a file (see the module docstring)."""
     from .. import __version__
 
@@ -173,6 +170,14 @@ def memo_text(key: str, deps: dict[str, str], answer: dict[str, str], unset: lis
     return "\0".join([*fields, END])
 
 
+def within(path: str, root: str) -> bool:
+    """Whether `path`, resolved (links and `..` followed), lies under `root`, resolved: a memo
+    names an env in this home's envs/ (`base.confine`'s rule, for the replay: here, so a replay
+    imports no module for it)."""
+    real, top = os.path.realpath(path), os.path.realpath(root)
+    return real.startswith(top.rstrip("/") + "/")
+
+
 def trusted(st: os.stat_result) -> bool:
     """A memo is read as ssh reads its config: owned by this user, and neither group- nor
     world-writable (anyone else who could write it could choose what a replay runs)."""
@@ -192,7 +197,7 @@ def _fields(parts: list[str]) -> tuple[list[str], dict[str, str], list[str]]:
     return deps, answer, recipe
 
 
-def read_memo(path: str, key: str) -> Memo | None:
+def read_memo(path: str, key: str) -> "Memo | None":
     """The memo (its answer and recipe) when it is `trusted`, its key is `key`, every
     dependency's signature still holds and the env it names signs it (its manifest is among them)."""
     try:
@@ -320,7 +325,7 @@ def _print_realized(ask: Ask, memo: dict[str, str]) -> int:
     return 0
 
 
-def _print_changes(ask: Ask, base: dict[str, str], original: Mapping[str, str] | None,
+def _print_changes(ask: Ask, base: dict[str, str], original: "Mapping[str, str] | None",
                    target: dict[str, str], memo: dict[str, str]) -> int:
     """shell-hook's output: what turns the shell's environment `base` into `target` (from
     `original`, `base` with an earlier activation undone, when a memo answered)."""

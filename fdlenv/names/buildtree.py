@@ -17,8 +17,6 @@ other-crate's tree, never in the one of the crate (or `~`) where `.bashrc` ran.
 after a build into the variant's tree is `target/fdlenv-<variant>/release/train`.
 """
 
-from __future__ import annotations
-
 import os
 
 TYPE_CHECKING = False
@@ -38,7 +36,7 @@ def _has_line(path: str, prefixes: tuple[str, ...]) -> bool:
         return False
 
 
-def _ancestors(cwd: str) -> Iterator[str]:
+def _ancestors(cwd: str) -> "Iterator[str]":
     d = cwd
     while True:
         yield d
@@ -59,7 +57,7 @@ def cargo_root(cwd: str) -> str | None:
     return package
 
 
-def users_target_dir(base: Mapping[str, str], cwd: str) -> bool:
+def users_target_dir(base: "Mapping[str, str]", cwd: str) -> bool:
     """Whether the user chose cargo's target dir: CARGO_TARGET_DIR or CARGO_BUILD_TARGET_DIR in
     `base`, or `target-dir` in a cargo config file cargo reads from `cwd` (`.cargo/config.toml`
     in it or above, and in `$CARGO_HOME`, default `~/.cargo`)."""
@@ -77,7 +75,7 @@ def tree_dirs(root: str, variant: str) -> tuple[str, str]:
     return os.path.join(root, "target", f"fdlenv-{variant}"), os.path.join(root, "build", f"fdlenv-{variant}")
 
 
-def build_tree(environ: dict[str, str], base: Mapping[str, str], variant: str | None, cwd: str) -> dict[str, str]:
+def build_tree(environ: dict[str, str], base: "Mapping[str, str]", variant: str | None, cwd: str) -> dict[str, str]:
     """`environ` with a tree per variant, as `fdlenv build` keeps: CARGO_TARGET_DIR =
     `<cargo_root>/target/fdlenv-<variant>`, unless the user chose a target dir
     (`users_target_dir`; `base` is the caller's environment, a shell activation undone), `cwd`
@@ -94,7 +92,7 @@ def build_tree(environ: dict[str, str], base: Mapping[str, str], variant: str | 
     return environ
 
 
-def shell_tree(environ: dict[str, str], base: Mapping[str, str], variant: str | None) -> dict[str, str]:
+def shell_tree(environ: dict[str, str], base: "Mapping[str, str]", variant: str | None) -> dict[str, str]:
     """`build_tree` for a shell: the same trees, named relative to wherever a build runs (cargo
     reads a relative CARGO_TARGET_DIR against its cwd), unless the user chose them (the
     environment, or `target-dir` in `$CARGO_HOME`'s config; a project's own `.cargo/config.toml`
@@ -108,7 +106,7 @@ def shell_tree(environ: dict[str, str], base: Mapping[str, str], variant: str | 
     return environ
 
 
-def in_tree(path: str, environ: Mapping[str, str], cwd: str) -> str | None:
+def in_tree(path: str, environ: "Mapping[str, str]", cwd: str) -> str | None:
     """Where `path` (`./target/release/train`, under the crate's default `target/`) is in the
     cargo target dir `environ` names (the variant's tree), when it is not where asked but is
     there as an executable file; None otherwise."""

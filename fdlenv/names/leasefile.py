@@ -10,8 +10,6 @@ asks too (`lease_paths`). At import only os (fcntl when a lease is taken; errno 
 only when the home's lease file cannot be opened).
 """
 
-from __future__ import annotations
-
 import os
 
 from .roots import LOCKS

@@ -6,8 +6,6 @@ slow path (`app.settings`, `config.fdlfile`) must find the same home and the sam
 and the replay cannot afford pathlib.
 """
 
-from __future__ import annotations
-
 import os
 
 TYPE_CHECKING = False
@@ -31,7 +29,7 @@ def absolute(path: str) -> str:
     return path if path.startswith("/") else os.path.join(os.getcwd(), path)
 
 
-def home_root(given: str | None, environ: Mapping[str, str]) -> str:
+def home_root(given: str | None, environ: "Mapping[str, str]") -> str:
     """The home: `given` (`--home`, or fdl.yml's `fdlenv: home:` as `settings.resolve` passes
     it), else `$FLODL_HOME`, else `~/.flodl`; absolute."""
     raw = given or (environ.get("FLODL_HOME") or "").strip()

@@ -8,8 +8,6 @@ the `_FDLENV_STATE` codec: `shell_state` writes how one environment became anoth
 length-prefixed text (any character may be in a value), `restored` undoes it.
 """
 
-from __future__ import annotations
-
 TYPE_CHECKING = False   # `typing` stays off the replay's path
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -25,7 +23,7 @@ ROCM_VARS = ("ROCM_PATH", "HIP_PATH", "HSA_PATH")   # what the host ROCm lib dir
 DEFAULTS = ("TORCH_CUDA_ARCH_LIST",)
 
 
-def join(parts: Iterable[str]) -> str:
+def join(parts: "Iterable[str]") -> str:
     """A path list from `parts`: empty entries dropped, the first of each kept."""
     seen: set[str] = set()
     out: list[str] = []
@@ -36,7 +34,7 @@ def join(parts: Iterable[str]) -> str:
     return ":".join(out)
 
 
-def apply(unset: Iterable[str], sets: Iterable[tuple[str, str]], base: Mapping[str, str]) -> dict[str, str]:
+def apply(unset: "Iterable[str]", sets: "Iterable[tuple[str, str]]", base: "Mapping[str, str]") -> dict[str, str]:
     """`base` with `unset` removed, then each of `sets` (VAR, value) set; SENTINEL in a value
     stands for base's value of VAR (a path list: the result is de-duplicated); one of DEFAULTS
     that base has is left as it is."""
@@ -56,7 +54,7 @@ def _field(value: str | None) -> str:
     return "-" if value is None else f"{len(value)}:{value}"
 
 
-def shell_state(before: Mapping[str, str], after: Mapping[str, str]) -> str:
+def shell_state(before: "Mapping[str, str]", after: "Mapping[str, str]") -> str:
     """The `_FDLENV_STATE` value recording how `before` became `after` (for `restored`): each
     changed variable as `<len>:<name>` then its value before and after, `<len>:<value>` or
     `-` for unset. Lengths, not separators: a value may hold any character."""
@@ -76,7 +74,7 @@ def _read_nullable_field(text: str, i: int) -> tuple[str | None, int]:
     return (None, i + 1) if text.startswith("-", i) else _read_field(text, i)
 
 
-def _read_state(raw: str) -> dict[str, Any]:
+def _read_state(raw: str) -> "dict[str, Any]":
     """Each changed variable -> [value before, value after]: fdlenv's own codec, checked only for
     its framing, or the JSON an older fdlenv wrote; `restored` checks each pair."""
     if raw.startswith("{"):   # written by fdlenv before 0.1's memo: JSON
@@ -96,7 +94,7 @@ def _read_state(raw: str) -> dict[str, Any]:
     return out
 
 
-def restored(environ: Mapping[str, str]) -> dict[str, str]:
+def restored(environ: "Mapping[str, str]") -> dict[str, str]:
     """`environ` with a shell activation (`_FDLENV_STATE`) undone: each variable gets its value
     from before, unless it was changed since. A path list changed since loses only the entries
     the activation added."""

@@ -16,8 +16,6 @@ object whatever happened, and a person reading stderr one `error:` line. So:
 The CLI sets `--json` once (`set_json`), before any command runs.
 """
 
-from __future__ import annotations
-
 import sys
 
 TYPE_CHECKING = False
@@ -35,7 +33,7 @@ def set_json(on: bool) -> None:
     _JSON = on
 
 
-def emit(obj: Mapping[str, object]) -> None:
+def emit(obj: "Mapping[str, object]") -> None:
     print(scrub(dumps({"schema": SCHEMA, **obj})))
 
 

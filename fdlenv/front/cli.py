@@ -31,6 +31,9 @@ EXIT_INTERRUPTED = 130      # 128 + SIGINT, as a shell reports a command ended b
 # (nothing left in staging), one `error:` line, the JSON object under --json, and the same 130:
 # neither permanent (2) nor a failure of the work, so a unit or a script re-runs it as after Ctrl-C.
 _STOPPED_BY: list[int] = []
+# [True] once this call was answered from the hot memo (`_answered`): the program then leaves
+# without the interpreter's teardown (`main`).
+_REPLAYED: list[bool] = []
 
 # One module per command under fdlenv/front/commands; each defines add_parser(sub).
 COMMANDS = ("env", "run", "shell_hook", "detect", "lock", "pack", "mirror", "walkthrough", "join", "recipe", "build",
@@ -209,6 +212,7 @@ def _own() -> None:
 def main(argv: list[str] | None = None) -> int:
     global OWNS_PROCESS
     OWNS_PROCESS = argv is None  # run as the program, not called by a host process
+    _REPLAYED.clear()
     output = sys.modules.get("fdlenv.base.output")
     if output is not None:   # a host's earlier call: what it ended is not this call's end
         output._ENDED, output._OWNED = False, OWNS_PROCESS   # type: ignore[attr-defined]
@@ -234,10 +238,14 @@ def main(argv: list[str] | None = None) -> int:
         from ..base.errors import bug
         told = bug(e, "fdlenv")
         rc = fail(told.message, told.exit_code)
-    if OWNS_PROCESS and ("rattler" in sys.modules or rc == EXIT_INTERRUPTED):
+    if OWNS_PROCESS and ("rattler" in sys.modules or rc == EXIT_INTERRUPTED or _REPLAYED):
         # py-rattler 0.28 can crash at interpreter exit (134/139) after its calls succeeded
         # (`lock`, `pack`): the exit code must stay 0/1/2, so leave without the teardown.
         # After Ctrl-C, too: a download thread still in a socket read would hold the exit.
+        # And after a memo's answer (a new shell's hook, a re-dial): its output is flushed here,
+        # the kernel closes its descriptors (the store lock), it started no thread and registered
+        # no exit handler, so the interpreter's teardown (every module freed: 1-2 ms, as much as
+        # the answer itself) would only delay the exit.
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
@@ -303,6 +311,7 @@ def _main(argv: list[str]) -> int:
     if read is not None:
         rc = _answered(read[0], read[1], tail)
         if rc is not None:
+            _REPLAYED.append(True)
             return rc
     _own()
     return _slow(head, tail, read)

@@ -31,10 +31,11 @@ from helpers_store import make_world, realise_json
 # the slow path, the home's names, and the packages they live in.
 REPLAY = {
     "fdlenv", "fdlenv.front", "fdlenv.front.cli", "fdlenv.front.table", "fdlenv.hot", "fdlenv.hot.replay",
-    "fdlenv.base", "fdlenv.base.record", "fdlenv.base.shells", "fdlenv.names", "fdlenv.names.roots",
-    "fdlenv.store", "fdlenv.store.statecodec",
+    "fdlenv.base", "fdlenv.base.record", "fdlenv.names", "fdlenv.names.roots", "fdlenv.store",
+    "fdlenv.store.statecodec",
 }
 TREE = {"fdlenv.names.buildtree"}        # shell-hook and run: the variant's build tree (cwd-dependent)
+SHELL = {"fdlenv.base.shells"}           # shell-hook's own text: each shell's syntax
 LEASE = {"fdlenv.names.leasefile"}       # run: the env's lease, held by CMD
 JSON = {"fdlenv.base.output"}            # --json: the writer over the C encoder
 # C modules only: the store lock's flock, Record's field getter, json's C encoder (--json).
@@ -44,7 +45,7 @@ NEVER = ("json", "re", "pathlib", "warnings", "subprocess", "typing", "types", "
          "fdlenv.base.confine", "fdlenv.hot.memo")
 
 CASES = {   # id: (argv before the store options, argv after them, the fdlenv modules pinned)
-    "shell-hook": (["shell-hook"], [], REPLAY | TREE),
+    "shell-hook": (["shell-hook"], [], REPLAY | TREE | SHELL),
     "shell-hook --json": (["shell-hook", "--json"], [], REPLAY | TREE | JSON),
     "run true": (["run"], ["true"], REPLAY | TREE | LEASE),
     "env realize": (["env", "realize"], [], REPLAY),
@@ -56,7 +57,9 @@ def _child_env(package_root: Path) -> dict[str, str]:
     # This interpreter's path as `site` and the .pth files left it, their import lines not run,
     # behind the checkout (or a copy of it) whose fdlenv is under test.
     paths = [str(package_root), *dict.fromkeys(p for p in sys.path if p and os.path.isdir(p))]
-    env = {k: v for k, v in os.environ.items() if k != "FDLENV_NO_HOTPATH"}
+    # (no activation to undo: a shell where fdlenv's hook ran exports _FDLENV_STATE, whose
+    # names `restored` checks with base.shells)
+    env = {k: v for k, v in os.environ.items() if k not in ("FDLENV_NO_HOTPATH", "_FDLENV_STATE")}
     return {**env, "PYTHONPATH": os.pathsep.join(paths)}
 
 

@@ -10,7 +10,6 @@ that is not `[A-Za-z_][A-Za-z0-9_]*` (from a hand-made `_FDLENV_STATE`, an
 activate.d script, a foreign environment) is never printed.
 """
 
-SHELLS = ("bash", "zsh", "fish", "sh")
 # What every shell here reads as is, unquoted: shlex.quote's set without `=` (zsh reads an
 # unquoted word that begins with `=` as a command lookup, `=ls` -> /usr/bin/ls, and a
 # `=nocmd` aborts the eval; `~` is not in the set either, so it is always quoted).

@@ -98,14 +98,16 @@ def restored(environ: "Mapping[str, str]") -> dict[str, str]:
     """`environ` with a shell activation (`_FDLENV_STATE`) undone: each variable gets its value
     from before, unless it was changed since. A path list changed since loses only the entries
     the activation added."""
-    from ..base.shells import valid_name
-
     out = dict(environ)
     raw = out.pop(STATE, None)
     try:
         state = _read_state(raw) if raw else {}
     except (ValueError, KeyError, TypeError):
         return out          # not ours to read: dropped, nothing else touched
+    if not state:
+        return out          # no activation to undo (and base.shells not imported for one)
+    from ..base.shells import valid_name
+
     for var, pair in state.items():
         if not isinstance(var, str) or not valid_name(var):
             continue

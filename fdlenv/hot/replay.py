@@ -28,9 +28,11 @@ its signature; `memo.record`). `FDLENV_NO_HOTPATH=1` turns the replay off.
 
 The replay imports a short, named list (the Layers table's `hot` row): the activation's
 codec from `store.statecodec` (so both paths apply an activation the same way), the home's
-root and config names from `names.roots`, the lease file and cargo's tree per variant
-(`names.buildtree`: it depends on the cwd, so it is never in a memo and the replay derives it
-on every call, as the slow path does). `exec_in` (run's exec, with a shell's 126 and 127)
+root and config names from `names.roots`, and only where the shape needs them the lease file
+(`names.leasefile`, run) and cargo's tree per variant (`names.buildtree`, shell-hook and run:
+it depends on the cwd, so it is never in a memo and the replay derives it on every call, as
+the slow path does), shell syntax (`base.shells`) and the JSON writer or a failure's line
+(`base.output`). tests/test_hot_imports.py pins each shape's list. `exec_in` (run's exec, with a shell's 126 and 127)
 lives here and `commands.run` calls it.
 """
 

@@ -45,20 +45,9 @@ from .manifest import RunManifest
 if TYPE_CHECKING:
     import subprocess
     from collections.abc import Mapping
-    from typing import IO, Protocol
+    from typing import IO
 
-    from ..names.variants import Variant
-
-    class BuildEnv(Protocol):
-        """What a build keys on and runs in: an fdlenv env (`store.env.Env`), flodl's own
-        libtorch (`store.active.OwnLibtorch`), or none settled; this module never imports the store."""
-
-        @property
-        def spec(self) -> Variant: ...
-        @property
-        def key(self) -> str: ...
-        @property
-        def path(self) -> Path: ...
+    from .nvcc import BuildEnv
 
 DEFAULT_RECIPE = "cargo build --release"
 KEY_SCHEMA = 2   # 2: the toolchain's identity is in the key

@@ -31,8 +31,10 @@ if TYPE_CHECKING:
     from ..names.home import Home
     from ..names.variants import Variant
 
-    class Env(Protocol):
-        """What `note_once` reads of an env (`store.env.Env`; source never imports the store)."""
+    class BuildEnv(Protocol):
+        """What a build keys on and runs in, and what `note_once` reads of it: an fdlenv env
+        (`store.env.Env`), flodl's own libtorch (`store.active.OwnLibtorch`), or none settled;
+        source never imports the store (`build` takes this one from here)."""
 
         @property
         def spec(self) -> Variant: ...
@@ -157,7 +159,7 @@ def cmake_toolkit_note(cuda: str, environ: Mapping[str, str]) -> str | None:
     return None if _of_major(found, cuda) else toolkit_advice(cuda, found)
 
 
-def note_once(home: Home, env: Env, environ: Mapping[str, str], always: bool = False) -> str | None:
+def note_once(home: Home, env: BuildEnv, environ: Mapping[str, str], always: bool = False) -> str | None:
     """`cmake_toolkit_note` for `env` (key, path, spec) the first time it applies, or every time
     with `always` (the command is CMake: `runs_cmake`), else None (also for a variant without
     CUDA, and for an env that is its own toolkit). Shown is remembered in `<home>/cache/notes/`

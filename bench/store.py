@@ -1,10 +1,12 @@
 """Store benchmarks, measured side by side in one run (medians; these machines are noisy).
 
-1. own cost of the hot commands on a realised env, each minus `python -c pass`: the re-dial
-   `env realize`, `shell-hook`, `run true` (goal <= 15 ms each, answered from their memo:
-   fdlenv/hot/replay.py; also shown without it) and `detect` (goal <= 30 ms),
-   in both install modes: this checkout (`python -m fdlenv`) and a regular install's
-   `fdlenv` command (a fresh venv, `pip install --no-deps` of this checkout: scripts/fdlenv)
+1. own cost of the hot commands on a realised env, each minus `python -c pass` (`run true`
+   also minus a Python that execs `true`: its interpreter and CMD are not fdlenv's): the
+   re-dial `env realize`, `shell-hook`, `run true` (goal <= 3 ms each, answered from their
+   memo: fdlenv/hot/replay.py; also shown without it) and `detect` (goal <= 10 ms), wall and
+   CPU, min/median/max, for a regular install's `fdlenv` command (a fresh venv, `pip install
+   --no-deps` of this checkout: scripts/fdlenv), each `--also` checkout's, and this checkout's
+   `python -m fdlenv`
 2. warm realise (new key, packages cached) of a 20,000-file package / `cp -al` of its payload   (goal <= 2)
 3. cold realise of a >= 1 GiB package / `unzip -p pkg.conda 'pkg-*.tar.zst' | zstd -dc | tar -x`,
    fdlenv's own hash verification included   (goal <= 1.3)
@@ -33,6 +35,7 @@ sys.path[0] = str(Path(__file__).resolve().parent.parent / "tests")
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
 from bench.regular import ENV, REPO, label_of, regular_install  # noqa: E402
+from bench.rounds import Took  # noqa: E402
 from helpers_conda import Pkg, make_channel, write_env  # noqa: E402
 
 from fdlenv.names.home import Home  # noqa: E402
@@ -61,16 +64,40 @@ def lock_for(tmp: Path, home: Home, name: str, deps: list[str]) -> Path:
 
 
 HOT = {   # the commands a box or a shell runs again and again, and their own-cost goals (ms)
-    "env realize (re-dial)": (["env", "realize", "--libtorch", "cpu", "--lock", "{lock}", "--home", "{home}"], 15),
-    "shell-hook": (["shell-hook", "--libtorch", "cpu", "--lock", "{lock}", "--home", "{home}"], 15),
-    "run true": (["run", "--libtorch", "cpu", "--lock", "{lock}", "--home", "{home}", "true"], 15),
-    "detect": (["detect"], 30),
+    "env realize (re-dial)": (["env", "realize", "--libtorch", "cpu", "--lock", "{lock}", "--home", "{home}"], 3),
+    "shell-hook": (["shell-hook", "--libtorch", "cpu", "--lock", "{lock}", "--home", "{home}"], 3),
+    "run true": (["run", "--libtorch", "cpu", "--lock", "{lock}", "--home", "{home}", "true"], 3),
+    "detect": (["detect"], 10),
 }
+TRUE = shutil.which("true") or "/bin/true"
+# What `run true` costs a Python tool before it is fdlenv's own: the interpreter, then exec'ing
+# CMD (`true` loads and runs; the interpreter's teardown is skipped, as run skips it).
+EXEC_TRUE = f"import os; os.execv({TRUE!r}, ['true'])"
+
+
+def spawned(argv: list[str], env: dict) -> Took:
+    """Wall seconds and CPU (user+sys, `wait4`'s rusage) of `argv`, output to /dev/null:
+    posix_spawn, whose own cost is a few tens of microseconds, the same for every command."""
+    t0 = time.perf_counter()
+    pid = os.posix_spawn(argv[0], argv, env, file_actions=[(os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+                                                           (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0)])
+    _, status, ru = os.wait4(pid, 0)
+    wall = time.perf_counter() - t0
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"bench: {argv} exited {os.waitstatus_to_exitcode(status)}")
+    return Took(wall, ru.ru_utime + ru.ru_stime)
+
+
+def _ms(xs: list[float]) -> str:
+    return f"{1000 * min(xs):.1f}/{1000 * statistics.median(xs):.1f}/{1000 * max(xs):.1f}"
 
 
 def bench_redial(tmp: Path, reps: int, also: list[Path]) -> str:
-    """Own cost (the command minus `python -c pass` of the same interpreter) of each hot command
-    on a realised env, from this checkout and from a regular install's `fdlenv` command."""
+    """Own cost (the command minus `python -c pass` of the same interpreter; `run true` also
+    minus a Python that execs `true`) of each hot command on a realised env, for a regular
+    install's `fdlenv` command (and each `--also` checkout's) and this checkout's `python -m
+    fdlenv`: wall and CPU, min/median/max of `reps` runs, every command of every side interleaved
+    in each round so every one sees the same machine."""
     home = Home(tmp / "redial")
     make_channel(home.channel, [Pkg("libtorch-cpu", "2.10.0", files={"libtorch/lib/libtorch.so": b"x"})])
     lock = lock_for(tmp, home, "redial", ["libtorch-cpu"])
@@ -80,29 +107,37 @@ def bench_redial(tmp: Path, reps: int, also: list[Path]) -> str:
         subprocess.run([PY, "-m", "fdlenv", *argv], check=True, stdout=subprocess.DEVNULL, env=env)
     venv_bin = regular_install(tmp, deps=False)
     slow = {**env, "FDLENV_NO_HOTPATH": "1"}    # the first call after a change: no memo answers
-    modes = {"checkout (python -m fdlenv)": ([PY, "-m", "fdlenv"], PY, env),
-             "regular install (bin/fdlenv)": ([str(venv_bin / "fdlenv")], str(venv_bin / "python"), env),
-             "regular install, no memo (FDLENV_NO_HOTPATH=1)": ([str(venv_bin / "fdlenv")], str(venv_bin / "python"),
-                                                                slow)}
+    modes = {"regular install (bin/fdlenv)": ([str(venv_bin / "fdlenv")], str(venv_bin / "python"), env)}
     for i, checkout in enumerate(also):
         other = regular_install(tmp / f"also{i}", deps=False, source=checkout)
         modes[f"{label_of(checkout)}, regular install"] = ([str(other / "fdlenv")], str(other / "python"), env)
-        modes[f"{label_of(checkout)}, regular install, no memo"] = ([str(other / "fdlenv")], str(other / "python"), slow)
-    times: dict = {(m, n): [] for m in modes for n in (*HOT, "python -c pass")}
+    modes["regular install, no memo (FDLENV_NO_HOTPATH=1)"] = ([str(venv_bin / "fdlenv")], str(venv_bin / "python"),
+                                                                slow)
+    modes["checkout (python -m fdlenv)"] = ([PY, "-m", "fdlenv"], PY, env)
+    bases = {"python -c pass": ["-c", "pass"], "python, exec true": ["-c", EXEC_TRUE]}
+    times: dict = {(m, n): [] for m in modes for n in (*HOT, *bases)}
     for _ in range(reps):   # interleaved, so every command sees the same machine
         for mode, (exe, py, menv) in modes.items():
-            times[(mode, "python -c pass")].append(timed([py, "-c", "pass"], env=menv))
+            for name, args in bases.items():
+                times[(mode, name)].append(spawned([py, *args], menv))
             for name, argv in argvs.items():
-                times[(mode, name)].append(timed([*exe, *argv], env=menv))
-    lines = []
+                times[(mode, name)].append(spawned([*exe, *argv], menv))
+    lines = [f"hot commands: wall min/median/max ms of {reps} runs each, own = median minus the base's median"]
     for mode in modes:
-        base = statistics.median(times[(mode, "python -c pass")])
-        lines.append(f"{mode}: python -c pass {base * 1000:.1f} ms (medians of {reps})")
+        walls = {n: [t.wall for t in times[(mode, n)]] for n in (*HOT, *bases)}
+        cpus = {n: [t.cpu for t in times[(mode, n)]] for n in (*HOT, *bases)}
+        lines.append(f"{mode}: " + "; ".join(f"{n} {_ms(walls[n])} ms (CPU median {1000 * statistics.median(cpus[n]):.1f})"
+                                            for n in bases))
         for name, (_, goal) in HOT.items():
-            own = 1000 * (statistics.median(times[(mode, name)]) - base)
-            verdict = (f"goal <= {goal} ms: {'met' if own <= goal else 'NOT met'}" if "no memo" not in mode or name == "detect"
-                       else "the first call after a change, which writes the memo")
-            lines.append(f"  {name:24s} own {own:6.1f} ms   {verdict}")
+            base = "python, exec true" if name == "run true" else "python -c pass"
+            own = 1000 * (statistics.median(walls[name]) - statistics.median(walls[base]))
+            own_cpu = 1000 * (statistics.median(cpus[name]) - statistics.median(cpus[base]))
+            also_pass = (f", {1000 * (statistics.median(walls[name]) - statistics.median(walls['python -c pass'])):.1f}"
+                         " over python -c pass" if base != "python -c pass" else "")
+            verdict = (f"goal <= {goal} ms: {'met' if own <= goal else 'NOT met'}"
+                       if "no memo" not in mode or name == "detect" else "the first call after a change, which writes the memo")
+            lines.append(f"  {name:24s} {_ms(walls[name])} ms  own {own:5.1f} ms over {base}{also_pass}"
+                         f" (CPU {own_cpu:5.1f})   {verdict}")
     return "\n".join(lines)
 
 
@@ -192,7 +227,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as t:
         tmp = Path(t)
         if "redial" in which:
-            print(bench_redial(tmp, max(a.reps, 15), a.also), flush=True)
+            print(bench_redial(tmp, max(a.reps * 20, 200), a.also), flush=True)
         sides = sides_of(tmp, a.also) if which & {"warm", "cold"} else {}
         if "warm" in which:
             print(bench_warm(tmp, a.reps, sides), flush=True)

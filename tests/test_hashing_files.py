@@ -34,6 +34,17 @@ def test_verify_fulls_whole_file_digest_is_hashlibs_below_at_and_over_the_mappin
     assert hashing.sha256_of_file(path) == hashlib.sha256(data).hexdigest()
 
 
+@pytest.mark.parametrize("told", [0, 5, hashing.MAPPED - 1, hashing.MAPPED, 10 * hashing.MAPPED])
+@pytest.mark.parametrize("size", [10, hashing.MAPPED + 3])
+def test_the_size_a_caller_stated_chooses_the_read_never_what_is_hashed(tmp_path, size, told):
+    """verify --full hands each file's size from its RECORD walk; a file that grew or shrank
+    since is still hashed whole, as it is now (a stale size that mapped past its end would fault)."""
+    data = os.urandom(size)
+    path = tmp_path / "f"
+    path.write_bytes(data)
+    assert hashing.sha256_of_file(path, size=told) == hashlib.sha256(data).hexdigest()
+
+
 def test_verify_fulls_digest_of_a_300_mb_file_holds_its_memory_to_a_window(tmp_path):
     """A whole-file mapping made the resident set as large as the file (1.4-1.7 GB for a
     cu128 env); a window at a time keeps it under one window over the interpreter's own."""

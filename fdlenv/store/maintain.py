@@ -95,6 +95,14 @@ class Queued(Record):
     size: int
 
 
+class Listed(Record):
+    """What the wheels' RECORDs list, per top-level package directory of site-packages."""
+
+    site: Path
+    files: dict[str, set[str]]     # a package dir -> the RECORD paths under it
+    owners: dict[str, str]         # a package dir -> the wheel that owns it
+
+
 class Report:
     def __init__(self, env: Path):
         self.env = env
@@ -145,11 +153,12 @@ def verify(env_dir: Path, full: bool = False, home: Home | None = None,
     hashes: list[Queued] = []
     if full or old is not None:
         _walk_conda(env_dir, metas, {r["name"]: r["sha256"] for r in conda}, old, full, rep, hashes)
-    if wheels:
-        _verify_wheels(env_dir, wheels, full, rep, hashes)
-    if full:
-        rep.problems += _hash_all(hashes, progress)
-        rep.problems += _links_outside(env_dir)
+    listed = _verify_wheels(env_dir, wheels, full, rep, hashes) if wheels else None
+    if full:    # the tree walked (unlisted files, links out) in this thread while the lanes hash
+        walked: list[tuple[list[Problem], list[Problem]]] = []
+        hashed = _hash_all(hashes, progress, meanwhile=lambda: walked.append(_walk_env(env_dir, listed)))
+        unlisted, outside = walked[0]
+        rep.problems += unlisted + hashed + outside
     else:
         from .health import check_files, owner
         from ..lock.file import Record as Locked
@@ -178,7 +187,8 @@ def by_sizes(env_dir: Path, m: Any) -> list[Damage]:
     site = next(iter(sorted(env_dir.glob("lib/python*/site-packages"))), None)
     if wheels and site is not None:   # a wheel's RECORD names paths under site-packages
         at, rep.problems = len(rep.problems), rep.problems
-        _verify_wheels(env_dir, wheels, True, rep, hashes)
+        listed = _verify_wheels(env_dir, wheels, True, rep, hashes)
+        rep.problems += _walk_env(env_dir, listed)[0]
         prefix = site.relative_to(env_dir).as_posix()
         rep.problems[at:] = [p._replace(path=f"{prefix}/{p.path}") for p in rep.problems[at:]]
     return [Damage(p.path, p.what, -1, -1) for p in rep.problems]
@@ -222,15 +232,17 @@ def _walk_conda(env_dir: Path, metas: list[Path], want_sha: dict[str, str], old:
                 hashes.append(Queued(path, p["_path"], expected, "hex", rec["name"], size))
 
 
-def _hash_all(hashes: list[Queued], progress: Callable[[int, int, int, int], None] | None = None) -> list[Problem]:
+def _hash_all(hashes: list[Queued], progress: Callable[[int, int, int, int], None] | None = None,
+              meanwhile: Callable[[], object] = lambda: None) -> list[Problem]:
     """Every queued file re-hashed on the cores this process may use (`usable_cpus`; hashlib
     lets go of the GIL while it hashes). One lane per core, each a thread that takes the next
     file, largest first, from one shared queue: a lane whose core is busy with other work takes
     fewer files and the others do not wait for it (files dealt ahead to fixed lanes made the
     busy core's lane the whole wall time under load). A lane maps one window of a file at a
     time (`hashing.WINDOW`), so the memory held is a window per lane, whatever the env's size.
-    A failure in one lane (a stop signal in the main thread's) stops the others at their next
-    file."""
+    `meanwhile()` runs in this thread while the lanes hash (verify's walk of the tree, ~0.3 s
+    of cu128's wall time when it ran before or after them), then this thread joins them.
+    A failure in one lane (a stop signal in this thread) stops the others at their next file."""
     import base64
     import threading
 
@@ -247,20 +259,23 @@ def _hash_all(hashes: list[Queued], progress: Callable[[int, int, int, int], Non
             for i in queue:
                 if failed:
                     return
-                path, shown, expected, how, package, _ = hashes[i]
-                got = hashing.sha256_of_file(path)
+                path, shown, expected, how, package, size = hashes[i]
+                got = hashing.sha256_of_file(path, size=size)
                 if how == "b64":
                     got = base64.urlsafe_b64encode(bytes.fromhex(got)).rstrip(b"=").decode()
                 if got != expected:
                     found.append((i, Problem(shown, "content differs", package)))
-                tell(1, hashes[i].size, 0, 0)
+                tell(1, size, 0, 0)
         except BaseException as e:   # noqa: BLE001 - raised again in the caller's thread
             failed.append(e)
 
-    threads = [threading.Thread(target=lane, name="fdlenv-hash", daemon=True) for _ in range(n - 1)]
+    threads = [threading.Thread(target=lane, name="fdlenv-hash", daemon=True) for _ in range(n if order else 0)]
     for t in threads:
         t.start()
-    lane()
+    try:
+        meanwhile()
+    except BaseException as e:   # noqa: BLE001 - the lanes stop at their next file, then it is raised
+        failed.append(e)
     for t in threads:
         join(t)   # in slices: a stop signal landing now still stops `verify --full`
     if failed:
@@ -278,26 +293,11 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def _links_outside(env_dir: Path) -> list[Problem]:
-    """Every symlink in the env resolves inside it (a package's link to /X would let a later
-    write, or the trainer, reach outside the store)."""
-    root = os.path.realpath(env_dir)
-    out = []
-    for dirpath, dirs, files in os.walk(env_dir):
-        for name in dirs + files:
-            path = os.path.join(dirpath, name)
-            if os.path.islink(path):
-                real = os.path.realpath(path)
-                if real != root and not real.startswith(root + os.sep):
-                    out.append(Problem(os.path.relpath(path, env_dir), f"symlink resolves outside the env ({real})",
-                                       "(env)"))
-    return out
-
-
 def _verify_wheels(env_dir: Path, wheels: list[dict[str, Any]], full: bool, rep: Report,
-                   hashes: list[Queued]) -> None:
+                   hashes: list[Queued]) -> Listed | None:
     """Each wheel's dist-info with its RECORD in the env's site-packages; in `full`, every file
-    against its RECORD (present, size; the sha256 queued)."""
+    against its RECORD (present, size; the sha256 queued), and what the RECORDs list per
+    package directory, for `_walk_env` (None when not `full` or there is no site-packages)."""
     import csv
     import re
 
@@ -339,21 +339,41 @@ def _verify_wheels(env_dir: Path, wheels: list[dict[str, Any]], full: bool, rep:
                     hashes.append(Queued(path, row[0], row[1][7:], "b64", w["name"], st.st_size))
         for top in listed:
             owners.setdefault(top, w["name"])
-    if full and site is not None:
-        _unlisted(site, listed, owners, rep)
+    return Listed(site, listed, owners) if full and site is not None else None
 
 
-def _unlisted(site: Path, listed: dict[str, set[str]], owners: dict[str, str], rep: Report) -> None:
-    """A file in a wheel's package directory that no RECORD lists (planted, or from a wheel
-    extracted before RECORD was checked both ways): a problem of that wheel, so a repair
-    rebuilds it. Python's own byte-code caches are not the wheel's, nor fdlenv's own files in
-    the libtorch root (`.arch`, `build-version`: store.ownfiles)."""
-    for top, files in listed.items():
-        files = files | {f"{top}/.arch", f"{top}/build-version"}
-        for folder, dirs, names in os.walk(site / top):
-            dirs[:] = [d for d in dirs if d != "__pycache__"]
-            for name in names:
-                rel = os.path.relpath(os.path.join(folder, name), site)
-                if rel not in files:
-                    rep.problems.append(Problem(rel, "not in its wheel's RECORD", owners[top]))
-
+def _walk_env(env_dir: Path, listed: Listed | None) -> tuple[list[Problem], list[Problem]]:
+    """One walk of the env's tree (`os.scandir`: a symlink is told from its directory entry,
+    no lstat per file), for two findings:
+    - unlisted: a file in a wheel's package directory that no RECORD lists (planted, or from a
+      wheel extracted before RECORD was checked both ways), a problem of that wheel, so a
+      repair rebuilds it. Python's own byte-code caches are not the wheel's, nor fdlenv's own
+      files in the libtorch root (`.arch`, `build-version`: store.ownfiles);
+    - outside: a symlink that resolves outside the env (a package's link to /X would let a
+      later write, or the trainer, reach outside the store)."""
+    root = os.path.realpath(env_dir)
+    tops: dict[str, tuple[str, set[str]]] = {}   # a wheel's package dir (absolute) -> its owner, RECORD's files
+    site = ""
+    if listed is not None:
+        site = f"{listed.site}/"
+        for top, files in listed.files.items():
+            tops[site + top] = (listed.owners[top], files | {f"{top}/.arch", f"{top}/build-version"})
+    unlisted: list[Problem] = []
+    outside: list[Problem] = []
+    stack: list[tuple[str, tuple[str, set[str]] | None]] = [(str(env_dir), None)]
+    while stack:
+        folder, within = stack.pop()
+        with os.scandir(folder) as it:
+            entries = sorted(it, key=lambda e: e.name)
+        for e in entries:
+            if e.is_symlink():
+                real = os.path.realpath(e.path)
+                if real != root and not real.startswith(root + os.sep):
+                    outside.append(Problem(os.path.relpath(e.path, env_dir),
+                                           f"symlink resolves outside the env ({real})", "(env)"))
+            if e.is_dir(follow_symlinks=False):
+                if within is None or e.name != "__pycache__":
+                    stack.append((e.path, within or tops.get(e.path)))
+            elif within is not None and not e.is_dir() and (rel := e.path[len(site):]) not in within[1]:
+                unlisted.append(Problem(rel, "not in its wheel's RECORD", within[0]))
+    return unlisted, outside

@@ -44,12 +44,19 @@ if TYPE_CHECKING:
     import threading
 
 try:   # ISA-L's inflate is about twice zlib's speed: inflating is most of a cold realise's CPU
-    from isal.isal_zlib import decompressobj as _decompressobj
+    from isal.igzip_lib import DECOMP_DEFLATE, IgzipDecompressor
+    from isal.igzip_lib import error as _igzip_error
     from isal.isal_zlib import error as _isal_error
+
+    def _inflater() -> Any:
+        return IgzipDecompressor(flag=DECOMP_DEFLATE)
+    BOUNDED = True        # decompress(data, max_length) allocates its output once (see `_inflate`)
     # isal's stub calls `error` an Exception, not its class (the ignore is unused without isal)
-    INFLATE_ERRORS: tuple[type[Exception], ...] = (zlib.error, _isal_error)  # type: ignore[assignment, unused-ignore]
+    INFLATE_ERRORS: tuple[type[Exception], ...] = (zlib.error, _isal_error, _igzip_error)  # type: ignore[assignment, unused-ignore]
 except ImportError:   # a platform without isal's wheels: the same with zlib
-    from zlib import decompressobj as _decompressobj  # type: ignore[assignment]
+    def _inflater() -> Any:
+        return zlib.decompressobj(-15)
+    BOUNDED = False
     INFLATE_ERRORS = (zlib.error,)
 
 LOCAL = b"PK\x03\x04"
@@ -258,7 +265,7 @@ class StreamUnzip:
                     self.made.add(parent)
                 out = os.open(os.path.join(self.under, rel), WRITE_FLAGS, 0o666)
                 self.files.append((name, rel))
-        self.inflate = _decompressobj(-15) if method == 8 else None
+        self.inflate = _inflater() if method == 8 else None
         known = not descriptor or csize != 0
         if method == 0 and known and csize != usize and not descriptor:
             raise Malformed(f"stored member {name!r} states {usize} bytes but holds {csize}")
@@ -313,13 +320,30 @@ class StreamUnzip:
         return False
 
     def _inflate(self, out: int | None, chunk: memoryview) -> None:
-        """Inflate `chunk` OUT_STEP at a time, each step written (and bounded) before the next.
+        """Inflate `chunk` at most OUT_STEP at a time (and never more than one byte past what
+        the member's header states), each step written and bounded before the next.
+        ISA-L's `IgzipDecompressor` allocates a step's output once, at its bound, and inflates it
+        in one call, the GIL let go once: zlib's and isal_zlib's `decompressobj` start at 16 KiB
+        and double, an inflate call, a GIL hand-back and a realloc's copy per doubling (on two
+        cores four streams re-took the GIL after each; that copy was most of the realise's memmove).
         (Steps of 128-256 KiB, which the page-cache copy of a lone writer prefers, took a cold
         realise's four streams 1-2 s longer, in user and system time alike: bench/wheels.py.)"""
         d = self.inflate
-        self._write(out, d.decompress(chunk, OUT_STEP))
-        while d.unconsumed_tail and not d.eof:
-            self._write(out, d.decompress(d.unconsumed_tail, OUT_STEP))
+        if not BOUNDED:
+            self._write(out, d.decompress(chunk, OUT_STEP))
+            while d.unconsumed_tail and not d.eof:
+                self._write(out, d.decompress(d.unconsumed_tail, OUT_STEP))
+            return
+        self._write(out, d.decompress(chunk, self._step_bound()))
+        while not d.eof and not d.needs_input:
+            self._write(out, d.decompress(b"", self._step_bound()))
+
+    def _step_bound(self) -> int:
+        """OUT_STEP, or less where the header stated the member's size: one byte past what is
+        left of it (the byte that tells it inflates past its size)."""
+        if self.member_size is None:
+            return OUT_STEP
+        return min(OUT_STEP, self.member_size - self.member_written + 1)
 
     def _write(self, out: int | None, data: bytes | memoryview) -> None:
         if not data:
@@ -339,8 +363,8 @@ class StreamUnzip:
             memory.give_back()
 
     def _end_member(self, out: int | None) -> None:
-        if self.inflate is not None and not self.inflate.eof:
-            self._write(out, self.inflate.flush())
+        if self.inflate is not None and not self.inflate.eof and not BOUNDED:
+            self._write(out, self.inflate.flush())     # (zlib's; ISA-L's bounded steps hold nothing back)
         self.close()
         if self.member_size is not None and self.member_written != self.member_size:
             raise Malformed(f"member {self.member_name!r} holds {self.member_written} bytes, its header "

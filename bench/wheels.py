@@ -19,7 +19,8 @@ min/median/max per side and the ratio of medians against the goal).
              / `cp -al` of that env's whole tree                         (goal <= 1.05x cp -al)
 6. verify:   `env verify --full` of that env (page cache warm: the realise just wrote it;
              nothing is dropped) / one `openssl dgst -sha256` over the same files, all of them
-             fed to one process at a time by `xargs -0` (argv would overflow) (goal <= 0.6x)
+             fed to one process at a time by `xargs -0` (argv would overflow) (goal <= 0.6x; peak RSS
+             of each side printed, goal <= 256 MiB)
 Peak RSS of the cold realises (rows 1-4): <= 1.0x uv's. Every row prints CPU time (user+sys of
 each side's process tree, bench/rounds.py) beside wall time, per round and as min/median/max,
 and the ratio of medians of both; rows 1 and 3 hold CPU to <= 0.80x uv's too.
@@ -50,7 +51,7 @@ deleted once timed, and at most two envs' data is on disk at once (plus the whee
                            [--also CHECKOUT ...]
 
 `--also CHECKOUT`: another checkout (an earlier commit, say), as a regular install, is one more
-side of rows 1-5, in the same rounds (a change's before and after in one run; goal: within
+side of rows 1-6, in the same rounds (a change's before and after in one run; goal: within
 5 % of it).
 
 `--wheels DIR`: a PEP 503-style directory (`DIR/<project>/<file>`) already holding the lock's
@@ -68,6 +69,7 @@ import shutil
 import sys
 import tempfile
 import urllib.request
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -80,7 +82,7 @@ import yaml  # noqa: E402
 from bench import serve  # noqa: E402
 from bench.floor import floor  # noqa: E402
 from bench.regular import label_of, regular_install  # noqa: E402
-from bench.rounds import Side, row, rm, settle_between, table, timed, warm_after_drop  # noqa: E402
+from bench.rounds import Side, Took, row, rm, settle_between, table, timed, warm_after_drop  # noqa: E402
 from fdlenv.index import pipindex, simpleapi  # noqa: E402
 
 PY = sys.executable
@@ -266,11 +268,13 @@ def bench_env(work: Path, lock: Path, mirror: str | None, reps: int, which: list
         names.write_bytes(b"\0".join(p.encode() for p in paths) + b"\0")
         size = sum(os.path.getsize(p) for p in paths)
         print(f"verify: {len(paths)} files, {size / 1e9:.2f} GB; page cache warm, nothing dropped", flush=True)
-        ours = Side("fdlenv", lambda i, rss: timed([*exe, "env", "verify", "--full", "--home", str(home), "-q"],
-                                                   sync=False))
+        def verify(command: list[str]) -> Callable[[int, list[float]], Took]:
+            return lambda i, rss: timed([*command, "env", "verify", "--full", "--home", str(home), "-q"], sync=False,
+                                        rss=rss)
         ssl = Side("openssl", lambda i, rss: timed(["xargs", "-0", "openssl", "dgst", "-sha256"], sync=False,
-                                                   stdin_path=names))
-        out += row("verify", [ours, ssl], reps, {"openssl": 0.6}, drop=False)
+                                                   stdin_path=names, rss=rss))
+        out += row("verify", [Side("fdlenv", verify(exe)), ssl, *(Side(label, verify(command)) for label, command in also)],
+                   reps, {"openssl": 0.6, **also_goals(also)}, drop=False)
     rm(home)
     return out
 

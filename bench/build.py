@@ -31,6 +31,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
+
+sys.path[0] = str(Path(__file__).resolve().parent.parent)   # bench/ itself must not be importable (this file)
+
+from bench.rounds import ran  # noqa: E402
 
 REDIAL = """
 import sys
@@ -54,18 +59,26 @@ RECIPE = "mkdir -p target/release && cp src/f0.rs target/release/train"
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
-def timed(argv: list[str], runs: int) -> tuple[float, float]:
-    """(median, min) wall seconds; min is the figure least disturbed by other load."""
-    samples = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        subprocess.run(argv, check=True, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        samples.append(time.perf_counter() - t)
-    return statistics.median(samples), min(samples)
+class Stat(NamedTuple):
+    """A command's runs: median and min wall seconds (min is the figure least disturbed by other
+    load) and median CPU seconds (user+sys of its process tree); `-` takes a base off each."""
+
+    median: float
+    least: float
+    cpu: float
+
+    def __sub__(self, other: tuple) -> Stat:   # type: ignore[override]
+        return Stat(*(a - b for a, b in zip(self, other, strict=True)))
 
 
-def ms(pair: tuple[float, float]) -> str:
-    return f"median {pair[0] * 1000:6.1f} ms  min {pair[1] * 1000:6.1f} ms"
+def timed(argv: list[str], runs: int) -> Stat:
+    samples = [ran(argv, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(runs)]
+    walls = [t.wall for t in samples]
+    return Stat(statistics.median(walls), min(walls), statistics.median(t.cpu for t in samples))
+
+
+def ms(s: Stat) -> str:
+    return f"median {s.median * 1000:6.1f} ms  min {s.least * 1000:6.1f} ms  CPU {s.cpu * 1000:6.1f} ms"
 
 
 def make_tree(root: Path, files: int) -> None:
@@ -117,11 +130,11 @@ def main() -> None:
         print(f"rsync alone ({a.files} files)       {ms(rsync)}   (what a re-dial skips when nothing changed)")
         for name, spec in specs.items():
             t = timed([sys.executable, "-c", REDIAL, home, spec], a.runs)
-            own = (t[0] - base[0], t[1] - base[1])
+            own = t - base
             print(f"re-dial {name:<12}        {ms(t)}")
             if name in remote:
                 print(f"  git ls-remote alone           {ms(remote[name])}")
-                own = (own[0] - remote[name][0], own[1] - remote[name][1])
+                own = own - remote[name]
                 print(f"  fdlenv's own (minus pass and the remote's answer) {ms(own)}   goal < 60 ms")
             else:
                 print(f"  fdlenv's own (minus pass)     {ms(own)}   goal < 60 ms")
@@ -139,7 +152,7 @@ print(w.home.root)
 """
 
 
-def real_store(tmp: Path, spec: str, base: tuple[float, float], runs: int) -> None:
+def real_store(tmp: Path, spec: str, base: Stat, runs: int) -> None:
     """The full command: CLI, store fast path, activation map, source step."""
     # In a child: this script's own name (`build`) would shadow the PyPA
     # `build` module that conda-lock imports.
@@ -156,7 +169,7 @@ def real_store(tmp: Path, spec: str, base: tuple[float, float], runs: int) -> No
         subprocess.run(argv, check=True, env=ENV, capture_output=True)
     t = timed(argv, runs)
     print(f"full `fdlenv build`, real store {ms(t)}")
-    print(f"  fdlenv's own (minus pass)     {ms((t[0] - base[0], t[1] - base[1]))}")
+    print(f"  fdlenv's own (minus pass)     {ms(t - base)}")
 
 
 SWITCH_BUILD_RS = r'''

@@ -17,19 +17,17 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path[0] = str(REPO)     # bench/ itself must not be importable (bench/build.py)
 
 from bench.regular import ENV, regular_install  # noqa: E402
+from bench.rounds import Took, ms3, ran  # noqa: E402
 
 
-def once(argv: list[str]) -> float:
-    t = time.perf_counter()
-    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, env=ENV)
-    return time.perf_counter() - t
+def once(argv: list[str]) -> Took:
+    return ran(argv, stdout=subprocess.DEVNULL, env=ENV)
 
 
 def main() -> None:
@@ -45,16 +43,17 @@ def main() -> None:
         sides["python -c pass"] = [str(bin_dir / "python"), "-c", "pass"]
         for argv in sides.values():
             once(argv)      # warm the page cache and write __pycache__
-        times: dict[str, list[float]] = {k: [] for k in sides}
+        times: dict[str, list[Took]] = {k: [] for k in sides}
         for _ in range(a.n):
             for k, argv in sides.items():
                 times[k].append(once(argv))
-    bare = statistics.median(times["python -c pass"])
-    print(f"runs: {a.n} each, interleaved; regular installs")
+    bare = statistics.median(t.wall for t in times["python -c pass"])
+    bare_cpu = statistics.median(t.cpu for t in times["python -c pass"])
+    print(f"runs: {a.n} each, interleaved; regular installs; wall min/median/max, CPU median (user+sys)")
     for k, xs in times.items():
-        own = "" if k == "python -c pass" else f"   own {(statistics.median(xs) - bare) * 1000:6.1f} ms"
-        print(f"{k:<28} min {min(xs) * 1000:6.1f} median {statistics.median(xs) * 1000:6.1f} "
-              f"max {max(xs) * 1000:6.1f} ms{own}")
+        wall, cpu = statistics.median(t.wall for t in xs), statistics.median(t.cpu for t in xs)
+        own = "" if k == "python -c pass" else f"   own {(wall - bare) * 1000:6.1f} ms (CPU {(cpu - bare_cpu) * 1000:.1f})"
+        print(f"{k:<28} {ms3([t.wall for t in xs])} ms, CPU {cpu * 1000:.1f} ms{own}")
 
 
 if __name__ == "__main__":

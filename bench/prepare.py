@@ -28,7 +28,9 @@ from pathlib import Path
 
 # bench/ itself must not be importable: bench/build.py would shadow the `build` package.
 sys.path[0] = str(Path(__file__).resolve().parent.parent / "tests")
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
+from bench.rounds import Took, ms3, ran  # noqa: E402
 from helpers_store import make_world  # noqa: E402
 
 GOAL_MS = 100
@@ -42,10 +44,8 @@ def make_tree(root: Path, files: int) -> None:
     (root / ".fdl-run.yml").write_text(f"bin: target/release/train\nbuild: {RECIPE}\nargs: []\n")
 
 
-def timed(argv: list[str], env: dict, cwd: Path) -> float:
-    t0 = time.perf_counter()
-    subprocess.run(argv, check=True, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - t0
+def timed(argv: list[str], env: dict, cwd: Path) -> Took:
+    return ran(argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def main() -> None:
@@ -75,20 +75,22 @@ def main() -> None:
         time.sleep(2.2)                   # past the source caches' racy window, as any real re-dial is
         for argv in shapes.values():      # fill those caches once
             subprocess.run(argv, check=True, env=env, cwd=tmp / "work", capture_output=True)
-        samples: dict[str, list[float]] = {"pass": [], **{k: [] for k in shapes}}
+        samples: dict[str, list[Took]] = {"pass": [], **{k: [] for k in shapes}}
         for _ in range(a.runs):           # interleaved: drift hits every column alike
             samples["pass"].append(timed([sys.executable, "-c", "pass"], env, tmp / "work"))
             for name, argv in shapes.items():
                 samples[name].append(timed(argv, env, tmp / "work"))
-        med = {k: statistics.median(v) * 1000 for k, v in samples.items()}
-        print(f"python -c pass                       {med['pass']:7.1f} ms")
+        med = {k: statistics.median(t.wall for t in v) * 1000 for k, v in samples.items()}
+        cpu = {k: statistics.median(t.cpu for t in v) * 1000 for k, v in samples.items()}
+        print(f"python -c pass                       {ms3([t.wall for t in samples['pass']])} ms (min/median/max), "
+              f"CPU {cpu['pass']:.1f} ms")
         for name, argv in shapes.items():
             steps = json.loads(subprocess.run([*argv, "--json"], check=True, env=env, cwd=tmp / "work",
                                               capture_output=True, text=True).stdout)["seconds"]
             own = med[name] - med["pass"]
             verdict = "ok" if own <= GOAL_MS else "OVER"
-            print(f"fdlenv prepare {name:<9} (re-dial)  {med[name]:7.1f} ms   minus pass {own:6.1f} ms  "
-                  f"goal <= {GOAL_MS} ms: {verdict}")
+            print(f"fdlenv prepare {name:<9} (re-dial)  {ms3([t.wall for t in samples[name]])} ms, CPU {cpu[name]:.1f} ms"
+                  f"   minus pass {own:6.1f} ms (CPU {cpu[name] - cpu['pass']:.1f})  goal <= {GOAL_MS} ms: {verdict}")
             print("    in-process steps: " + ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in steps.items()))
         print(f"(medians of {a.runs}; {a.files}-file tree; command: {' '.join(cmd)})")
 

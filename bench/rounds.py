@@ -74,6 +74,24 @@ def cpu_of(run: Callable[[], float]) -> Took:
     return Took(wall, _cpu_now() - c0)
 
 
+def ran(argv: list[str] | str, **kw: object) -> Took:
+    """`subprocess.run(argv, check=True, **kw)`: its wall seconds and its process tree's CPU
+    (user+sys of the children this process reaped meanwhile: `RUSAGE_CHILDREN`, deltas; this
+    process's own time for the fork is not in it). The one helper the small benches time a
+    command with (bench/detect.py, prepare.py, build.py, store.py)."""
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    subprocess.run(argv, check=True, **kw)  # type: ignore[call-overload]
+    wall = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return Took(wall, r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)
+
+
+def ms3(xs: list[float]) -> str:
+    """min/median/max of seconds, in ms."""
+    return f"{1000 * min(xs):.1f}/{1000 * statistics.median(xs):.1f}/{1000 * max(xs):.1f}"
+
+
 def timed(cmd: list[str], cwd: Path | None = None, rss: list[float] | None = None, sync: bool = True,
           stdin_path: Path | None = None) -> Took:
     """Seconds until `cmd` finished and, with `sync`, what it wrote is on disk, and the CPU its

@@ -27,7 +27,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 # bench/ itself must not be importable: bench/build.py would shadow the `build` package.
@@ -35,7 +34,7 @@ sys.path[0] = str(Path(__file__).resolve().parent.parent / "tests")
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
 from bench.regular import ENV, REPO, label_of, regular_install  # noqa: E402
-from bench.rounds import Took  # noqa: E402
+from bench.rounds import Took, ms3, ran  # noqa: E402
 from helpers_conda import Pkg, make_channel, write_env  # noqa: E402
 
 from fdlenv.names.home import Home  # noqa: E402
@@ -44,10 +43,8 @@ from fdlenv.lock import lock_envs  # noqa: E402
 PY = sys.executable
 
 
-def timed(cmd: list[str] | str, env: dict | None = None, **kw) -> float:
-    t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env or ENV, **kw)
-    return time.perf_counter() - t0
+def timed(cmd: list[str] | str, env: dict | None = None, **kw) -> Took:
+    return ran(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env or ENV, **kw)  # type: ignore[arg-type]
 
 
 def realise_cmd(home: Home, lock: Path, exe: list[str] | None = None) -> list[str]:
@@ -78,23 +75,6 @@ BASES = {"python -c pass": ["-c", "pass"], "python, os._exit": ["-c", "import os
          "python, exec true": ["-c", f"import os; os.execv({TRUE!r}, ['true'])"]}
 
 
-def spawned(argv: list[str], env: dict) -> Took:
-    """Wall seconds and CPU (user+sys, `wait4`'s rusage) of `argv`, output to /dev/null:
-    posix_spawn, whose own cost is a few tens of microseconds, the same for every command."""
-    t0 = time.perf_counter()
-    pid = os.posix_spawn(argv[0], argv, env, file_actions=[(os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
-                                                           (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0)])
-    _, status, ru = os.wait4(pid, 0)
-    wall = time.perf_counter() - t0
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"bench: {argv} exited {os.waitstatus_to_exitcode(status)}")
-    return Took(wall, ru.ru_utime + ru.ru_stime)
-
-
-def _ms(xs: list[float]) -> str:
-    return f"{1000 * min(xs):.1f}/{1000 * statistics.median(xs):.1f}/{1000 * max(xs):.1f}"
-
-
 def bench_redial(tmp: Path, reps: int, also: list[Path]) -> str:
     """Own cost (the command minus `python -c pass` of the same interpreter; also minus a
     Python that leaves as the command does, `LEAVES`) of each hot command on a realised env, for a regular
@@ -122,23 +102,23 @@ def bench_redial(tmp: Path, reps: int, also: list[Path]) -> str:
     for _ in range(reps):   # interleaved, so every command sees the same machine
         for mode, (exe, py, menv) in modes.items():
             for name, args in bases.items():
-                times[(mode, name)].append(spawned([py, *args], menv))
+                times[(mode, name)].append(ran([py, *args], env=menv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
             for name, argv in argvs.items():
-                times[(mode, name)].append(spawned([*exe, *argv], menv))
+                times[(mode, name)].append(ran([*exe, *argv], env=menv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     lines = [f"hot commands: wall min/median/max ms of {reps} runs each, own = median minus the base's median"]
     for mode in modes:
         walls = {n: [t.wall for t in times[(mode, n)]] for n in (*HOT, *bases)}
         cpus = {n: [t.cpu for t in times[(mode, n)]] for n in (*HOT, *bases)}
         med = {n: 1000 * statistics.median(walls[n]) for n in walls}
         med_cpu = {n: 1000 * statistics.median(cpus[n]) for n in cpus}
-        lines.append(f"{mode}: " + "; ".join(f"{n} {_ms(walls[n])} ms (CPU median {med_cpu[n]:.1f})" for n in bases))
+        lines.append(f"{mode}: " + "; ".join(f"{n} {ms3(walls[n])} ms (CPU median {med_cpu[n]:.1f})" for n in bases))
         for name, (_, goal) in HOT.items():
             own, own_cpu = med[name] - med["python -c pass"], med_cpu[name] - med_cpu["python -c pass"]
             strict = (f"; {med[name] - med[LEAVES[name]]:.1f} (CPU {med_cpu[name] - med_cpu[LEAVES[name]]:.1f}) over "
                       f"{LEAVES[name]}" if name in LEAVES else "")
             verdict = (f"goal <= {goal} ms: {'met' if own <= goal else 'NOT met'}" if "no memo" not in mode
                        else "the first call after a change, which writes the memo")
-            lines.append(f"  {name:24s} {_ms(walls[name])} ms  own {own:5.1f} (CPU {own_cpu:5.1f}) over python -c pass"
+            lines.append(f"  {name:24s} {ms3(walls[name])} ms  own {own:5.1f} (CPU {own_cpu:5.1f}) over python -c pass"
                          f"{strict}   {verdict}")
     return "\n".join(lines)
 
@@ -159,11 +139,19 @@ def _rotated(sides: dict, i: int) -> list:
     return names[i % len(names):] + names[:i % len(names)]
 
 
-def _report(what: str, times: dict[str, list[float]], base_name: str, goal: str, reps: int) -> str:
-    base = statistics.median(times[base_name])
-    parts = [f"{name} {statistics.median(t):.3f} s (ratio {statistics.median(t) / base:.2f})"
-             for name, t in times.items() if name != base_name]
-    return f"{what}: " + ", ".join(parts) + f"; {base_name} {base:.3f} s ({goal}; medians of {reps})"
+def _report(what: str, times: dict[str, list[Took]], base_name: str, goal: str, reps: int) -> str:
+    """min/median/max wall per side, CPU medians beside, ratios of medians to `base_name`."""
+    base, base_cpu = (statistics.median(t.wall for t in times[base_name]),
+                      statistics.median(t.cpu for t in times[base_name]))
+    parts = []
+    for name, t in times.items():
+        if name == base_name:
+            continue
+        wall, cpu = statistics.median(x.wall for x in t), statistics.median(x.cpu for x in t)
+        parts.append(f"{name} {ms3([x.wall for x in t])} ms, CPU {cpu:.3f} s (ratio {wall / base:.2f}, "
+                     f"CPU {cpu / base_cpu:.2f})")
+    return (f"{what}: " + ", ".join(parts) + f"; {base_name} {ms3([x.wall for x in times[base_name]])} ms, "
+            f"CPU {base_cpu:.3f} s ({goal}; wall min/median/max of {reps}, ratios of medians)")
 
 
 def bench_warm(tmp: Path, reps: int, sides: dict[str, list[str] | None]) -> str:
@@ -176,7 +164,7 @@ def bench_warm(tmp: Path, reps: int, sides: dict[str, list[str] | None]) -> str:
     locks = [lock_for(tmp, home, f"warm{i}", ["libtorch-cpu", f"salt{i}"]) for i in range(salts)]
     timed(realise_cmd(home, locks[0]))                     # fills the package cache
     payload = home.pkgs / "libtorch-cpu-2.10.0-0"
-    times: dict[str, list[float]] = {name: [] for name in [*sides, "cp -al"]}
+    times: dict[str, list[Took]] = {name: [] for name in [*sides, "cp -al"]}
     for i in range(1, reps + 1):   # each side realises a new key: its own salt, the same payload
         for name in _rotated(sides, i):
             salt = (i - 1) * len(sides) + list(sides).index(name) + 1
@@ -203,7 +191,7 @@ def bench_cold(tmp: Path, reps: int, big_mib: int, sides: dict[str, list[str] | 
     archive = next(home.channel.glob("linux-64/*.conda"))
     lock = lock_for(tmp, home, "cold", ["libtorch-cpu"])
     size = archive.stat().st_size / (1 << 30)
-    times: dict[str, list[float]] = {name: [] for name in [*sides, "unzip|zstd|tar"]}
+    times: dict[str, list[Took]] = {name: [] for name in [*sides, "unzip|zstd|tar"]}
     for i in range(reps):
         for name in _rotated(sides, i):
             fresh = Home(tmp / f"cold-home{i}")

@@ -33,10 +33,12 @@ import time
 from pathlib import Path
 
 sys.path[0] = str(Path(__file__).resolve().parent.parent / "tests")
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
 from helpers_pytorch_index import Index, serve  # noqa: E402
 from helpers_simple_index import Release, lay_out  # noqa: E402
 
+from bench.rounds import Took, ran  # noqa: E402
 from fdlenv.lock.closure import platform_tags  # noqa: E402
 
 PY = sys.executable
@@ -44,23 +46,27 @@ ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 ENVS = Path(__file__).resolve().parent.parent / "envs"
 
 
-def timed(cmd: list[str], **kw) -> float:
-    t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, capture_output=True, env=ENV, **kw)
-    return time.perf_counter() - t0
+def timed(cmd: list[str], **kw) -> Took:
+    return ran(cmd, capture_output=True, env=ENV, **kw)
 
 
-def spread(times: list[float]) -> str:
-    return f"({min(times) * 1000:.0f}-{max(times) * 1000:.0f})"
+def spread(times: list[float] | list[Took]) -> str:
+    walls = [t.wall if isinstance(t, Took) else t for t in times]
+    return f"({min(walls) * 1000:.0f}-{max(walls) * 1000:.0f})"
 
 
-def fdlenv_lock(url: str, variant: str, tmp: Path) -> float:
+def med(times: list[Took]) -> tuple[float, float]:
+    """Median wall and median CPU seconds."""
+    return statistics.median(t.wall for t in times), statistics.median(t.cpu for t in times)
+
+
+def fdlenv_lock(url: str, variant: str, tmp: Path) -> Took:
     out = tmp / f"{variant}-{time.monotonic_ns()}.yml"
     return timed([PY, "-m", "fdlenv", "lock", "--libtorch", variant, "--envs", str(ENVS), "--platform", "linux-64",
                   "--out", str(out), "--mirror", f"pytorch={url}", "--home", str(tmp / "h"), "-q"])
 
 
-def pip_report(url: str, variant: str, tmp: Path) -> float:
+def pip_report(url: str, variant: str, tmp: Path) -> Took:
     target = tmp / f"t-{time.monotonic_ns()}"
     cmd = [PY, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--disable-pip-version-check",
            "--report", str(target) + ".json", "--only-binary", ":all:", "--python-version", "3.12",
@@ -136,16 +142,17 @@ def main() -> None:
             for _ in range(args.reps):            # interleaved: both see the same machine moment
                 ours.append(fdlenv_lock(idx.url, variant, tmp))
                 theirs.append(pip_report(idx.url, variant, tmp))
-            a, b = statistics.median(ours), statistics.median(theirs)
-            print(f"lock {variant:8s} fdlenv {a * 1000:7.0f} ms {spread(ours)}   pip --dry-run --report "
-                  f"{b * 1000:7.0f} ms {spread(theirs)}   ratio {a / b:.2f}")
+            (a, ca), (b, cb) = med(ours), med(theirs)
+            print(f"lock {variant:8s} fdlenv {a * 1000:7.0f} ms {spread(ours)} (cpu {ca * 1000:.0f} ms)   pip --dry-run "
+                  f"--report {b * 1000:7.0f} ms {spread(theirs)} (cpu {cb * 1000:.0f} ms)   ratio {a / b:.2f} (cpu {ca / cb:.2f})")
         home = tmp / "fresh"
         cold = timed([PY, "-m", "fdlenv", "env", "realize", "--libtorch", "rocm7.1", "--mirror",
                       f"pytorch={idx.url}", "--home", str(home), "-q"])
         redials = [timed([PY, "-m", "fdlenv", "env", "realize", "--libtorch", "rocm7.1", "--home", str(home), "-q"])
                    for _ in range(args.reps)]
-        print(f"env realize rocm7.1 on a fresh home (lock on demand + realise): {cold * 1000:.0f} ms; "
-              f"re-dial {statistics.median(redials) * 1000:.0f} ms {spread(redials)}")
+        print(f"env realize rocm7.1 on a fresh home (lock on demand + realise): {cold.wall * 1000:.0f} ms "
+              f"(cpu {cold.cpu * 1000:.0f}); re-dial {med(redials)[0] * 1000:.0f} ms {spread(redials)} "
+              f"(cpu {med(redials)[1] * 1000:.0f})")
     finally:
         idx.close()
         shutil.rmtree(tmp, ignore_errors=True)

@@ -1,5 +1,8 @@
 """store.streamzip: a zip read front to back, in chunks of any size, gives what zipfile gives.
 
+Every case runs with both inflaters: ISA-L's bounded `IgzipDecompressor` (where isal installs)
+and zlib's `decompressobj` (the fallback without isal's wheels).
+
 The zips are written by Python's zipfile in the shapes wheels come in (sizes in
 the local header), as a pipe forces (sizes in a data descriptor after the
 data) and with zip64 sizes; the oracle is zipfile's own reading of them.
@@ -9,12 +12,26 @@ from __future__ import annotations
 
 import io
 import random
+import struct
 import zipfile
+import zlib
 
 import pytest
 from helpers_wheels import Pipe
 
-from fdlenv.store.streamzip import Escape, StreamUnzip, Unsupported
+from fdlenv.store import streamzip
+from fdlenv.store.streamzip import Escape, Malformed, StreamUnzip, Unsupported
+
+
+@pytest.fixture(autouse=True, params=["isal", "zlib"])
+def inflater(request, monkeypatch):
+    """Each case with ISA-L's bounded inflater and with zlib's, the fallback."""
+    if request.param == "zlib":
+        monkeypatch.setattr(streamzip, "_inflater", lambda: zlib.decompressobj(-15))
+        monkeypatch.setattr(streamzip, "BOUNDED", False)
+    elif not streamzip.BOUNDED:
+        pytest.skip("isal is not installed here")
+    return request.param
 
 
 def members(seed: int) -> dict[str, bytes]:
@@ -145,3 +162,16 @@ def test_a_stream_given_up_halfway_leaves_no_file_open_once_closed(tmp_path):
     assert len(os.listdir("/proc/self/fd")) == before + 1
     unzip.close()
     assert len(os.listdir("/proc/self/fd")) == before
+
+
+@pytest.mark.parametrize("under", [1, 1000])
+def test_a_member_inflating_past_the_size_its_header_states_is_malformed(tmp_path, under):
+    """The bound is checked as it inflates, a step at a time: a header that understates the
+    size stops the member at one byte past it, never after inflating the rest."""
+    body = b"x" * 3_000_000
+    data = bytearray(write_zip({"pkg/big.txt": body}, io.BytesIO()))
+    assert data[:4] == b"PK\x03\x04"
+    struct.pack_into("<I", data, 22, len(body) - under)    # the local header's uncompressed size
+    with pytest.raises(Malformed, match="inflates past"):
+        stream(bytes(data), tmp_path, seed=3)
+    assert (tmp_path / "pkg/big.txt").stat().st_size <= len(body) - under

@@ -175,3 +175,31 @@ def test_a_member_inflating_past_the_size_its_header_states_is_malformed(tmp_pat
     with pytest.raises(Malformed, match="inflates past"):
         stream(bytes(data), tmp_path, seed=3)
     assert (tmp_path / "pkg/big.txt").stat().st_size <= len(body) - under
+
+
+def raw_zip(name: str, compressed: bytes, size: int, crc: int) -> bytes:
+    """One deflated member, its sizes in the local header, written field by field (zipfile
+    cannot write a member whose compressed bytes run past the end of its deflate stream)."""
+    n = name.encode()
+    local = struct.pack("<4sHHHHHIIIHH", b"PK\x03\x04", 20, 0, 8, 0, 0x21, crc, len(compressed), size, len(n), 0)
+    central = struct.pack("<4sHHHHHHIIIHHHHHII", b"PK\x01\x02", 20, 20, 0, 8, 0, 0x21, crc, len(compressed), size,
+                          len(n), 0, 0, 0, 0, 0o644 << 16, 0)
+    body = local + n + compressed
+    end = struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, 1, 1, len(central) + len(n), len(body), 0)
+    return body + central + n + end
+
+
+def test_bytes_after_a_members_deflate_stream_within_its_stated_size_are_passed_over(tmp_path):
+    """As zipfile reads it (and zlib's unused_data): the member is its deflate stream's bytes;
+    ISA-L's inflater raises on input after the end, which the stream must not let out."""
+    data = b"torch " * 50_000
+    c = zlib.compressobj(6, zlib.DEFLATED, -15)
+    compressed = c.compress(data) + c.flush() + b"\x00junk after the end" * 1000
+    raw = raw_zip("pkg/a.txt", compressed, len(data), zlib.crc32(data))
+    with zipfile.ZipFile(io.BytesIO(raw)) as z:
+        assert z.read("pkg/a.txt") == data        # the oracle
+    unzip = StreamUnzip(tmp_path, lambda name: name)
+    for i in range(0, len(raw), 4096):    # the end of the stream and the bytes after it in two feeds
+        unzip.feed(raw[i:i + 4096])
+    unzip.finish()
+    assert (tmp_path / "pkg/a.txt").read_bytes() == data

@@ -52,7 +52,8 @@ try:   # ISA-L's inflate is about twice zlib's speed: inflating is most of a col
         return IgzipDecompressor(flag=DECOMP_DEFLATE)
     BOUNDED = True        # decompress(data, max_length) allocates its output once (see `_inflate`)
     # isal's stub calls `error` an Exception, not its class (the ignore is unused without isal)
-    INFLATE_ERRORS: tuple[type[Exception], ...] = (zlib.error, _isal_error, _igzip_error)  # type: ignore[assignment, unused-ignore]
+    # (and EOFError: ISA-L's answer to input after a stream's end, which `_inflate` never gives it)
+    INFLATE_ERRORS: tuple[type[Exception], ...] = (zlib.error, _isal_error, _igzip_error, EOFError)  # type: ignore[assignment, unused-ignore]
 except ImportError:   # a platform without isal's wheels: the same with zlib
     def _inflater() -> Any:
         return zlib.decompressobj(-15)
@@ -334,6 +335,8 @@ class StreamUnzip:
             while d.unconsumed_tail and not d.eof:
                 self._write(out, d.decompress(d.unconsumed_tail, OUT_STEP))
             return
+        if d.eof:   # bytes after the deflate stream's end, within the size the header states:
+            return  # passed over, as zlib's `unused_data` and zipfile pass them over (ISA-L raises)
         self._write(out, d.decompress(chunk, self._step_bound()))
         while not d.eof and not d.needs_input:
             self._write(out, d.decompress(b"", self._step_bound()))

@@ -86,8 +86,9 @@ def sha256_of_file(path: str | os.PathLike[str], window: int = WINDOW, size: int
     of `window` bytes (a multiple of the page size), each unmapped once hashed (1 MiB reads
     where the file cannot be mapped). hashlib lets go of the GIL while it hashes a window.
     `size`, the file's size when the caller has just stat'ed it, saves a small file's fstat; the
-    whole file is hashed whatever it says (a large one is stat'ed again before it is mapped). A small file goes through `os.read` on a bare descriptor: no
-    file object (13,000 of cu128's 13,800 files are under a MiB)."""
+    whole file is hashed whatever it says (a large one is stat'ed again before it is mapped). A
+    small file goes through `os.read` on a bare descriptor: no file object (13,000 of cu128's
+    13,800 files are under a MiB)."""
     import hashlib
 
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)

@@ -102,7 +102,7 @@ def build(home: Home, variant: str, key: str, records: list[Record], final: Path
         ownfiles.refuse_over_own(stage, root, variant, entries)
         if variants.get(variant).vendor == "nvidia":
             cudahome.assemble(stage, root, home.pkgs)
-        own = ownfiles.write_arch(stage, root, variant, records, durable=False)   # fsynced below, with the manifest
+        own = ownfiles.write_arch(stage, root, variant, records)   # fsynced below, with the manifest
         health.record(stage)   # every file's size and identity, for the quick check of each attempt
         final_root = final / root.relative_to(stage)
         manifest: Manifest = {
@@ -114,8 +114,7 @@ def build(home: Home, variant: str, key: str, records: list[Record], final: Path
             "tool_version": __version__, "links": links,
             "size": sizes.measure(home, stage, records),
         }
-        ownfiles.write(stage, MANIFEST, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode(),
-                       durable=False)
+        ownfiles.write(stage, MANIFEST, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
         _share_metadata(stage, (stage / MANIFEST).stat().st_mode & 0o777)
         # fdlenv's own files and their directories, fsynced together, last: the first fsync
         # waits behind what the extraction left to write back (1.4 s of a cold cu128 realise

@@ -63,11 +63,11 @@ def _owner(stage: Path, rel: str, entries: dict[str, Path]) -> str:
     return "a package"
 
 
-def write_arch(stage: Path, root: Path, variant: str, records: list[Record], durable: bool = True) -> list[str]:
+def write_arch(stage: Path, root: Path, variant: str, records: list[Record]) -> list[str]:
     """flodl's `.arch` facts, from what `fdlenv pack` recorded when it is there, else (a wheel
     env) from the torch wheel and the variant's table; and `build-version` where the source
     (a wheel) has none, as PyTorch's zips carry it (`2.10.0+cu128`). Returns the files it wrote
-    (relative to `stage`); `durable=False`: not fsynced here, the caller does (`write`)."""
+    (relative to `stage`), for the caller to fsync (`write`)."""
     from ..hw.coverage import ARCHS
 
     v = variants.get(variant)
@@ -81,22 +81,23 @@ def write_arch(stage: Path, root: Path, variant: str, records: list[Record], dur
     lines = [f"cuda={facts.get('cuda') or v.cuda or 'none'}", f"torch={torch}",
              f"archs={' '.join(archs)}", "source=locked", f"variant={variant}"]
     at = "" if root == stage else root.relative_to(stage).as_posix() + "/"
-    write(stage, f"{at}.arch", ("\n".join(lines) + "\n").encode(), durable=durable)
+    write(stage, f"{at}.arch", ("\n".join(lines) + "\n").encode())
     written = [f"{at}.arch"]
     # a source's own build-version (a link too) stands: written only where none is
-    if wheel and write(stage, f"{at}build-version", f"{torch}+{variant}\n".encode(), keep=True, durable=durable):
+    if wheel and write(stage, f"{at}build-version", f"{torch}+{variant}\n".encode(), keep=True):
         written.append(f"{at}build-version")
     return written
 
 
-def write(stage: Path, rel: str, data: bytes, keep: bool = False, durable: bool = True) -> bool:
+def write(stage: Path, rel: str, data: bytes, keep: bool = False) -> bool:
     """One of fdlenv's own files in the env (`confine.write_own`: never through a link); a
-    directory on its way that a package made a link is a permanent refusal. `durable=False`:
-    not fsynced (a realise fsyncs its own files together, last, just before it publishes: an
-    fsync waits behind the gigabytes the extraction left to write back, and work done before it
-    is done while they drain). True when written (`keep` leaves what stands)."""
+    directory on its way that a package made a link is a permanent refusal. Not fsynced here:
+    the realise fsyncs its own files together, last, just before it publishes
+    (`install.build`): an fsync waits behind the gigabytes the extraction left to write back,
+    and work done before it is done while they drain. True when written (`keep` leaves what
+    stands)."""
     try:
-        return confine.write_own(stage, rel, data, keep=keep, fsync=durable)
+        return confine.write_own(stage, rel, data, keep=keep, fsync=False)
     except confine.Refused as e:
         raise Fail.permanent(f"the env's {rel!r} cannot be written: {e.strerror} (a package made it so); "
                              "refusing the env") from None
